@@ -1,0 +1,67 @@
+"""Typed errors for bad model input.
+
+Every error a user's file can cause is a :class:`ModelError`: the CLI prints its one-line message,
+the server answers it with ``status`` (4xx), and the batch job stores it as an error row.
+"""
+from __future__ import annotations
+
+
+class ModelError(ValueError):
+    """A model file that cannot be featurized. ``code`` names the problem, ``status`` is HTTP."""
+
+    code = "invalid_model"
+    status = 422
+
+    def __str__(self) -> str:
+        return f"{self.code}: {super().__str__()}"
+
+
+class CorruptModel(ModelError):
+    """The bytes are not a parseable ONNX protobuf."""
+
+    code = "corrupt_protobuf"
+    status = 400
+
+
+class NotAModel(ModelError):
+    """The protobuf parsed but holds no ONNX model (no graph, no opset)."""
+
+    code = "not_a_model"
+    status = 400
+
+
+class EmptyGraph(ModelError):
+    """The model's graph has no operator nodes."""
+
+    code = "empty_graph"
+
+
+class TooLarge(ModelError):
+    """The file or its graph exceeds a configured limit."""
+
+    code = "too_large"
+    status = 413
+
+
+class ExternalData(ModelError):
+    """The model references external tensor data in a way that is refused."""
+
+    code = "external_data"
+
+
+class CycleError(ModelError):
+    """The graph is not a DAG."""
+
+    code = "cycle"
+
+
+class UnsupportedConstruct(ModelError):
+    """The graph uses something the featurizer does not handle (control flow, bad opset, ...)."""
+
+    code = "unsupported"
+
+
+class UnresolvedShapes(ModelError):
+    """Tensor shapes cannot be determined (symbolic inputs, ops without shape inference)."""
+
+    code = "unresolved_shapes"

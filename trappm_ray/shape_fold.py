@@ -1,0 +1,140 @@
+"""Evaluate the small integer sub-graphs that compute shapes, so shape inference can finish.
+
+Tracing exporters turn every ``x.shape`` into ``Shape -> Gather -> ... -> Reshape/Pad`` chains.
+Once the inputs have concrete dimensions those chains are constants, but ONNX's data propagation
+only follows a handful of ops. This module runs them with numpy in one pass in graph order,
+re-inferring each node whose output shape is still unknown with the computed values supplied.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+import onnx
+from onnx import helper, numpy_helper
+
+MAX_ELEMENTS = 4096  # shape arithmetic is tiny; anything bigger is data, not a shape
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _slice(x, starts, ends, axes=None, steps=None):
+    axes = range(len(starts)) if axes is None else axes
+    steps = [1] * len(starts) if steps is None else steps
+    idx = [slice(None)] * x.ndim
+    for s, e, a, st in zip(starts, ends, axes, steps):
+        idx[int(a)] = slice(int(s), int(e), int(st))
+    return x[tuple(idx)]
+
+
+def _binary(fn):
+    return lambda a, v: fn(v[0], v[1])
+
+
+_OPS = {
+    "Add": _binary(np.add), "Sub": _binary(np.subtract), "Mul": _binary(np.multiply),
+    "Div": lambda a, v: (v[0] // v[1] if v[0].dtype.kind in "iu" else v[0] / v[1]),
+    "Mod": lambda a, v: (np.fmod(v[0], v[1]) if a.get("fmod") else np.mod(v[0], v[1])),
+    "Min": lambda a, v: np.minimum.reduce(v), "Max": lambda a, v: np.maximum.reduce(v),
+    "Neg": lambda a, v: -v[0], "Abs": lambda a, v: np.abs(v[0]),
+    "Floor": lambda a, v: np.floor(v[0]), "Ceil": lambda a, v: np.ceil(v[0]),
+    "Sqrt": lambda a, v: np.sqrt(v[0]),
+    "Equal": _binary(np.equal), "Less": _binary(np.less), "Greater": _binary(np.greater),
+    "Not": lambda a, v: np.logical_not(v[0]),
+    "Where": lambda a, v: np.where(v[0], v[1], v[2]),
+    "Cast": lambda a, v: v[0].astype(helper.tensor_dtype_to_np_dtype(a["to"])),
+    "Identity": lambda a, v: v[0],
+    "Concat": lambda a, v: np.concatenate(v, axis=a["axis"]),
+    "Gather": lambda a, v: np.take(v[0], v[1], axis=a.get("axis", 0)),
+    "Unsqueeze": lambda a, v: np.reshape(v[0], _unsqueezed(v[0].shape, a.get("axes", v[1:2]))),
+    "Squeeze": lambda a, v: np.squeeze(v[0], axis=tuple(int(i) for i in a.get(
+        "axes", v[1] if len(v) > 1 else [i for i, d in enumerate(v[0].shape) if d == 1]))),
+    "Reshape": lambda a, v: np.reshape(v[0], [d if d != 0 else v[0].shape[i]
+                                             for i, d in enumerate(v[1].tolist())]),
+    "Transpose": lambda a, v: np.transpose(v[0], a.get("perm")),
+    "Slice": lambda a, v: _slice(v[0], *[x.tolist() for x in v[1:]]),
+    "ConstantOfShape": lambda a, v: np.full(
+        v[0].astype(np.int64), numpy_helper.to_array(a["value"]).item() if "value" in a else 0.0,
+        dtype=numpy_helper.to_array(a["value"]).dtype if "value" in a else np.float32),
+    "Range": lambda a, v: np.arange(v[0], v[1], v[2]),
+    "ReduceProd": lambda a, v: np.prod(v[0], axis=None if not a.get("axes") else tuple(a["axes"]),
+                                       keepdims=bool(a.get("keepdims", 1))),
+    "Expand": lambda a, v: v[0] * np.ones(v[1].astype(np.int64), dtype=v[0].dtype),
+}
+
+
+def _unsqueezed(shape, axes) -> list[int]:
+    axes = [int(x) for x in np.asarray(axes).ravel()]
+    out = list(shape)
+    rank = len(shape) + len(axes)
+    for ax in sorted(a % rank for a in axes):
+        out.insert(ax, 1)
+    return out
+
+
+def _node_types(node, shapes, dtypes) -> dict | None:
+    types = {}
+    for x in node.input:
+        if x:
+            if x not in shapes or x not in dtypes:
+                return None
+            types[x] = helper.make_tensor_type_proto(dtypes[x], shapes[x])
+    return types
+
+
+def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
+                   dtypes: dict[str, int]) -> None:
+    """Fill ``shapes`` (in place) for outputs whole-graph inference left unknown.
+
+    One pass in graph order: integer tensors computable from known shapes are evaluated, and
+    each node with an unknown output is re-inferred on its own with those values supplied.
+
+    Args:
+        model: a model whose data inputs have concrete dimensions, in topological order.
+        shapes: the concrete shapes known so far; extended in place.
+        dtypes: element types by tensor name; extended in place.
+    """
+    opsets = list(model.opset_import)
+    version = {o.domain or "": o.version for o in opsets}
+    known: dict[str, np.ndarray] = {}
+    for t in model.graph.initializer:
+        if math.prod(t.dims) <= MAX_ELEMENTS:
+            known[t.name] = numpy_helper.to_array(t)
+    for node in model.graph.node:
+        a = _attrs(node)
+        if any(o not in shapes for o in node.output if o):
+            types = _node_types(node, shapes, dtypes)
+            if types is not None:
+                try:
+                    schema = onnx.defs.get_schema(node.op_type, version.get(node.domain, 1),
+                                                  node.domain)
+                    data = {x: numpy_helper.from_array(known[x], x) for x in types if x in known}
+                    out = onnx.shape_inference.infer_node_outputs(schema, node, types, data,
+                                                                  opset_imports=opsets)
+                except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, RuntimeError,
+                        ValueError, TypeError):
+                    out = {}
+                for name, tp in out.items():
+                    tt = tp.tensor_type
+                    if tt.elem_type:
+                        dtypes.setdefault(name, tt.elem_type)
+                    if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
+                        shapes[name] = tuple(d.dim_value for d in tt.shape.dim)
+        value = None
+        try:
+            if node.op_type == "Constant" and "value" in a:
+                value = numpy_helper.to_array(a["value"])
+            elif node.op_type == "Shape" and node.input[0] in shapes:
+                shp = shapes[node.input[0]]
+                value = np.array(shp[a.get("start", 0):a.get("end", len(shp))], dtype=np.int64)
+            elif node.op_type == "Size" and node.input[0] in shapes:
+                value = np.array(math.prod(shapes[node.input[0]]), dtype=np.int64)
+            elif node.op_type in _OPS and all(x in known for x in node.input if x):
+                value = np.asarray(_OPS[node.op_type](a, [known[x] for x in node.input if x]))
+        except (ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError):
+            value = None
+        if value is not None and value.size <= MAX_ELEMENTS and len(node.output) == 1:
+            known[node.output[0]] = value
+            shapes.setdefault(node.output[0], tuple(value.shape))
