@@ -14,8 +14,12 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got '{text}'")
 
 
-def parse_config(cls, argv: list[str] | None = None, description: str | None = None):
-    """Build ``cls`` (a dataclass) from ``--field value`` options; tuples take comma lists."""
+def parse_config(cls, argv: list[str] | None = None, description: str | None = None,
+                 defaults=None):
+    """Build ``cls`` (a dataclass) from ``--field value`` options; tuples take comma lists.
+
+    ``defaults`` (an instance of ``cls``) replaces the class defaults, for presets.
+    """
     parser = argparse.ArgumentParser(description=description)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
@@ -31,7 +35,12 @@ def parse_config(cls, argv: list[str] | None = None, description: str | None = N
             conv = args[0]
         else:
             conv = hint
-        default = f.default if f.default is not dataclasses.MISSING else f.default_factory()
+        if defaults is not None:
+            default = getattr(defaults, f.name)
+        elif f.default is not dataclasses.MISSING:
+            default = f.default
+        else:
+            default = f.default_factory()
         parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=conv,
                             default=default, help=f"(default: {default!r})")
     return cls(**vars(parser.parse_args(argv)))

@@ -1,0 +1,13 @@
+#!/usr/bin/env bash
+# Run the test suite against a real S3-compatible server (Ceph radosgw on 127.0.0.1).
+#   scripts/test.sh            default suite (slow tests excluded)
+#   scripts/test.sh -m slow    only the slow ones; any other pytest arguments pass through
+set -euo pipefail
+cd "$(dirname "$0")/.."
+bash scripts/setup.sh
+bash scripts/s3_server.sh start
+trap 'bash scripts/s3_server.sh stop >/dev/null 2>&1 || true' EXIT
+eval "$(bash scripts/s3_server.sh env)"
+args=("$@")
+[[ ${#args[@]} -eq 0 ]] && args=(-m "not slow")
+.venv/bin/python -m pytest -q "${args[@]}"
