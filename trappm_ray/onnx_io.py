@@ -18,7 +18,7 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from . import errors
-from .shape_fold import resolve_shapes
+from .shape_fold import MAX_ELEMENTS, resolve_shapes
 
 MAX_FILE_BYTES = 512 * 2**20
 MAX_NODES = 200_000
@@ -68,13 +68,22 @@ def read_model(src: str | os.PathLike | bytes, limits: Limits = Limits()) -> onn
         model = onnx.ModelProto.FromString(data)
     except (DecodeError, RuntimeError, ValueError) as e:
         raise errors.CorruptModel(f"not an ONNX protobuf ({e.__class__.__name__})") from None
+    check_model(model, limits)
+    return model
+
+
+def check_model(model: onnx.ModelProto, limits: Limits = Limits()) -> None:
+    """The structural checks of :func:`read_model`, for a model parsed elsewhere.
+
+    (Split out so that ``featurize(ModelProto)`` refuses empty or oversized graphs exactly as
+    ``featurize(bytes)`` does; it used to featurize an empty graph into a 0-node Graph.)
+    """
     if not model.HasField("graph") or not model.opset_import:
         raise errors.NotAModel("protobuf has no ONNX graph or opset (not an ONNX model file)")
     if len(model.graph.node) == 0:
         raise errors.EmptyGraph("graph has no operator nodes")
     if len(model.graph.node) > limits.max_nodes:
         raise errors.TooLarge(f"graph has {len(model.graph.node):,} nodes, limit {limits.max_nodes:,}")
-    return model
 
 
 def _check_external(model: onnx.ModelProto) -> bool:
@@ -105,6 +114,11 @@ def _dims(vi: onnx.ValueInfoProto) -> list[onnx.TensorShapeProto.Dimension] | No
     return list(tt.shape.dim) if tt.HasField("shape") else None
 
 
+def _leading_static(vi: onnx.ValueInfoProto) -> int | None:
+    dims = _dims(vi)
+    return dims[0].dim_value if dims and dims[0].HasField("dim_value") else None
+
+
 def split_inputs(model: onnx.ModelProto) -> tuple[list[str], set[str]]:
     """Tell data inputs from weights exported as graph inputs (``export_params=False``).
 
@@ -124,6 +138,24 @@ def split_inputs(model: onnx.ModelProto) -> tuple[list[str], set[str]]:
         data = [vi.name for vi in inputs]
     weights = init | {vi.name for vi in inputs if vi.name not in data}
     return data, weights
+
+
+def strip_weights(model: onnx.ModelProto, keep_max_elements: int = 64) -> onnx.ModelProto:
+    """Move initializers above ``keep_max_elements`` to typed graph inputs, in place.
+
+    Shapes survive, values do not: shape inference never needs a weight's values, and without
+    them the model is small to copy and to hand to ONNX's C++ shape inference. Small tensors
+    stay because shape arithmetic reads them (Reshape targets, Slice bounds).
+    """
+    keep, moved = [], []
+    for init in model.graph.initializer:
+        (keep if math.prod(init.dims) <= keep_max_elements else moved).append(init)
+    if moved:
+        del model.graph.initializer[:]
+        model.graph.initializer.extend(keep)
+        model.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                                 for t in moved)
+    return model
 
 
 def bind_inputs(model: onnx.ModelProto, data_inputs: list[str], batch_size: int,
@@ -188,7 +220,12 @@ def infer(model: onnx.ModelProto, batch_size: int, resolution: int | None = None
     data, weights = split_inputs(model)
     if not data:
         raise errors.UnsupportedConstruct("model has no data input (every input is a weight)")
+    by_name = {vi.name: vi for vi in g.input}
+    fixed_batch = {_leading_static(by_name[x]) for x in data} - {None}
+    # Outputs whose leading dim equals a fixed input batch must follow a re-bound batch size.
+    batch_outputs = [vi.name for vi in g.output if _leading_static(vi) in fixed_batch]
     bind_inputs(model, data, batch_size, resolution, dims)
+    strip_weights(model, keep_max_elements=MAX_ELEMENTS)
     # Stale shapes from the exporter would conflict with the newly bound batch size, except for
     # outputs of custom-domain ops, which nothing else can infer.
     custom_out = {o for n in g.node if n.domain not in ("", "ai.onnx") for o in n.output}
@@ -208,6 +245,12 @@ def infer(model: onnx.ModelProto, batch_size: int, resolution: int | None = None
     if missing:
         resolve_shapes(inferred, shapes, dtypes)
         missing = [o for o in outputs if o not in shapes]
+    if batch_size not in fixed_batch:
+        stuck = [o for o in batch_outputs if shapes.get(o, (batch_size,))[0] != batch_size]
+        if stuck:
+            raise errors.UnsupportedConstruct(
+                f"output '{stuck[0]}' keeps batch {shapes[stuck[0]][0]} at batch size {batch_size}: "
+                "the batch size is baked into the graph; export it with a dynamic batch axis")
     if len(missing) > limits.max_unresolved_fraction * max(len(outputs), 1):
         producer = next(n for n in g.node if missing[0] in n.output)
         raise errors.UnresolvedShapes(
@@ -217,4 +260,5 @@ def infer(model: onnx.ModelProto, batch_size: int, resolution: int | None = None
     return InferredModel(model, shapes, dtypes, weights, data, missing, external)
 
 
-__all__ = ["Limits", "InferredModel", "read_model", "infer", "split_inputs", "bind_inputs"]
+__all__ = ["Limits", "InferredModel", "read_model", "check_model", "infer", "split_inputs",
+           "bind_inputs"]

@@ -13,6 +13,8 @@ from dataclasses import dataclass
 
 import onnx
 
+from .onnx_io import strip_weights
+
 # The TraPPM paper's eleven families, matched as name prefixes after vendor prefixes are removed.
 PAPER_FAMILIES = ("convnext", "densenet", "efficientnet", "mnasnet", "mobilenet", "poolformer",
                   "resnet", "swin", "vgg", "visformer", "vit")
@@ -92,23 +94,6 @@ class Skeleton:
     exporter: str = EXPORTER
 
 
-def strip_weights(model: onnx.ModelProto, keep_max_elements: int = KEEP_INITIALIZER_MAX_ELEMENTS
-                  ) -> onnx.ModelProto:
-    """Move large initializers to typed graph inputs, so the file keeps shapes but no weights."""
-    keep, moved = [], []
-    for init in model.graph.initializer:
-        n = 1
-        for d in init.dims:
-            n *= d
-        (keep if n <= keep_max_elements else moved).append(init)
-    del model.graph.initializer[:]
-    model.graph.initializer.extend(keep)
-    for init in moved:
-        model.graph.input.append(onnx.helper.make_tensor_value_info(
-            init.name, init.data_type, list(init.dims)))
-    return model
-
-
 def export_skeleton(arch: str, resolution: int, max_params: int = MAX_PARAMS) -> Skeleton:
     """Export ``arch`` at ``resolution`` with a dynamic batch axis and strip its weights.
 
@@ -134,7 +119,7 @@ def export_skeleton(arch: str, resolution: int, max_params: int = MAX_PARAMS) ->
         torch.onnx.export(model, torch.randn(1, 3, resolution, resolution), buf, dynamo=False,
                           opset_version=OPSET, input_names=["input"], output_names=["output"],
                           dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
-    proto = strip_weights(onnx.load_from_string(buf.getvalue()))
+    proto = strip_weights(onnx.load_from_string(buf.getvalue()), KEEP_INITIALIZER_MAX_ELEMENTS)
     return Skeleton(arch, resolution, proto.SerializeToString(), params)
 
 
