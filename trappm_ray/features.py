@@ -92,8 +92,10 @@ def get(name: str) -> FeatureSet:
         raise ValueError(f"unknown feature set '{name}' (choose from v1, trappm-v1, v2)") from None
 
 
-def unknown_ops(graph: Graph, fs: FeatureSet) -> dict[str, int]:
+def unknown_ops(graph: Graph, fs: FeatureSet | str = V2) -> dict[str, int]:
     """Operators outside the vocabulary (they share the unknown slot), with their counts."""
+    # accept a name like the other entry points (``unknown_ops(g, "v1")`` raised AttributeError)
+    fs = get(fs) if isinstance(fs, str) else fs
     index = fs._index
     return dict(sorted(Counter(o for o in graph.ops if o not in index).items()))
 

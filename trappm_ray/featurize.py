@@ -17,7 +17,7 @@ import onnx
 from onnx import helper
 
 from . import errors
-from .onnx_io import Limits, infer, read_model
+from .onnx_io import Limits, check_model, infer, read_model
 
 SHAPE_SLOTS = 6
 # Ops whose output is a view or a pure re-labelling in the training framework: they move no data
@@ -31,6 +31,7 @@ ELEMENT_COST = {"Softmax": 5, "LogSoftmax": 5, "LayerNormalization": 8, "BatchNo
                 "Sigmoid": 4, "Tanh": 4, "HardSwish": 3, "HardSigmoid": 3, "Swish": 5, "Mish": 6,
                 "Exp": 2, "Log": 2, "Pow": 2, "Sqrt": 2, "Div": 1, "Reciprocal": 1,
                 "RMSNormalization": 6, "Softplus": 3, "Elu": 3, "Selu": 3, "Clip": 1}
+INDEX_DTYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL}
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DTYPE_BYTES = {onnx.TensorProto.BOOL: 1, onnx.TensorProto.INT8: 1, onnx.TensorProto.UINT8: 1,
                onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
@@ -129,13 +130,16 @@ def _macs(op: str, a: dict, ins: list, outs: list, out_numel: int) -> float:
     """Multiply-accumulates of one node from its input/output shapes."""
     x = ins[0] if ins else None
     w = ins[1] if len(ins) > 1 else None
+    # An omitted optional bias is an empty input name, whose shape is None: no bias MACs then
+    # (``len(ins) > 2`` alone counted a bias for ``Conv(x, W, "")`` / ``Gemm(A, B, "")``).
+    has_bias = len(ins) > 2 and ins[2] is not None
     if op == "Conv" and w:
-        return out_numel * float(math.prod(w[1:])) + (out_numel if len(ins) > 2 else 0)
+        return out_numel * float(math.prod(w[1:])) + (out_numel if has_bias else 0)
     if op == "ConvTranspose" and x and w:
         return float(math.prod(x)) * float(math.prod(w[1:]))
     if op == "Gemm" and x and w:
         k = x[0] if a.get("transA") else x[-1]
-        return out_numel * k + (out_numel if len(ins) > 2 else 0)
+        return out_numel * k + (out_numel if has_bias else 0)
     if op in ("MatMul", "MatMulInteger", "QLinearMatMul") and x:
         return out_numel * x[-1]
     if op == "Einsum" and ins and all(s is not None for s in ins):
@@ -190,11 +194,13 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
             elif x in weights and x not in counted:
                 counted.add(x)
                 numel = float(math.prod(shapes.get(x, (0,))))
-                params[i] += numel
-                wbytes[i] += numel * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
+                dtype = dtypes.get(x, onnx.TensorProto.FLOAT)
+                if dtype not in INDEX_DTYPES:  # index buffers and shape constants aren't params
+                    params[i] += numel
+                wbytes[i] += numel * DTYPE_BYTES.get(dtype, 4)
         out_numel = float(math.prod(outs[0])) if outs and outs[0] is not None else 0.0
-        obytes[i] = sum(float(math.prod(s)) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
-                        for x, s in zip(n.output, outs) if s is not None)
+        obytes[i] = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
+                        for x in n.output if x in shapes)
         macs[i] = _macs(n.op_type, a, ins, outs, out_numel)
         in_shape[i] = _fold6(data_in[0] if data_in else (ins[0] if ins else None))
         out_shape[i] = _fold6(outs[0] if outs else None)
@@ -216,7 +222,7 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     p, wb = float(params.sum()), float(wbytes.sum())
     if resolution is None:  # report the spatial size of an image-like first input
         first = shapes.get(m.data_inputs[0], ())
-        resolution = first[-1] if len(first) >= 3 else 0
+        resolution = first[-1] if len(first) == 4 else 0
     static = {
         "batch_size": batch_size, "resolution": resolution,
         "nodes": N, "edges": int(edge_index.shape[1]), "macs": float(macs.sum()), "params": p,
@@ -250,6 +256,19 @@ def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int 
         model.CopyFrom(src)
     else:
         model = read_model(src, limits)
+    check_model(model, limits)  # read_model's checks, also for a ModelProto passed in
+    # ONNX shape inference and shape_fold walk nodes in file order, so a valid graph stored out
+    # of topological order used to fail inference (UnsupportedConstruct) and a cyclic one was
+    # reported as UnresolvedShapes. Sort first: a cycle raises CycleError here. Graphs already
+    # in order are left untouched (same node order, hence same feature rows, as before).
+    nodes = model.graph.node
+    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    if any(producer.get(x, -1) >= i for i, n in enumerate(nodes) for x in n.input if x):
+        ordered = [onnx.NodeProto() for _ in nodes]
+        for copy, i in zip(ordered, topological_order(nodes)):
+            copy.CopyFrom(nodes[i])
+        del nodes[:]
+        nodes.extend(ordered)
     inferred = infer(model, batch_size, resolution, dims, limits)
     graph = build_graph(inferred, batch_size, resolution)
     graph.meta = {

@@ -56,13 +56,25 @@ _OPS = {
     "Transpose": lambda a, v: np.transpose(v[0], a.get("perm")),
     "Slice": lambda a, v: _slice(v[0], *[x.tolist() for x in v[1:]]),
     "ConstantOfShape": lambda a, v: np.full(
-        v[0].astype(np.int64), numpy_helper.to_array(a["value"]).item() if "value" in a else 0.0,
-        dtype=numpy_helper.to_array(a["value"]).dtype if "value" in a else np.float32),
+        v[0].astype(np.int64), _array(a["value"]).item() if "value" in a else 0.0,
+        dtype=_array(a["value"]).dtype if "value" in a else np.float32),
     "Range": lambda a, v: np.arange(v[0], v[1], v[2]),
     "ReduceProd": lambda a, v: np.prod(v[0], axis=None if not a.get("axes") else tuple(a["axes"]),
                                        keepdims=bool(a.get("keepdims", 1))),
     "Expand": lambda a, v: v[0] * np.ones(v[1].astype(np.int64), dtype=v[0].dtype),
 }
+
+
+def _array(t: onnx.TensorProto) -> np.ndarray:
+    """``numpy_helper.to_array`` that never opens an external-data file.
+
+    ``to_array`` loads EXTERNAL tensors from disk (relative to the working directory), which
+    broke the loader's promise never to read external data and escaped as onnx's
+    ValidationError when the file was absent. Shapes never need those values: refuse them.
+    """
+    if t.data_location == onnx.TensorProto.EXTERNAL:
+        raise ValueError(f"tensor '{t.name}' holds external data")
+    return numpy_helper.to_array(t)
 
 
 def _unsqueezed(shape, axes) -> list[int]:
@@ -100,8 +112,8 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
     version = {o.domain or "": o.version for o in opsets}
     known: dict[str, np.ndarray] = {}
     for t in model.graph.initializer:
-        if math.prod(t.dims) <= MAX_ELEMENTS:
-            known[t.name] = numpy_helper.to_array(t)
+        if math.prod(t.dims) <= MAX_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
+            known[t.name] = _array(t)
     for node in model.graph.node:
         a = _attrs(node)
         if any(o not in shapes for o in node.output if o):
@@ -125,7 +137,7 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
         value = None
         try:
             if node.op_type == "Constant" and "value" in a:
-                value = numpy_helper.to_array(a["value"])
+                value = _array(a["value"])
             elif node.op_type == "Shape" and node.input[0] in shapes:
                 shp = shapes[node.input[0]]
                 value = np.array(shp[a.get("start", 0):a.get("end", len(shp))], dtype=np.int64)

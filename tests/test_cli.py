@@ -1,0 +1,142 @@
+"""``trappm-ray graph``: in-process (capsys) and once as a real subprocess."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import onnx_builders as B
+from trappm_ray import cli
+
+REQUIRED = {"nodes", "edges", "params", "macs", "feature_set", "unknown_ops"}
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("models")
+    cnn = B.to_bytes(B.cnn_model())
+    paths = {
+        "cnn": B.cnn_model(), "layernorm": B.layernorm_gelu_model(),
+        "seq": B.transformer_block("seq"), "spatial": B.cnn_model(hw="H"),
+        "external": B.external_data_model("../../etc/passwd"),
+        "external_ok": B.external_data_model("weights.bin"),
+        "cycle": B.cycle_model(), "if": B.if_model(),
+    }
+    out = {}
+    for name, model in paths.items():
+        out[name] = d / f"{name}.onnx"
+        out[name].write_bytes(B.to_bytes(model))
+    for name, data in {"truncated": cnn[: len(cnn) // 2],
+                       "random": np.random.default_rng(0).bytes(2048), "empty": b""}.items():
+        out[name] = d / f"{name}.onnx"
+        out[name].write_bytes(data)
+    out["missing"] = d / "does-not-exist.onnx"
+    return {k: str(v) for k, v in out.items()}
+
+
+def run_json(capsys, *argv) -> dict:
+    rc = cli.main(["graph", *argv, "--json"])
+    captured = capsys.readouterr()
+    assert rc == 0, captured.err
+    assert captured.err == ""
+    lines = captured.out.strip().splitlines()
+    assert len(lines) == 1, "one JSON object on one line"
+    return json.loads(lines[0])
+
+
+def test_graph_json(capsys, files):
+    report = run_json(capsys, files["cnn"], "--batch-size", "4")
+    assert REQUIRED <= report.keys()
+    want = B.cnn_expect(4)
+    assert report["nodes"] == 5 and report["edges"] == 4
+    assert report["params"] == want["total_params"] and report["macs"] == want["total_macs"]
+    assert report["batch_size"] == 4 and report["feature_set"] == "v2"
+    assert report["unknown_ops"] == {}
+    assert report["file"] == files["cnn"] and report["node_features"][0] == 5
+    assert report["external_data"] is False and report["data_inputs"] == ["x"]
+
+
+@pytest.mark.parametrize("name", ["v1", "trappm-v1"])
+def test_graph_feature_set_v1(capsys, files, name):
+    report = run_json(capsys, files["layernorm"], "--batch-size", "4", "--feature-set", name)
+    assert report["feature_set"] == "trappm-v1"
+    assert report["node_features"] == [2, 113] and len(report["static_features"]) == 6
+    assert report["unknown_ops"] == {"Gelu": 1, "LayerNormalization": 1}
+    assert run_json(capsys, files["layernorm"], "--feature-set", "v2")["unknown_ops"] == {}
+
+
+def test_graph_dims_and_resolution(capsys, files):
+    assert run_json(capsys, files["seq"], "--dim", "seq=16")["macs"] == \
+        B.transformer_expect(1, 16)["total_macs"]
+    report = run_json(capsys, files["spatial"], "--resolution", "12", "--batch-size", "2")
+    assert report["resolution"] == 12 and report["macs"] == B.cnn_expect(2, hw=12)["total_macs"]
+
+
+def test_graph_benign_external_data(capsys, files):
+    report = run_json(capsys, files["external_ok"])
+    assert report["external_data"] is True and report["params"] == 137
+
+
+def test_graph_text_output(capsys, files):
+    assert cli.main(["graph", files["cnn"]]) == 0
+    out = capsys.readouterr().out
+    assert "nodes: 5" in out and "feature_set: v2" in out
+
+
+# (test id, model file key, extra argv, a word the one error line must contain)
+BAD = [
+    ("truncated", "truncated", [], "corrupt_protobuf"),
+    ("random", "random", [], ""),
+    ("empty", "empty", [], "empty"),
+    ("missing", "missing", [], "not a file"),
+    ("external", "external", [], "external_data"),
+    ("cycle", "cycle", [], "cycle"),
+    ("if", "if", [], "control flow"),
+    ("no_resolution", "spatial", [], "resolution"),
+    ("no_dim", "seq", [], "seq"),
+    ("batch_zero", "cnn", ["--batch-size", "0"], "batch_size"),
+    ("bad_dim", "cnn", ["--dim", "seq"], "NAME=INT"),
+]
+NEEDLE = {key: needle for _, key, extra, needle in BAD if not extra}
+
+
+def assert_one_error_line(err: str, needle: str) -> None:
+    lines = err.strip("\n").split("\n")
+    assert len(lines) == 1, err
+    assert lines[0].startswith("error:"), err
+    assert "Traceback" not in err and needle in lines[0], err
+
+
+@pytest.mark.parametrize("key,extra,needle", [b[1:] for b in BAD], ids=[b[0] for b in BAD])
+def test_bad_input_exits_2_with_one_line(capsys, files, key, extra, needle):
+    rc = cli.main(["graph", files[key], *extra, "--json"])
+    captured = capsys.readouterr()
+    assert rc == 2
+    assert captured.out == ""
+    assert_one_error_line(captured.err, needle)
+
+
+def _subprocess(*argv):
+    env = {**os.environ, "PYTHONWARNINGS": "ignore"}
+    return subprocess.run([sys.executable, "-m", "trappm_ray.cli", *argv], capture_output=True,
+                          text=True, timeout=60, env=env)
+
+
+def test_subprocess_success(files):
+    proc = _subprocess("graph", files["cnn"], "--batch-size", "4", "--json")
+    assert proc.returncode == 0, proc.stderr
+    report = json.loads(proc.stdout)
+    assert REQUIRED <= report.keys() and report["macs"] == B.cnn_expect(4)["total_macs"]
+
+
+def test_subprocess_bad_inputs(files):
+    """One interpreter per bad file would be slow: check two in separate processes."""
+    for key in ("truncated", "external"):
+        proc = _subprocess("graph", files[key], "--json")
+        assert proc.returncode == 2, (key, proc.stderr)
+        assert proc.stdout == ""
+        assert_one_error_line(proc.stderr, NEEDLE[key])
