@@ -259,3 +259,29 @@ def finalize(cfg: DatasetConfig, entries: list[dict], ran: int, wall_s: float) -
     storage.write_bytes(storage.join(cfg.out, "dataset.json"),
                         json.dumps(provenance, indent=1).encode())
     return summary
+
+
+def write_sample(corpus: str, out: str, per_family: int = 1, resolution: int = 64,
+                 batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32), max_nodes: int = 1500) -> dict:
+    """Copy a small, committable slice of a corpus: the smallest graphs of each paper family.
+
+    Writes ``out/graphs.parquet`` (graph rows) and ``out/onnx/<arch>@<res>.onnx`` (skeletons).
+    """
+    import pyarrow.compute as pc
+
+    from . import zoo
+
+    ok = [e for e in read_manifest(corpus) if e["status"] == "ok" and e["resolution"] == resolution
+          and e["family"] in zoo.PAPER_FAMILIES and e.get("nodes", 0) <= max_nodes]
+    picked: list[dict] = []
+    for fam in zoo.PAPER_FAMILIES:
+        picked += sorted((e for e in ok if e["family"] == fam), key=lambda e: e["nodes"])[:per_family]
+    tables = []
+    for e in picked:
+        t = storage.read_table(storage.join(corpus, e["shard"]))
+        tables.append(t.filter(pc.is_in(t["batch_size"], pa.array(batch_sizes, t["batch_size"].type))))
+        storage.write_bytes(storage.join(out, "onnx", f"{e['task']}.onnx"),
+                            storage.read_bytes(storage.join(corpus, "onnx", f"{e['task']}.onnx")))
+    table = pa.concat_tables(tables)
+    storage.write_table(table, storage.join(out, "graphs.parquet"))
+    return {"archs": [e["arch"] for e in picked], "graphs": table.num_rows}

@@ -143,9 +143,11 @@ def _macs(op: str, a: dict, ins: list, outs: list, out_numel: int) -> float:
     if op in ("MatMul", "MatMulInteger", "QLinearMatMul") and x:
         return out_numel * x[-1]
     if op == "Einsum" and ins and all(s is not None for s in ins):
-        lhs = a["equation"].replace(" ", "").split("->")[0].split(",")
+        eq = a["equation"].decode() if isinstance(a["equation"], bytes) else a["equation"]
+        eq = eq.replace(" ", "")
+        lhs = eq.split("->")[0].split(",")
         size = {c: d for term, s in zip(lhs, ins) for c, d in zip(term[-len(s):] if s else "", s)}
-        out_letters = a["equation"].split("->")[1] if "->" in a["equation"] else ""
+        out_letters = eq.split("->")[1] if "->" in eq else ""
         contracted = [size[c] for c in size if c not in out_letters and c.isalpha()]
         return out_numel * float(math.prod(contracted))
     if op in RNN_GATES and x and w and len(ins) > 2 and ins[2]:
@@ -162,9 +164,7 @@ def _macs(op: str, a: dict, ins: list, outs: list, out_numel: int) -> float:
 
 def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     """The linear pass over an inferred model (see :func:`featurize`)."""
-    nodes = m.model.graph.node
-    order = topological_order(nodes)
-    nodes = [nodes[i] for i in order]
+    nodes = m.model.graph.node  # in topological order (featurize sorts them)
     shapes, dtypes, weights = m.shapes, m.dtypes, set(m.weights)
     for n in nodes:  # large constants carried by Constant nodes are weights too
         if n.op_type == "Constant" and n.output and math.prod(shapes.get(n.output[0], (0,))) > 64:
@@ -201,7 +201,11 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
         out_numel = float(math.prod(outs[0])) if outs and outs[0] is not None else 0.0
         obytes[i] = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
                         for x in n.output if x in shapes)
-        macs[i] = _macs(n.op_type, a, ins, outs, out_numel)
+        try:
+            macs[i] = _macs(n.op_type, a, ins, outs, out_numel)
+        except (ValueError, TypeError, KeyError, IndexError) as e:  # malformed attributes
+            raise errors.UnsupportedConstruct(
+                f"cannot cost node '{n.name or n.op_type}' ({n.op_type}): {e}") from None
         in_shape[i] = _fold6(data_in[0] if data_in else (ins[0] if ins else None))
         out_shape[i] = _fold6(outs[0] if outs else None)
         n_in[i], n_out[i] = len([x for x in n.input if x]), len(outs)
@@ -257,15 +261,13 @@ def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int 
     else:
         model = read_model(src, limits)
     check_model(model, limits)  # read_model's checks, also for a ModelProto passed in
-    # ONNX shape inference and shape_fold walk nodes in file order, so a valid graph stored out
-    # of topological order used to fail inference (UnsupportedConstruct) and a cyclic one was
-    # reported as UnresolvedShapes. Sort first: a cycle raises CycleError here. Graphs already
-    # in order are left untouched (same node order, hence same feature rows, as before).
+    # Shape inference and the cost pass walk nodes in file order, which ONNX requires to be
+    # topological but exporters do not always honour; sorting also refuses cycles.
     nodes = model.graph.node
-    producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
-    if any(producer.get(x, -1) >= i for i, n in enumerate(nodes) for x in n.input if x):
+    order = topological_order(nodes)
+    if order != list(range(len(nodes))):
         ordered = [onnx.NodeProto() for _ in nodes]
-        for copy, i in zip(ordered, topological_order(nodes)):
+        for copy, i in zip(ordered, order):
             copy.CopyFrom(nodes[i])
         del nodes[:]
         nodes.extend(ordered)

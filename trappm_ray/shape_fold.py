@@ -13,6 +13,8 @@ import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from . import shape_rules
+
 MAX_ELEMENTS = 4096  # shape arithmetic is tiny; anything bigger is data, not a shape
 
 
@@ -29,6 +31,14 @@ def _slice(x, starts, ends, axes=None, steps=None):
     return x[tuple(idx)]
 
 
+def _clip(x, lo, hi):
+    if lo is not None:
+        x = np.maximum(x, lo.astype(x.dtype))
+    if hi is not None:
+        x = np.minimum(x, hi.astype(x.dtype))
+    return x
+
+
 def _binary(fn):
     return lambda a, v: fn(v[0], v[1])
 
@@ -39,6 +49,7 @@ _OPS = {
     "Mod": lambda a, v: (np.fmod(v[0], v[1]) if a.get("fmod") else np.mod(v[0], v[1])),
     "Min": lambda a, v: np.minimum.reduce(v), "Max": lambda a, v: np.maximum.reduce(v),
     "Neg": lambda a, v: -v[0], "Abs": lambda a, v: np.abs(v[0]),
+    "Clip": lambda a, v: _clip(v[0], v[1] if len(v) > 1 else None, v[2] if len(v) > 2 else None),
     "Floor": lambda a, v: np.floor(v[0]), "Ceil": lambda a, v: np.ceil(v[0]),
     "Sqrt": lambda a, v: np.sqrt(v[0]),
     "Equal": _binary(np.equal), "Less": _binary(np.less), "Greater": _binary(np.greater),
@@ -50,11 +61,12 @@ _OPS = {
     "Gather": lambda a, v: np.take(v[0], v[1], axis=a.get("axis", 0)),
     "Unsqueeze": lambda a, v: np.reshape(v[0], _unsqueezed(v[0].shape, a.get("axes", v[1:2]))),
     "Squeeze": lambda a, v: np.squeeze(v[0], axis=tuple(int(i) for i in a.get(
-        "axes", v[1] if len(v) > 1 else [i for i, d in enumerate(v[0].shape) if d == 1]))),
+        "axes", v[1] if len(v) > 1 and v[1] is not None
+        else [i for i, d in enumerate(v[0].shape) if d == 1]))),
     "Reshape": lambda a, v: np.reshape(v[0], [d if d != 0 else v[0].shape[i]
                                              for i, d in enumerate(v[1].tolist())]),
     "Transpose": lambda a, v: np.transpose(v[0], a.get("perm")),
-    "Slice": lambda a, v: _slice(v[0], *[x.tolist() for x in v[1:]]),
+    "Slice": lambda a, v: _slice(v[0], *[None if x is None else x.tolist() for x in v[1:]]),
     "ConstantOfShape": lambda a, v: np.full(
         v[0].astype(np.int64), _array(a["value"]).item() if "value" in a else 0.0,
         dtype=_array(a["value"]).dtype if "value" in a else np.float32),
@@ -96,6 +108,30 @@ def _node_types(node, shapes, dtypes) -> dict | None:
     return types
 
 
+_BOOL_OUT = {"Equal", "Less", "Greater", "LessOrEqual", "GreaterOrEqual", "Not", "And", "Or",
+             "Xor", "IsNaN", "IsInf"}
+
+
+def _apply_rule(node, a: dict, shapes: dict, dtypes: dict, known: dict) -> bool:
+    """Python shape rule for ``node`` (see :mod:`shape_rules`); True if it gave every output."""
+    ins = [shapes.get(x) if x else None for x in node.input]
+    vals = [known.get(x) if x else None for x in node.input]
+    try:
+        out = shape_rules.output_shapes(node.op_type, a, ins, vals)
+    except (ValueError, TypeError, IndexError, KeyError, ZeroDivisionError):
+        return False
+    outputs = [o for o in node.output if o]
+    if out is None or len(out) < len(outputs) or any(d is None or d < 0 for s in out for d in s):
+        return False
+    for name, shape in zip(outputs, out):
+        shapes[name] = tuple(int(d) for d in shape)
+        if name not in dtypes:
+            first = dtypes.get(node.input[0]) if node.input else None
+            dtypes[name] = (a["to"] if node.op_type == "Cast" else onnx.TensorProto.BOOL
+                            if node.op_type in _BOOL_OUT else first or onnx.TensorProto.FLOAT)
+    return True
+
+
 def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
                    dtypes: dict[str, int]) -> None:
     """Fill ``shapes`` (in place) for outputs whole-graph inference left unknown.
@@ -115,10 +151,11 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
         if math.prod(t.dims) <= MAX_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
             known[t.name] = _array(t)
     for node in model.graph.node:
-        a = _attrs(node)
+        a = _attrs(node) if node.attribute else {}
         if any(o not in shapes for o in node.output if o):
-            types = _node_types(node, shapes, dtypes)
-            if types is not None:
+            if node.domain in ("", "ai.onnx") and _apply_rule(node, a, shapes, dtypes, known):
+                pass
+            elif (types := _node_types(node, shapes, dtypes)) is not None:
                 try:
                     schema = onnx.defs.get_schema(node.op_type, version.get(node.domain, 1),
                                                   node.domain)
@@ -144,7 +181,9 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
             elif node.op_type == "Size" and node.input[0] in shapes:
                 value = np.array(math.prod(shapes[node.input[0]]), dtype=np.int64)
             elif node.op_type in _OPS and all(x in known for x in node.input if x):
-                value = np.asarray(_OPS[node.op_type](a, [known[x] for x in node.input if x]))
+                # absent optional inputs ("") stay as None so positions are kept
+                value = np.asarray(_OPS[node.op_type](
+                    a, [known[x] if x else None for x in node.input]))
         except (ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError):
             value = None
         if value is not None and value.size <= MAX_ELEMENTS and len(node.output) == 1:
