@@ -82,6 +82,21 @@ def select_architectures(other_per_family: int = 2) -> list[str]:
     return sorted(chosen)
 
 
+def interleave_families(archs: list[str]) -> list[str]:
+    """Round-robin over families, so that a partial build is balanced across them."""
+    from . import zoo
+
+    by_family: dict[str, list[str]] = {}
+    for a in archs:
+        by_family.setdefault(zoo.family_of(a), []).append(a)
+    queues = list(by_family.values())
+    out = []
+    while queues:
+        out += [q.pop(0) for q in queues]
+        queues = [q for q in queues if q]
+    return out
+
+
 def graph_to_row(graph: Graph, **keys) -> dict:
     """One parquet row: keys, graph totals, and the per-node arrays."""
     row = dict(keys, graph_version=GRAPH_VERSION, **graph.static)
@@ -198,7 +213,8 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
         archs = archs[: cfg.max_archs]
     done = {e["task"]: e for e in read_manifest(cfg.out)
             if e["status"] in ("ok", "skipped") or not cfg.retry_failed}
-    todo = [(a, r) for a in archs for r in cfg.resolutions if task_name(a, r) not in done]
+    todo = [(a, r) for a in interleave_families(archs) for r in cfg.resolutions
+            if task_name(a, r) not in done]
     progress(f"{len(archs)} architectures x {len(cfg.resolutions)} resolutions: "
              f"{len(done)} tasks done, {len(todo)} to run -> {cfg.out}")
     if todo:

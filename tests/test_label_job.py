@@ -1,0 +1,82 @@
+"""Tests of the Ray label job: storage, resume and compaction (tiny timm test models, CPU)."""
+from __future__ import annotations
+
+import dataclasses
+
+import pyarrow as pa
+import pytest
+
+pytest.importorskip("timm")
+pytest.importorskip("ray")
+
+from trappm_ray import label_job, labels, storage  # noqa: E402
+
+
+def _row(arch, batch, status="ok", date="2026-01-01T00:00:00+00:00", ms=1.0):
+    spec = labels.MeasureSpec(arch, batch, 32)
+    row = labels.base_row(spec, {"device": "cpu", "device_name": "Test CPU"})
+    row.update(status=status, date=date, train_step_ms=ms if status == "ok" else None)
+    return row
+
+
+def test_done_sweeps_counts_oom_and_skips_as_finished():
+    cfg = label_job.LabelJobConfig(out="unused", batch_sizes=(1, 2, 4, 8))
+    rows = ([_row("a", b) for b in (1, 2, 4, 8)]  # complete
+            + [_row("b", 1), _row("b", 2, "oom")]  # stopped by OOM
+            + [_row("c", 1), _row("c", 2)]  # interrupted: 4 and 8 missing
+            + [_row("d", 1, "error"), _row("d", 2), _row("d", 4, "skipped_slow"),
+               _row("d", 8, "skipped_slow")])
+    table = pa.Table.from_pylist(rows, schema=label_job.SCHEMA)
+    assert label_job.done_sweeps(table, cfg) == {("a", 32), ("b", 32), ("d", 32)}
+    assert label_job.done_sweeps(table, dataclasses.replace(cfg, optimizer="sgd")) == set()
+
+
+def test_compact_keeps_latest_row_per_key(tmp_path):
+    out, slug = str(tmp_path), "test-cpu-t1"
+    label_job.write_rows(out, slug, [_row("a", 1, ms=5.0), _row("a", 2)])
+    label_job.write_rows(out, slug, [_row("a", 1, ms=7.0, date="2026-02-01T00:00:00+00:00")])
+    old = pa.table({"arch": ["z"], "batch_size": [1]})  # written before the schema grew
+    storage.write_table(old, storage.join(out, slug, "parts", "old.parquet"))
+    path = label_job.compact(out, slug)
+    assert path.endswith(f"{slug}/labels.parquet")
+    assert sorted(p.name for p in (tmp_path / slug).rglob("*.parquet")) == ["labels.parquet"]
+    got = {(r["arch"], r["batch_size"]): r["train_step_ms"]
+           for r in label_job.read_rows(out, slug).to_pylist()}
+    assert got == {("a", 1): 7.0, ("a", 2): 1.0, ("z", 1): None}
+    assert label_job.device_slugs(out) == [slug]
+
+
+def test_coverage_order_spans_sizes_first():
+    assert label_job._coverage_order(list(range(5))) == [0, 4, 2, 1, 3]
+    assert sorted(label_job._coverage_order(list(range(11)))) == list(range(11))
+
+
+def test_job_resumes_after_interruption(ray_session, tmp_path):
+    cfg = label_job.LabelJobConfig(out=str(tmp_path), archs=("test_efficientnet", "test_vit"),
+                                   resolutions=(32,), batch_sizes=(2, 4), warmup=1, steps=3,
+                                   max_tasks=1)
+    first = label_job.run_label_job(cfg)  # "interrupted" after one sweep
+    assert first["sweeps_done_before"] == 0 and first["sweeps_finished"] == 1
+    assert first["compact_path"].endswith("labels.parquet") and not first["sweeps_failed"]
+    second = label_job.run_label_job(dataclasses.replace(cfg, max_tasks=None))
+    assert second["sweeps_done_before"] == 1 and second["sweeps_finished"] == 1
+    rows = label_job.read_rows(cfg.out, second["slug"]).to_pylist()
+    assert sorted((r["arch"], r["batch_size"]) for r in rows) == [
+        ("test_efficientnet", 2), ("test_efficientnet", 4), ("test_vit", 2), ("test_vit", 4)]
+    assert all(r["status"] == "ok" and r["train_step_ms"] > 0 for r in rows)
+    third = label_job.run_label_job(cfg)  # nothing left to do
+    assert third["sweeps_planned"] == 0 and third["rows_new"] == 0
+    assert "4 ok" in label_job.summarize(label_job.read_rows(cfg.out, second["slug"]))
+
+
+@pytest.mark.s3
+def test_storage_on_s3(s3_prefix):
+    slug = "test-cpu-t1"
+    label_job.write_rows(s3_prefix, slug, [_row("a", 1), _row("a", 2, "oom")])
+    label_job.write_rows(s3_prefix, slug, [_row("b", 1)])
+    assert label_job.device_slugs(s3_prefix) == [slug]
+    assert label_job.compact(s3_prefix, slug) == f"{s3_prefix}/{slug}/labels.parquet"
+    table = label_job.read_rows(s3_prefix, slug)
+    assert table.num_rows == 3 and label_job._files(s3_prefix, slug)[1] == []
+    cfg = label_job.LabelJobConfig(out=s3_prefix, resolutions=(32,), batch_sizes=(1, 2, 4))
+    assert label_job.done_sweeps(table, cfg) == {("a", 32)}

@@ -1,0 +1,322 @@
+"""Ray job that collects labels: one Ray task per (architecture, resolution) batch-size sweep.
+
+Scheduling: on GPU clusters each task asks for ``num_gpus=1``. On CPU nodes exactly one task
+measures per node at a time, so timings never share cores, caches or memory bandwidth with
+another measurement: a cluster that declares a custom resource ``label_slot`` (1 per node, e.g.
+``ray start --resources '{"label_slot": 1}'``) gets one task per slot while its other CPUs stay
+free for other Ray work; without it, a task claims a whole node (``num_cpus`` = the largest
+node's CPU count), which is what a local or test cluster gets.
+
+Storage (a local path or ``s3://bucket/prefix``, through :mod:`trappm_ray.storage`)::
+
+    <out>/plan.json                          the default architecture plan (cached; ~1.5-3 min)
+    <out>/<device-slug>/parts/*.parquet      one part per finished sweep (tmp + rename locally,
+                                             a single PUT on S3: never half-written)
+    <out>/<device-slug>/labels.parquet       compact zstd file merged from the parts (commit this)
+
+The driver writes the parts (tasks return rows), so a local ``out`` works on multi-node clusters.
+
+Resume: sweeps whose rows are already stored are skipped, so an interrupted job picks up where it
+stopped; delete a sweep's rows (or part) to measure it again.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+import uuid
+from dataclasses import dataclass
+
+import pyarrow as pa
+
+from trappm_ray import labels, storage
+
+# Non-paper families sampled by the default plan: diverse designs that build at 64 px.
+PLAN_OTHER_FAMILIES = ("regnet", "resnext", "rexnet", "ghostnet", "dla", "deit", "edgenext",
+                       "lcnet", "mixnet", "repvgg")
+SCHEMA = pa.schema([(name, {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[kind])
+                    for name, kind in labels.COLUMNS.items()])
+_STOPS = ("oom", "timeout", "crashed", "skipped_slow")  # statuses after which a sweep stops
+
+
+@dataclass
+class LabelJobConfig:
+    """Configuration of one label-collection run.
+
+    Args:
+        out: output directory, local path or URI (``s3://...``).
+        device: "cpu" or "cuda". archs: architectures; None = ``default_plan``.
+        resolutions, batch_sizes: the grid; each (arch, resolution) is one sweep over batch sizes.
+        dtype, optimizer, warmup, steps, threads, max_timed_seconds, timeout_s: see MeasureSpec.
+        max_step_s: skip ("skipped_slow") batch sizes whose projected train step exceeds this.
+        memory_cap_mb: per-measurement cap; None = half the node's RAM on CPU, no cap on CUDA.
+        max_tasks: launch at most this many sweeps. time_budget_min: launch no new sweep after
+            this many minutes (running ones finish). ray_address: None = local (or the current).
+        max_params, per_family, per_other_family, other_families: the default plan (see there).
+    """
+
+    out: str
+    device: str = "cpu"
+    archs: tuple[str, ...] | None = None
+    resolutions: tuple[int, ...] = (64, 128)
+    batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32)
+    dtype: str = "float32"
+    optimizer: str = "adam"
+    warmup: int | None = None
+    steps: int | None = None
+    threads: int = 1
+    max_timed_seconds: float | None = 30.0
+    timeout_s: float = 900.0
+    max_step_s: float | None = 5.0
+    memory_cap_mb: float | None = None
+    max_tasks: int | None = None
+    time_budget_min: float | None = None
+    ray_address: str | None = None
+    max_params: int = 60_000_000
+    per_family: int = 15
+    per_other_family: int = 3
+    other_families: tuple[str, ...] = PLAN_OTHER_FAMILIES
+
+
+def _coverage_order(items: list) -> list:
+    """Reorder a size-sorted list so every prefix spans it: both ends, then repeated midpoints."""
+    if len(items) <= 2:
+        return list(items)
+    order, queue = [0, len(items) - 1], [(0, len(items) - 1)]
+    while queue:
+        lo, hi = queue.pop(0)
+        if hi - lo > 1:
+            order.append((lo + hi) // 2)
+            queue += [(lo, (lo + hi) // 2), ((lo + hi) // 2, hi)]
+    return [items[i] for i in order]
+
+
+def default_plan(resolution: int = 64, max_params: int = 60_000_000, per_family: int = 15,
+                 per_other_family: int = 3, other_families=PLAN_OTHER_FAMILIES) -> list[str]:
+    """Architectures to label, ordered round-robin across families, paper families first.
+
+    Per family: the archs that build at ``resolution`` with <= ``max_params`` parameters (a
+    family with none, like vgg, keeps its 2 smallest), ``per_family`` of them (``per_other_family``
+    for other families) picked evenly over the parameter-count range, then ordered so that any
+    prefix spans small to large. Costs ~0.1 s per candidate (meta-device model creation).
+    """
+    from trappm_ray import zoo
+
+    def pick(fam: str, n: int) -> list[str]:
+        sized = []
+        for arch in zoo.list_architectures((fam,)):
+            try:
+                sized.append((zoo.count_params(arch, resolution), arch))
+            except Exception:  # noqa: BLE001 - does not build at this resolution
+                continue
+        sized.sort()
+        small = [s for s in sized if s[0] <= max_params] or sized[:2]
+        k = min(n, len(small))
+        idx = sorted({round(i * (len(small) - 1) / max(k - 1, 1)) for i in range(k)})
+        return _coverage_order([small[i][1] for i in idx])
+
+    plan = []
+    for fams, n in ((zoo.PAPER_FAMILIES, per_family), (tuple(other_families), per_other_family)):
+        groups = [pick(f, n) for f in fams]
+        plan += [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
+    return plan
+
+
+def write_rows(out: str, slug: str, rows: list[dict]) -> str:
+    """Store ``rows`` as a new part file (atomic: a resume never sees half a file); its URI."""
+    uri = storage.join(out, slug, "parts", f"{uuid.uuid4().hex[:12]}.parquet")
+    storage.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), uri)
+    return uri
+
+
+def device_slugs(out: str) -> list[str]:
+    """Device directories stored under ``out``."""
+    fs, path = storage.fs_and_path(out)
+    try:
+        return sorted(os.path.basename(i["name"].rstrip("/")) for i in fs.ls(path, detail=True)
+                      if i["type"] == "directory")
+    except FileNotFoundError:
+        return []
+
+
+def _files(out: str, slug: str) -> tuple[list[str], list[str]]:
+    """(compact file if any, part files) of one device."""
+    return (storage.listdir(storage.join(out, slug), ".parquet"),
+            storage.listdir(storage.join(out, slug, "parts"), ".parquet"))
+
+
+def _conform(table: pa.Table) -> pa.Table:
+    """``table`` in the current SCHEMA: columns added since it was written become nulls."""
+    cols = [table[f.name].cast(f.type) if f.name in table.column_names
+            else pa.nulls(table.num_rows, f.type) for f in SCHEMA]
+    return pa.Table.from_arrays(cols, schema=SCHEMA)
+
+
+def read_rows(out: str, slug: str) -> pa.Table:
+    """All stored rows of one device (compact file plus parts), in the current SCHEMA."""
+    compacted, parts = _files(out, slug)
+    tables = [_conform(storage.read_table(uri)) for uri in compacted + parts]
+    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
+
+
+def compact(out: str, slug: str) -> str | None:
+    """Merge ``<out>/<slug>`` parts into ``labels.parquet`` (latest row per KEY wins); drop the parts.
+
+    Returns:
+        The compact file's URI, or None when nothing is stored.
+    """
+    parts = _files(out, slug)[1]
+    table = read_rows(out, slug)
+    if table.num_rows == 0:
+        return None
+    latest = {tuple(r[k] for k in labels.KEY): r for r in sorted(table.to_pylist(), key=lambda r: r["date"] or "")}
+    rows = sorted(latest.values(), key=lambda r: (r["family"] or "", r["arch"] or "", r["resolution"] or 0,
+                                                          r["batch_size"] or 0))
+    uri = storage.join(out, slug, "labels.parquet")
+    storage.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), uri)
+    for part in parts:  # only after the compact file holds their rows
+        fs, path = storage.fs_and_path(part)
+        fs.rm(path)
+    return uri
+
+
+def done_sweeps(table: pa.Table, cfg: LabelJobConfig) -> set[tuple[str, int]]:
+    """(arch, resolution) sweeps already complete: every configured batch size has a row, or a
+    smaller batch size stopped the sweep (oom, timeout, crash, skipped_slow)."""
+    seen: dict[tuple[str, int], dict[int, str]] = {}
+    for r in table.to_pylist():
+        if r["dtype"] == cfg.dtype and r["optimizer"] == cfg.optimizer:
+            seen.setdefault((r["arch"], r["resolution"]), {})[r["batch_size"]] = r["status"]
+    done = set()
+    for key, got in seen.items():
+        stop = min((b for b, s in got.items() if s in _STOPS), default=None)
+        if all(b in got or (stop is not None and stop <= b) for b in cfg.batch_sizes):
+            done.add(key)
+    return done
+
+
+def _sweep_task(arch: str, resolution: int, cfg: LabelJobConfig) -> list[dict]:
+    """Body of one Ray task: a batch-size sweep on this node."""
+    import psutil
+
+    cap = cfg.memory_cap_mb
+    if cap is None and cfg.device == "cpu":  # keep one model from swapping or OOM-killing the node
+        cap = psutil.virtual_memory().total / 2**20 / 2
+    return labels.sweep(arch, resolution, cfg.batch_sizes, max_step_s=cfg.max_step_s,
+                        device=cfg.device, dtype=cfg.dtype, optimizer=cfg.optimizer,
+                        warmup=cfg.warmup, steps=cfg.steps, threads=cfg.threads,
+                        max_timed_seconds=cfg.max_timed_seconds, memory_cap_mb=cap,
+                        timeout_s=cfg.timeout_s)
+
+
+def _task_options(cfg: LabelJobConfig, ray) -> tuple[dict, int]:
+    """Ray resources for one sweep task, and how many such tasks can run at once."""
+    if cfg.device == "cuda":
+        return {"num_gpus": 1, "num_cpus": 1}, max(1, int(ray.cluster_resources().get("GPU", 0)))
+    slots = int(ray.cluster_resources().get("label_slot", 0))
+    if slots:
+        return {"num_cpus": cfg.threads, "resources": {"label_slot": 1}}, slots
+    # Claim a whole node: the largest one's CPU count, so two tasks can never share a node (smaller
+    # nodes then get none; heterogeneous clusters should declare label_slot instead).
+    cpus = [n["Resources"]["CPU"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
+    return {"num_cpus": max(cpus)}, cpus.count(max(cpus))
+
+
+def _plan(cfg: LabelJobConfig) -> list[str]:
+    """cfg.archs, or the default plan cached in ``<out>/plan.json`` for the same plan settings."""
+    if cfg.archs:
+        return list(cfg.archs)
+    settings = dict(resolution=min(cfg.resolutions), max_params=cfg.max_params, per_family=cfg.per_family,
+                    per_other_family=cfg.per_other_family, other_families=list(cfg.other_families))
+    uri = storage.join(cfg.out, "plan.json")
+    if storage.exists(uri):
+        cached = json.loads(storage.read_bytes(uri))
+        if cached["settings"] == settings:
+            return cached["archs"]
+    print("planning architectures (meta-device parameter counts, ~1.5-3 min) ...", flush=True)
+    archs = default_plan(**settings)
+    storage.write_bytes(uri, json.dumps({"settings": settings, "archs": archs}, indent=1).encode())
+    return archs
+
+
+def _describe(arch: str, res: int, rows: list[dict]) -> str:
+    cells = [f"b{r['batch_size']} {r['train_step_ms']:.0f}ms" if r["status"] == "ok"
+             else f"b{r['batch_size']} {r['status']}" for r in rows]
+    wall = sum(r["wall_s"] or 0 for r in rows)
+    return f"{arch}@{res}: {', '.join(cells)} ({wall:.0f} s)"
+
+
+def run_label_job(cfg: LabelJobConfig) -> dict:
+    """Measure every pending (arch, resolution) sweep with Ray, store rows, compact at the end.
+
+    Args:
+        cfg: the job configuration.
+    Returns:
+        Summary: slug, sweeps planned/done before/launched/finished/failed, rows stored, compact path.
+    """
+    import ray
+
+    from trappm_ray.ray_init import ensure_ray
+
+    started_ray = not ray.is_initialized()
+    ensure_ray(cfg.ray_address)  # a local cluster has no label_slot: a task then claims all CPUs
+    try:
+        options, concurrency = _task_options(cfg, ray)
+        remote = ray.remote(max_retries=1)(_sweep_task).options(**options)
+        probe = ray.remote(labels.device_info).options(**options)
+        slug = labels.device_slug(ray.get(probe.remote(cfg.device)), cfg.threads)
+        done = done_sweeps(read_rows(cfg.out, slug), cfg)
+        todo = [(a, r) for a in _plan(cfg) for r in cfg.resolutions if (a, r) not in done]
+        if cfg.max_tasks is not None:
+            todo = todo[:cfg.max_tasks]
+        print(f"[labels] {slug}: {len(done)} sweeps stored, {len(todo)} to run, "
+              f"{concurrency} at a time with {options}", flush=True)
+        start, pending, finished, failed, rows_new = time.monotonic(), {}, 0, [], 0
+        budget_s = None if cfg.time_budget_min is None else cfg.time_budget_min * 60
+        queue = list(todo)
+        while queue or pending:
+            while queue and len(pending) < concurrency and (
+                    budget_s is None or time.monotonic() - start < budget_s):
+                arch, res = queue.pop(0)
+                pending[remote.remote(arch, res, cfg)] = (arch, res)
+            if not pending:
+                break  # time budget spent
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            arch, res = pending.pop(ready[0])
+            try:
+                rows = ray.get(ready[0])
+            except Exception as exc:  # noqa: BLE001 - the sweep stays pending for the next run
+                failed.append(f"{arch}@{res}: {exc!r}"[:300])
+                print(f"[labels] FAILED {failed[-1]}", flush=True)
+                continue
+            write_rows(cfg.out, slug, rows)
+            finished, rows_new = finished + 1, rows_new + len(rows)
+            elapsed = time.monotonic() - start
+            eta = elapsed / finished * (len(queue) + len(pending))
+            print(f"[labels] [{finished}/{len(todo)}] {_describe(arch, res, rows)} | "
+                  f"elapsed {elapsed / 60:.1f} min, eta {eta / 60:.1f} min", flush=True)
+        path = compact(cfg.out, slug)
+    finally:
+        if started_ray:
+            ray.shutdown()
+    return {"slug": slug, "sweeps_done_before": len(done), "sweeps_planned": len(todo),
+            "sweeps_finished": finished, "sweeps_failed": failed, "sweeps_not_started": len(queue),
+            "rows_new": rows_new, "compact_path": path}
+
+
+def summarize(table: pa.Table) -> str:
+    """A short text summary of stored rows: counts per status, per family, and step-time range."""
+    rows = table.to_pylist()
+    ok = [r for r in rows if r["status"] == "ok"]
+    lines = [f"{len(rows)} rows, {len(ok)} ok, {len({r['arch'] for r in ok})} architectures; status: "
+             + ", ".join(f"{s}={sum(r['status'] == s for r in rows)}" for s in labels.STATUSES
+                         if any(r["status"] == s for r in rows))]
+    for fam in sorted({r["family"] for r in ok}):
+        fr = [r for r in ok if r["family"] == fam]
+        lines.append(f"  {fam:14s} {len(fr):5d} ok rows, {len({r['arch'] for r in fr}):3d} archs, "
+                     f"train {min(r['train_step_ms'] for r in fr):.0f}-{max(r['train_step_ms'] for r in fr):.0f} ms")
+    return "\n".join(lines)
+
+
+__all__ = ["LabelJobConfig", "SCHEMA", "PLAN_OTHER_FAMILIES", "default_plan", "read_rows", "compact",
+           "done_sweeps", "device_slugs", "write_rows", "run_label_job", "summarize"]
