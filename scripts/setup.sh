@@ -20,6 +20,6 @@ fi
 "$VENV/bin/python" -m pip install -q --upgrade pip
 # torch 2.14.1 + torchvision 0.29.1 are the pair that imports cleanly on a CPU-only machine
 # (the CPU-only torch 2.13 wheel has no matching torchvision); pinned in pyproject's extras.
-"$VENV/bin/python" -m pip install -q -e ".[zoo,train,test]"
+"$VENV/bin/python" -m pip install -q -e ".[zoo,train,test,bench]"
 touch "$stamp"
 echo "setup: $("$VENV/bin/python" -c 'import torch, timm, ray; print("torch", torch.__version__, "timm", timm.__version__, "ray", ray.__version__)')"
