@@ -147,14 +147,17 @@ def build_shard(arch: str, resolution: int, batch_sizes: tuple[int, ...], out: s
              "shard": storage.join("graphs", f"{name}.parquet")}
     t0 = time.perf_counter()
     try:
-        skeleton = zoo.export_skeleton(arch, resolution, max_params)
+        entry["params_torch"] = zoo.count_params(arch, resolution)
+        if entry["params_torch"] > max_params:
+            entry.update(status="skipped", error=f"{entry['params_torch']:,} parameters > "
+                         f"max_params {max_params:,}", export_s=time.perf_counter() - t0)
+            return entry
+        skeleton = zoo.export_skeleton(arch, resolution, max_params=None)
     except Exception as e:  # noqa: BLE001 - any export failure is data, not a crash
         msg = f"{e.__class__.__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-        status = "skipped" if "above the zoo's limit" in msg else "error"
-        entry.update(status=status, error=msg, export_s=time.perf_counter() - t0)
+        entry.update(status="error", error=msg, export_s=time.perf_counter() - t0)
         return entry
     entry["export_s"] = time.perf_counter() - t0
-    entry["params_torch"] = skeleton.params
     t1 = time.perf_counter()
     rows = []
     for bs in batch_sizes:
@@ -203,6 +206,12 @@ class BuildSummary:
     stage_s: dict = field(default_factory=dict)
 
 
+def _is_done(entry: dict, cfg: DatasetConfig) -> bool:
+    if entry["status"] == "skipped":  # too large then; a higher limit now makes it work to do
+        return entry.get("params_torch", 0) > cfg.max_params
+    return entry["status"] == "ok" or not cfg.retry_failed
+
+
 def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
     """Build (or resume) the corpus described by ``cfg`` with Ray tasks."""
     import ray
@@ -211,8 +220,7 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
     archs = list(cfg.archs) or select_architectures(cfg.other_per_family)
     if cfg.max_archs:
         archs = archs[: cfg.max_archs]
-    done = {e["task"]: e for e in read_manifest(cfg.out)
-            if e["status"] in ("ok", "skipped") or not cfg.retry_failed}
+    done = {e["task"]: e for e in read_manifest(cfg.out) if _is_done(e, cfg)}
     todo = [(a, r) for a in interleave_families(archs) for r in cfg.resolutions
             if task_name(a, r) not in done]
     progress(f"{len(archs)} architectures x {len(cfg.resolutions)} resolutions: "

@@ -94,18 +94,18 @@ class Skeleton:
     exporter: str = EXPORTER
 
 
-def export_skeleton(arch: str, resolution: int, max_params: int = MAX_PARAMS) -> Skeleton:
+def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PARAMS) -> Skeleton:
     """Export ``arch`` at ``resolution`` with a dynamic batch axis and strip its weights.
 
     Raises:
-        ValueError: the architecture has more than ``max_params`` parameters.
+        ValueError: the architecture has more than ``max_params`` parameters (None: no limit).
     """
     import torch
 
-    params = count_params(arch, resolution)
-    if params > max_params:
-        raise ValueError(f"{arch} has {params:,} parameters, above the zoo's limit of {max_params:,}")
+    if max_params is not None and (n := count_params(arch, resolution)) > max_params:
+        raise ValueError(f"{arch} has {n:,} parameters, above the zoo's limit of {max_params:,}")
     model = create_model(arch, resolution).eval()
+    params = sum(p.numel() for p in model.parameters())
     with torch.no_grad():
         # Random init leaves many tensors identical (zero-init gammas, LayerNorm ones); the
         # exporter would merge those into shared weights and add Identity nodes. Jitter keeps
