@@ -47,6 +47,7 @@ def parse_args(argv=None) -> tuple[label_job.LabelJobConfig, bool]:
     p.add_argument("--max-tasks", type=int, default=None)
     p.add_argument("--time-budget-min", type=float, default=None)
     p.add_argument("--ray-address", default=None)
+    p.add_argument("--corpus", default=None, help="only measure what has graphs in this corpus")
     p.add_argument("--max-params", type=int, default=d.max_params)
     p.add_argument("--per-family", type=int, default=d.per_family)
     p.add_argument("--compact-only", action="store_true", help="only merge parts, measure nothing")

@@ -52,6 +52,8 @@ class LabelJobConfig:
         memory_cap_mb: per-measurement cap; None = half the node's RAM on CPU, no cap on CUDA.
         max_tasks: launch at most this many sweeps. time_budget_min: launch no new sweep after
             this many minutes (running ones finish). ray_address: None = local (or the current).
+        corpus: a graph corpus (``jobs/build_dataset.py`` output); when set, only sweeps whose
+            (arch, resolution) has graphs there are measured, so every label row joins a graph.
         max_params, per_family, per_other_family, other_families: the default plan (see there).
     """
 
@@ -72,6 +74,7 @@ class LabelJobConfig:
     max_tasks: int | None = None
     time_budget_min: float | None = None
     ray_address: str | None = None
+    corpus: str | None = None
     max_params: int = 60_000_000
     per_family: int = 15
     per_other_family: int = 3
@@ -267,6 +270,12 @@ def run_label_job(cfg: LabelJobConfig) -> dict:
         slug = labels.device_slug(ray.get(probe.remote(cfg.device)), cfg.threads)
         done = done_sweeps(read_rows(cfg.out, slug), cfg)
         todo = [(a, r) for a in _plan(cfg) for r in cfg.resolutions if (a, r) not in done]
+        if cfg.corpus:  # measure only what has a graph to join
+            from trappm_ray.dataset import read_manifest
+
+            graphs = {(e["arch"], e["resolution"]) for e in read_manifest(cfg.corpus)
+                      if e["status"] == "ok"}
+            todo = [t for t in todo if t in graphs]
         if cfg.max_tasks is not None:
             todo = todo[:cfg.max_tasks]
         print(f"[labels] {slug}: {len(done)} sweeps stored, {len(todo)} to run, "
