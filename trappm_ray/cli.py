@@ -71,6 +71,10 @@ def main(argv: list[str] | None = None) -> int:
     except (argparse.ArgumentTypeError, ValueError, OSError) as e:
         print(f"error: {e.__class__.__name__}: {e}", file=sys.stderr)
         return 2
+    except Exception as e:  # noqa: BLE001 - a bug must still be one line, not a traceback
+        first = str(e).strip().splitlines()[0][:300] if str(e).strip() else ""
+        print(f"error: internal ({e.__class__.__name__}): {first}", file=sys.stderr)
+        return 3
 
 
 if __name__ == "__main__":
