@@ -201,23 +201,23 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
         out_numel = float(math.prod(outs[0])) if outs and outs[0] is not None else 0.0
         obytes[i] = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
                         for x in n.output if x in shapes)
-        try:
-            macs[i] = _macs(n.op_type, a, ins, outs, out_numel)
-        except (ValueError, TypeError, KeyError, IndexError) as e:  # malformed attributes
-            raise errors.UnsupportedConstruct(
-                f"cannot cost node '{n.name or n.op_type}' ({n.op_type}): {e}") from None
         in_shape[i] = _fold6(data_in[0] if data_in else (ins[0] if ins else None))
         out_shape[i] = _fold6(outs[0] if outs else None)
         n_in[i], n_out[i] = len([x for x in n.input if x]), len(outs)
         in_elems[i] = sum(float(math.prod(s)) for s in data_in if s is not None)
         out_elems[i] = sum(float(math.prod(s)) for s in outs if s is not None)
-        if "kernel_shape" in a:
-            attrs[i, 0] = int(math.prod(a["kernel_shape"]))
-        elif n.op_type in ("Conv", "ConvTranspose") and len(ins) > 1 and ins[1]:
-            attrs[i, 0] = int(math.prod(ins[1][2:]))
-        if "strides" in a:
-            attrs[i, 1] = int(math.prod(a["strides"]))
-        attrs[i, 2] = int(a.get("group", 1))
+        try:
+            macs[i] = _macs(n.op_type, a, ins, outs, out_numel)
+            if "kernel_shape" in a:
+                attrs[i, 0] = int(math.prod(a["kernel_shape"]))
+            elif n.op_type in ("Conv", "ConvTranspose") and len(ins) > 1 and ins[1]:
+                attrs[i, 0] = int(math.prod(ins[1][2:]))
+            if "strides" in a:
+                attrs[i, 1] = int(math.prod(a["strides"]))
+            attrs[i, 2] = int(a.get("group", 1))
+        except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
+            raise errors.UnsupportedConstruct(  # attributes of the wrong type or rank
+                f"cannot cost node '{n.name or n.op_type}' ({n.op_type}): {e}") from None
     edge_index = np.unique(np.array([src, dst], np.int64).reshape(2, -1), axis=1).astype(np.int32)
 
     input_bytes = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)

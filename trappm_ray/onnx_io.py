@@ -200,7 +200,8 @@ def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
     try:
         return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=True,
                                                  data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError) as e:
+    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError,
+            ValueError, TypeError, UnicodeDecodeError) as e:  # the C++ checker's view of bad input
         msg = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
         raise errors.UnsupportedConstruct(f"shape inference failed: {msg[:300]}") from None
 

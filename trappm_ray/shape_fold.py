@@ -149,7 +149,10 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
     known: dict[str, np.ndarray] = {}
     for t in model.graph.initializer:
         if math.prod(t.dims) <= MAX_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
-            known[t.name] = _array(t)
+            try:
+                known[t.name] = _array(t)
+            except (ValueError, TypeError, KeyError):  # malformed tensor: its value stays unknown
+                pass
     for node in model.graph.node:
         a = _attrs(node) if node.attribute else {}
         if any(o not in shapes for o in node.output if o):
@@ -163,6 +166,7 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
                     out = onnx.shape_inference.infer_node_outputs(schema, node, types, data,
                                                                   opset_imports=opsets)
                 except (onnx.defs.SchemaError, onnx.shape_inference.InferenceError, RuntimeError,
+                        onnx.checker.ValidationError,
                         ValueError, TypeError):
                     out = {}
                 for name, tp in out.items():
