@@ -13,7 +13,9 @@ class ModelError(ValueError):
     status = 422
 
     def __str__(self) -> str:
-        return f"{self.code}: {super().__str__()}"
+        # Node and tensor names come from the untrusted file: keep the message one printable line.
+        msg = "".join(c if c.isprintable() else repr(c)[1:-1] for c in super().__str__())
+        return f"{self.code}: {msg[:500]}"
 
 
 class CorruptModel(ModelError):
