@@ -39,6 +39,12 @@ def _clip(x, lo, hi):
     return x
 
 
+def _one_hot(idx, depth, values, axis):
+    idx = np.where(idx < 0, idx + depth, idx)
+    out = np.where(np.arange(depth) == idx[..., None], values[1], values[0])
+    return out if axis == -1 else np.moveaxis(out, -1, axis)
+
+
 def _binary(fn):
     return lambda a, v: fn(v[0], v[1])
 
@@ -71,6 +77,8 @@ _OPS = {
         v[0].astype(np.int64), _array(a["value"]).item() if "value" in a else 0.0,
         dtype=_array(a["value"]).dtype if "value" in a else np.float32),
     "Range": lambda a, v: np.arange(v[0], v[1], v[2]),
+    "Tile": lambda a, v: np.tile(v[0], v[1].astype(np.int64)),
+    "OneHot": lambda a, v: _one_hot(v[0], int(np.ravel(v[1])[0]), v[2], a.get("axis", -1)),
     "ReduceProd": lambda a, v: np.prod(v[0], axis=None if not a.get("axes") else tuple(a["axes"]),
                                        keepdims=bool(a.get("keepdims", 1))),
     "Expand": lambda a, v: v[0] * np.ones(v[1].astype(np.int64), dtype=v[0].dtype),

@@ -161,6 +161,8 @@ def output_shapes(op: str, a: dict, ins: list[Shape | None], v: list) -> list[Sh
         keep = a.get("keepdims", 1)
         return [tuple((1 if keep else None) if i in axes else d for i, d in enumerate(x)
                       if keep or i not in axes)]
+    if op == "Tile" and len(v) > 1 and v[1] is not None:
+        return [tuple(d * int(r) for d, r in zip(x, v[1].tolist()))]
     if op == "Expand" and len(v) > 1 and v[1] is not None:
         return [broadcast(x, tuple(int(d) for d in v[1].tolist()))]
     return None
