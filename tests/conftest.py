@@ -4,15 +4,18 @@ import uuid
 
 import pytest
 
+# Before any test module imports ray: keeps local clusters on 127.0.0.1 (see ray_init.py).
+os.environ.setdefault("RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER", "0")
+
 
 @pytest.fixture(scope="session")
 def ray_session():
     """A local 2-CPU Ray cluster on 127.0.0.1, shared by every test that needs Ray."""
-    import ray
-
     from trappm_ray.ray_init import ensure_ray
 
     ensure_ray(num_cpus=2)
+    import ray
+
     yield ray
     ray.shutdown()
 

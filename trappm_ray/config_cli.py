@@ -29,7 +29,7 @@ def parse_config(cls, argv: list[str] | None = None, description: str | None = N
         if origin is tuple:
             elem = args[0] if args else str
             conv = (lambda e: lambda s: tuple(e(x) for x in s.split(",") if x))(elem)
-        elif hint is bool:
+        elif hint is bool or args == [bool]:
             conv = _parse_bool
         elif args:  # Optional[X] / X | None
             conv = args[0]

@@ -214,8 +214,6 @@ def _is_done(entry: dict, cfg: DatasetConfig) -> bool:
 
 def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
     """Build (or resume) the corpus described by ``cfg`` with Ray tasks."""
-    import ray
-
     t0 = time.perf_counter()
     archs = list(cfg.archs) or select_architectures(cfg.other_per_family)
     if cfg.max_archs:
@@ -227,6 +225,7 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
              f"{len(done)} tasks done, {len(todo)} to run -> {cfg.out}")
     if todo:
         ensure_ray(cfg.ray_address)
+        import ray
         # Workers are recycled every few tasks: exported models leave allocator caches behind.
         task = ray.remote(num_cpus=cfg.task_cpus, max_calls=8, max_retries=1)(build_shard)
         pending = {task.remote(a, r, tuple(cfg.batch_sizes), cfg.out, cfg.keep_onnx,

@@ -257,12 +257,12 @@ def run_label_job(cfg: LabelJobConfig) -> dict:
     Returns:
         Summary: slug, sweeps planned/done before/launched/finished/failed, rows stored, compact path.
     """
-    import ray
-
     from trappm_ray.ray_init import ensure_ray
 
-    started_ray = not ray.is_initialized()
-    ensure_ray(cfg.ray_address)  # a local cluster has no label_slot: a task then claims all CPUs
+    # a local cluster has no label_slot: a task then claims all CPUs
+    started_ray = ensure_ray(cfg.ray_address)
+    import ray
+
     try:
         options, concurrency = _task_options(cfg, ray)
         remote = ray.remote(max_retries=1)(_sweep_task).options(**options)
