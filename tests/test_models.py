@@ -1,0 +1,109 @@
+"""The TraPPM networks on small synthetic graphs: shapes, gradients, learning, the baseline."""
+import pytest
+import torch
+from torch_geometric.data import Batch, Data
+
+from trappm_ray.models import GAE, GraphEncoder, Regressor
+
+IN_DIM, STATIC_DIM = 12, 5
+
+
+def _chain(n: int, seed: int) -> Data:
+    """A chain with skip connections (like a residual net), edges both ways."""
+    g = torch.Generator().manual_seed(seed)
+    src = list(range(n - 1)) + list(range(0, n - 2, 2))
+    dst = list(range(1, n)) + list(range(2, n, 2))
+    ei = torch.tensor([src + dst, dst + src])
+    return Data(x=torch.randn(n, IN_DIM, generator=g), edge_index=ei,
+                static=torch.randn(1, STATIC_DIM, generator=g), y=torch.randn(1, 1, generator=g))
+
+
+@pytest.fixture
+def batch():
+    return Batch.from_data_list([_chain(n, i) for i, n in enumerate((7, 12, 20))])
+
+
+def test_encoder_shapes_and_paper_default():
+    enc = GraphEncoder(113)
+    assert [c.out_channels for c in enc.convs] == [1024, 512, 512, 512]
+    assert enc.convs[0].in_channels == 113 and enc.out_dim == 512 and len(enc.norms) == 3
+    small = GraphEncoder(IN_DIM, (16, 8), dropout=0.0)
+    g = _chain(9, 0)
+    assert small(g.x, g.edge_index).shape == (9, 8)
+    with pytest.raises(ValueError):
+        GraphEncoder(IN_DIM, ())
+
+
+def test_gae_gradients_reach_every_layer(batch):
+    model = GAE(GraphEncoder(IN_DIM, (16, 8), dropout=0.5))
+    loss = model(batch.x, batch.edge_index, batch.batch)
+    assert loss.ndim == 0 and torch.isfinite(loss)
+    loss.backward()
+    for name, p in model.named_parameters():
+        assert p.grad is not None and p.grad.abs().sum() > 0, name
+
+
+def test_negatives_stay_inside_graphs_and_off_edges(batch, monkeypatch):
+    import torch_geometric.nn as pygnn
+
+    captured = {}
+    orig = pygnn.GAE.recon_loss
+
+    def spy(self, z, pos, neg=None):
+        captured["neg"] = neg
+        return orig(self, z, pos, neg)
+
+    monkeypatch.setattr(pygnn.GAE, "recon_loss", spy)
+    GAE(GraphEncoder(IN_DIM, (8,)))(batch.x, batch.edge_index, batch.batch)
+    neg = captured["neg"]
+    assert neg.size(1) > 0
+    assert (batch.batch[neg[0]] == batch.batch[neg[1]]).all()  # no cross-graph pairs
+    edges = set(map(tuple, batch.edge_index.t().tolist()))
+    assert not any((a, b) in edges for a, b in neg.t().tolist())
+
+
+def test_gae_loss_decreases(batch):
+    torch.manual_seed(0)
+    model = GAE(GraphEncoder(IN_DIM, (32, 16), dropout=0.0))
+    opt = torch.optim.Adam(model.parameters(), lr=1e-2)
+    losses = []
+    for _ in range(40):
+        loss = model(batch.x, batch.edge_index, batch.batch)
+        opt.zero_grad()
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+    assert last < 0.8 * first, (first, last)
+
+
+def test_regressor_with_frozen_encoder(batch):
+    enc = GraphEncoder(IN_DIM, (16, 8))
+    before = {k: v.clone() for k, v in enc.state_dict().items()}
+    reg = Regressor(IN_DIM, STATIC_DIM, encoder=enc, hidden=16, fc=16)
+    reg.train()
+    assert not enc.training  # frozen: BatchNorm statistics must not move
+    out = reg(batch.x, batch.edge_index, batch.batch, batch.static)
+    assert out.shape == (3, 1)
+    torch.nn.functional.mse_loss(out, batch.y).backward()
+    assert all(p.grad is None for p in enc.parameters())
+    assert reg.conv1.lin_l.weight.grad is not None and reg.fc1.weight.grad is not None
+    assert reg.fc1.in_features == 16 + 8 + STATIC_DIM
+    for k, v in enc.state_dict().items():
+        assert torch.equal(v, before[k]), k
+
+
+def test_regressor_without_embedding(batch):
+    reg = Regressor(IN_DIM, STATIC_DIM, use_embedding=False, hidden=16, fc=16, out_dim=2)
+    assert reg.encoder is None and reg.fc1.in_features == 16 + STATIC_DIM
+    out = reg(batch.x, batch.edge_index, batch.batch, batch.static)
+    assert out.shape == (3, 2)
+    out.sum().backward()
+    with pytest.raises(ValueError):
+        Regressor(IN_DIM, STATIC_DIM)  # embedding asked for, no encoder given
+
+
+def test_regressor_paper_sizes():
+    reg = Regressor(113, 6, encoder=GraphEncoder(113))
+    assert reg.fc1.in_features == 512 + 512 + 6 and reg.fc2.out_features == 512
+    assert reg.out.out_features == 1 and reg.dropout == 0.05
