@@ -13,4 +13,4 @@ if __name__ == "__main__":
     p.add_argument("--out", default="data/sample")
     p.add_argument("--per-family", type=int, default=1)
     args = p.parse_args()
-    print(json.dumps(write_sample(args.corpus, args.out, args.per_family, max_nodes=4000)))
+    print(json.dumps(write_sample(args.corpus, args.out, args.per_family)))

@@ -285,7 +285,7 @@ def finalize(cfg: DatasetConfig, entries: list[dict], ran: int, wall_s: float) -
 
 
 def write_sample(corpus: str, out: str, per_family: int = 1, resolution: int = 64,
-                 batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32), max_nodes: int = 1500) -> dict:
+                 batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32), max_nodes: int = 4000) -> dict:
     """Copy a small, committable slice of a corpus: the smallest graphs of each paper family.
 
     Writes ``out/graphs.parquet`` (graph rows) and ``out/onnx/<arch>@<res>.onnx`` (skeletons).
