@@ -171,53 +171,62 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
             weights.add(n.output[0])
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     N = len(nodes)
-    macs, params, wbytes, obytes = (np.zeros(N) for _ in range(4))
-    in_shape = np.zeros((N, SHAPE_SLOTS), np.int64)
-    out_shape = np.zeros((N, SHAPE_SLOTS), np.int64)
-    n_in, n_out = np.zeros(N, np.int32), np.zeros(N, np.int32)
-    in_elems, out_elems = np.zeros(N), np.zeros(N)
-    attrs = np.ones((N, 3), np.int64)
+    numel = {k: float(math.prod(v)) for k, v in shapes.items()}
+    # Per-node values go to Python lists first: element writes into numpy arrays cost more
+    # than the arithmetic itself on graphs of thousands of nodes.
+    macs, params, wbytes, obytes, in_elems, out_elems = ([0.0] * N for _ in range(6))
+    in_shape, out_shape, n_in, n_out, attrs = [], [], [], [], []
     src, dst, counted, ops = [], [], set(), []
     for i, n in enumerate(nodes):
-        ops.append(n.op_type if n.domain in ("", "ai.onnx") else f"{n.domain}:{n.op_type}")
+        op, inputs, outputs = n.op_type, list(n.input), [x for x in n.output if x]
+        ops.append(op if n.domain in ("", "ai.onnx") else f"{n.domain}:{op}")
         a = {x.name: helper.get_attribute_value(x) for x in n.attribute} if n.attribute else {}
-        ins = [shapes.get(x) if x else None for x in n.input]
-        outs = [shapes.get(x) for x in n.output if x]
-        data_in = [s for x, s in zip(n.input, ins) if x and x not in weights]
-        for x in dict.fromkeys(n.input):
+        ins = [shapes.get(x) if x else None for x in inputs]
+        outs = [shapes.get(x) for x in outputs]
+        data_in = [s for x, s in zip(inputs, ins) if x and x not in weights]
+        for x in dict.fromkeys(inputs):
             if not x:
                 continue
-            j = producer.get(x)
-            if j is not None and x not in weights:
-                src.append(j)
-                dst.append(i)
-            elif x in weights and x not in counted:
+            if x not in weights:
+                j = producer.get(x)
+                if j is not None:
+                    src.append(j)
+                    dst.append(i)
+            elif x not in counted:
                 counted.add(x)
-                numel = float(math.prod(shapes.get(x, (0,))))
                 dtype = dtypes.get(x, onnx.TensorProto.FLOAT)
                 if dtype not in INDEX_DTYPES:  # index buffers and shape constants aren't params
-                    params[i] += numel
-                wbytes[i] += numel * DTYPE_BYTES.get(dtype, 4)
-        out_numel = float(math.prod(outs[0])) if outs and outs[0] is not None else 0.0
-        obytes[i] = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
-                        for x in n.output if x in shapes)
-        in_shape[i] = _fold6(data_in[0] if data_in else (ins[0] if ins else None))
-        out_shape[i] = _fold6(outs[0] if outs else None)
-        n_in[i], n_out[i] = len([x for x in n.input if x]), len(outs)
+                    params[i] += numel.get(x, 0.0)
+                wbytes[i] += numel.get(x, 0.0) * DTYPE_BYTES.get(dtype, 4)
+        out_numel = numel.get(outputs[0], 0.0) if outputs else 0.0
+        obytes[i] = sum(numel[x] * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
+                        for x in outputs if x in numel)
+        in_shape.append(_fold6(data_in[0] if data_in else (ins[0] if ins else None)))
+        out_shape.append(_fold6(outs[0] if outs else None))
+        n_in.append(sum(1 for x in inputs if x))
+        n_out.append(len(outs))
         in_elems[i] = sum(float(math.prod(s)) for s in data_in if s is not None)
-        out_elems[i] = sum(float(math.prod(s)) for s in outs if s is not None)
+        out_elems[i] = sum(numel.get(x, 0.0) for x in outputs)
+        kernel = stride = group = 1
         try:
-            macs[i] = _macs(n.op_type, a, ins, outs, out_numel)
+            macs[i] = _macs(op, a, ins, outs, out_numel)
             if "kernel_shape" in a:
-                attrs[i, 0] = int(math.prod(a["kernel_shape"]))
-            elif n.op_type in ("Conv", "ConvTranspose") and len(ins) > 1 and ins[1]:
-                attrs[i, 0] = int(math.prod(ins[1][2:]))
+                kernel = int(math.prod(a["kernel_shape"]))
+            elif op in ("Conv", "ConvTranspose") and len(ins) > 1 and ins[1]:
+                kernel = int(math.prod(ins[1][2:]))
             if "strides" in a:
-                attrs[i, 1] = int(math.prod(a["strides"]))
-            attrs[i, 2] = int(a.get("group", 1))
+                stride = int(math.prod(a["strides"]))
+            group = int(a.get("group", 1))
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
             raise errors.UnsupportedConstruct(  # attributes of the wrong type or rank
-                f"cannot cost node '{n.name or n.op_type}' ({n.op_type}): {e}") from None
+                f"cannot cost node '{n.name or op}' ({op}): {e}") from None
+        attrs.append((kernel, stride, group))
+    macs, params, wbytes, obytes, in_elems, out_elems = (
+        np.array(v, np.float64) for v in (macs, params, wbytes, obytes, in_elems, out_elems))
+    in_shape = np.array(in_shape, np.int64).reshape(N, SHAPE_SLOTS)
+    out_shape = np.array(out_shape, np.int64).reshape(N, SHAPE_SLOTS)
+    n_in, n_out = np.array(n_in, np.int32), np.array(n_out, np.int32)
+    attrs = np.array(attrs, np.int64).reshape(N, 3)
     edge_index = np.unique(np.array([src, dst], np.int64).reshape(2, -1), axis=1).astype(np.int32)
 
     input_bytes = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
