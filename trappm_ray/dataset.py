@@ -47,6 +47,8 @@ class DatasetConfig:
         max_archs: cap on the number of architectures (0 = no cap), for quick runs.
         max_params: architectures above this are recorded as skipped (export cost grows with
             size: a 300M-parameter ViT takes ~30 s to export on one core, a ResNet-50 ~2 s).
+        exempt_families: families exported whatever their size, because every member is above
+            ``max_params`` (VGG: 133M+) and the family would otherwise be missing.
         keep_onnx: also store the skeletons.
         retry_failed: re-run tasks whose manifest entry is an error.
         ray_address: an existing cluster (None starts a local one).
@@ -57,9 +59,10 @@ class DatasetConfig:
     archs: tuple[str, ...] = ()
     resolutions: tuple[int, ...] = RESOLUTIONS
     batch_sizes: tuple[int, ...] = BATCH_SIZES
-    other_per_family: int = 2
+    other_per_family: int = 4
     max_archs: int = 0
-    max_params: int = 100_000_000
+    max_params: int = 50_000_000
+    exempt_families: tuple[str, ...] = ("vgg",)
     keep_onnx: bool = True
     retry_failed: bool = False
     ray_address: str | None = None
@@ -136,7 +139,7 @@ def task_name(arch: str, resolution: int) -> str:
 
 
 def build_shard(arch: str, resolution: int, batch_sizes: tuple[int, ...], out: str,
-                keep_onnx: bool = True, max_params: int = 100_000_000) -> dict:
+                keep_onnx: bool = True, max_params: float = 50_000_000) -> dict:
     """Export one architecture at one resolution and write its graphs. Never raises."""
     from . import zoo
 
@@ -150,7 +153,7 @@ def build_shard(arch: str, resolution: int, batch_sizes: tuple[int, ...], out: s
         entry["params_torch"] = zoo.count_params(arch, resolution)
         if entry["params_torch"] > max_params:
             entry.update(status="skipped", error=f"{entry['params_torch']:,} parameters > "
-                         f"max_params {max_params:,}", export_s=time.perf_counter() - t0)
+                         f"max_params {max_params:,.0f}", export_s=time.perf_counter() - t0)
             return entry
         skeleton = zoo.export_skeleton(arch, resolution, max_params=None)
     except Exception as e:  # noqa: BLE001 - any export failure is data, not a crash
@@ -206,9 +209,15 @@ class BuildSummary:
     stage_s: dict = field(default_factory=dict)
 
 
+def _limit(arch: str, cfg: DatasetConfig) -> float:
+    from . import zoo
+
+    return float("inf") if zoo.family_of(arch) in cfg.exempt_families else cfg.max_params
+
+
 def _is_done(entry: dict, cfg: DatasetConfig) -> bool:
     if entry["status"] == "skipped":  # too large then; a higher limit now makes it work to do
-        return entry.get("params_torch", 0) > cfg.max_params
+        return entry.get("params_torch", 0) > _limit(entry["arch"], cfg)
     return entry["status"] == "ok" or not cfg.retry_failed
 
 
@@ -229,7 +238,7 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
         # Workers are recycled every few tasks: exported models leave allocator caches behind.
         task = ray.remote(num_cpus=cfg.task_cpus, max_calls=8, max_retries=1)(build_shard)
         pending = {task.remote(a, r, tuple(cfg.batch_sizes), cfg.out, cfg.keep_onnx,
-                               cfg.max_params): (a, r)
+                               _limit(a, cfg)): (a, r)
                    for a, r in todo}
         finished = 0
         while pending:
