@@ -200,7 +200,7 @@ def read_manifest(out: str) -> list[dict]:
 class BuildSummary:
     tasks: int
     ran: int
-    skipped_done: int
+    already_done: int
     graphs: int
     archs_ok: int
     failed: int
@@ -215,7 +215,9 @@ def _limit(arch: str, cfg: DatasetConfig) -> float:
     return float("inf") if zoo.family_of(arch) in cfg.exempt_families else cfg.max_params
 
 
-def _is_done(entry: dict, cfg: DatasetConfig) -> bool:
+def _is_done(entry: dict | None, cfg: DatasetConfig) -> bool:
+    if entry is None:
+        return False
     if entry["status"] == "skipped":  # too large then; a higher limit now makes it work to do
         return entry.get("params_torch", 0) > _limit(entry["arch"], cfg)
     return entry["status"] == "ok" or not cfg.retry_failed
@@ -227,11 +229,11 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
     archs = list(cfg.archs) or select_architectures(cfg.other_per_family)
     if cfg.max_archs:
         archs = archs[: cfg.max_archs]
-    done = {e["task"]: e for e in read_manifest(cfg.out) if _is_done(e, cfg)}
+    entries = {e["task"]: e for e in read_manifest(cfg.out)}
     todo = [(a, r) for a in interleave_families(archs) for r in cfg.resolutions
-            if task_name(a, r) not in done]
+            if not _is_done(entries.get(task_name(a, r)), cfg)]
     progress(f"{len(archs)} architectures x {len(cfg.resolutions)} resolutions: "
-             f"{len(done)} tasks done, {len(todo)} to run -> {cfg.out}")
+             f"{len(entries)} tasks recorded, {len(todo)} to run -> {cfg.out}")
     if todo:
         ensure_ray(cfg.ray_address)
         import ray
@@ -251,13 +253,13 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
                          "status": "error", "error": f"worker died: {e.__class__.__name__}",
                          "graphs": 0}
             _write_entry(cfg.out, entry)
-            done[entry["task"]] = entry
+            entries[entry["task"]] = entry
             finished += 1
             rate = finished / (time.perf_counter() - t0)
             progress(f"[{finished}/{len(todo)}] {entry['task']}: {entry['status']} "
                      f"{entry['graphs']} graphs {entry.get('error', '')[:80]} "
                      f"(eta {len(pending) / max(rate, 1e-9) / 60:.1f} min)")
-    return finalize(cfg, list(done.values()), ran=len(todo), wall_s=time.perf_counter() - t0)
+    return finalize(cfg, list(entries.values()), ran=len(todo), wall_s=time.perf_counter() - t0)
 
 
 def finalize(cfg: DatasetConfig, entries: list[dict], ran: int, wall_s: float) -> BuildSummary:
@@ -276,7 +278,7 @@ def finalize(cfg: DatasetConfig, entries: list[dict], ran: int, wall_s: float) -
     for e in ok:
         families[e["family"]] = families.get(e["family"], 0) + e["graphs"]
     summary = BuildSummary(
-        tasks=len(entries), ran=ran, skipped_done=len(entries) - ran,
+        tasks=len(entries), ran=ran, already_done=len(entries) - ran,
         graphs=sum(e["graphs"] for e in ok), archs_ok=len({e["arch"] for e in ok}),
         failed=sum(e["status"] == "error" for e in entries), families=families, wall_s=wall_s,
         stage_s={k: round(sum(e.get(k, 0.0) for e in entries), 1)
