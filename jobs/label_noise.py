@@ -1,0 +1,19 @@
+"""Re-measure 20 stored labels and print the median and worst relative difference per label.
+
+    .venv/bin/python jobs/label_noise.py --out data/labels --slug intel-r-xeon-r-processor-t1
+Run it alone on the machine (no label collection at the same time).
+"""
+import argparse
+import json
+
+from trappm_ray.label_noise import remeasure
+
+if __name__ == "__main__":
+    p = argparse.ArgumentParser(description=__doc__)
+    p.add_argument("--out", default="data/labels")
+    p.add_argument("--slug", required=True)
+    p.add_argument("-n", type=int, default=20)
+    p.add_argument("--seed", type=int, default=0)
+    args = p.parse_args()
+    result = remeasure(args.out, args.slug, args.n, args.seed)
+    print(json.dumps(result, indent=1))

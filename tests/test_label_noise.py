@@ -1,0 +1,28 @@
+"""Noise summary math (the measurement itself is faked; the harness has its own tests)."""
+from trappm_ray import label_job, label_noise, labels
+
+
+def _row(arch, ms, load=0.5):
+    return {"arch": arch, "family": "resnet", "resolution": 32, "batch_size": 2,
+            "dtype": "float32", "optimizer": "adam", "device": "cpu", "status": "ok",
+            "warmup": 1, "steps": 3, "threads": 1, "train_step_ms": ms, "inference_ms": ms / 2,
+            "mem_peak_rss_mb": 500.0, "mem_above_baseline_mb": 50.0, "device_slug": "cpu-t1",
+            "load_avg_before": load, "load_avg_after": load, "date": "2026-11-22"}
+
+
+def test_remeasure_reports_relative_differences(tmp_path, monkeypatch):
+    out = str(tmp_path)
+    label_job.write_rows(out, "cpu-t1", [_row("a", 100.0), _row("b", 200.0),
+                                         _row("busy", 100.0, load=3.0)])
+    new = {"a": 110.0, "b": 150.0}
+    monkeypatch.setattr(labels, "device_info", lambda device: {"device": device})
+    monkeypatch.setattr(labels, "measure", lambda spec, info: {
+        "status": "ok", "train_step_ms": new[spec.arch], "inference_ms": new[spec.arch] / 2,
+        "mem_peak_rss_mb": 500.0, "mem_above_baseline_mb": 60.0})
+    result = label_noise.remeasure(out, "cpu-t1", n=5)
+    assert sorted(r["arch"] for r in result["rows"]) == ["a", "b"]  # the loaded row is excluded
+    s = result["summary"]
+    assert abs(s["train_step_ms"]["median"] - 0.175) < 1e-9  # (0.10 + 0.25) / 2
+    assert abs(s["train_step_ms"]["worst"] - 0.25) < 1e-9
+    assert s["mem_peak_rss_mb"]["worst"] == 0.0
+    assert abs(s["mem_above_baseline_mb"]["median"] - 0.2) < 1e-9

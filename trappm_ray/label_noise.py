@@ -1,0 +1,52 @@
+"""Measurement noise of stored labels: re-measure a random sample and compare.
+
+Each stored row is measured again with the same harness settings in a fresh process; the
+relative difference |new - stored| / stored of each label, over the sample, is the noise a
+predictor cannot beat (and the tolerance for "an independent re-measurement agrees").
+"""
+from __future__ import annotations
+
+import random
+from statistics import median
+
+from . import label_job, labels
+
+LABELS = ("train_step_ms", "inference_ms", "mem_peak_rss_mb", "mem_above_baseline_mb")
+
+
+def remeasure(out: str, slug: str, n: int = 20, seed: int = 0, max_load: float = 1.5) -> dict:
+    """Re-measure ``n`` stored ok rows of ``<out>/<slug>`` measured on a quiet machine.
+
+    Args:
+        out, slug: the label store and device directory (see :mod:`trappm_ray.label_job`).
+        n: rows to re-measure, drawn with ``seed`` from those whose 1-minute load average was
+            below ``max_load`` before and after measuring (timings taken under load are not a
+            fair reference).
+
+    Returns:
+        ``{"rows": [...], "summary": {label: {"median": ..., "worst": ...}}}``, relative
+        differences as fractions.
+    """
+    rows = [r for r in label_job.read_rows(out, slug).to_pylist() if r["status"] == "ok"
+            and max(r["load_avg_before"] or 0, r["load_avg_after"] or 0) < max_load]
+    sample = random.Random(seed).sample(rows, min(n, len(rows)))
+    info = labels.device_info(sample[0]["device"]) if sample else None
+    results = []
+    for row in sample:
+        spec = labels.MeasureSpec(
+            arch=row["arch"], batch_size=row["batch_size"], resolution=row["resolution"],
+            dtype=row["dtype"], optimizer=row["optimizer"], device=row["device"],
+            warmup=row["warmup"], steps=row["steps"], threads=row["threads"])
+        new = labels.measure(spec, info)
+        diff = {k: abs(new[k] - row[k]) / row[k] for k in LABELS
+                if new.get(k) is not None and row.get(k)}
+        results.append({"arch": row["arch"], "resolution": row["resolution"],
+                        "batch_size": row["batch_size"], "status": new["status"],
+                        **{f"{k}_stored": row[k] for k in LABELS},
+                        **{f"{k}_new": new.get(k) for k in LABELS}, "rel_diff": diff})
+    summary = {}
+    for k in LABELS:
+        d = [r["rel_diff"][k] for r in results if k in r["rel_diff"]]
+        if d:
+            summary[k] = {"median": median(d), "worst": max(d), "n": len(d)}
+    return {"rows": results, "summary": summary}
