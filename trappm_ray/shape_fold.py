@@ -85,6 +85,9 @@ _OPS = {
 }
 
 
+_VALUE_OPS = set(_OPS) | {"Constant", "Shape", "Size"}
+
+
 def _array(t: onnx.TensorProto) -> np.ndarray:
     """``numpy_helper.to_array`` that never opens an external-data file.
 
@@ -162,8 +165,10 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
             except (ValueError, TypeError, KeyError):  # malformed tensor: its value stays unknown
                 pass
     for node in model.graph.node:
-        a = _attrs(node) if node.attribute else {}
+        op, inputs = node.op_type, list(node.input)
+        a = None  # attributes are decoded only for nodes this pass works on
         if any(o not in shapes for o in node.output if o):
+            a = _attrs(node) if node.attribute else {}
             if node.domain in ("", "ai.onnx") and _apply_rule(node, a, shapes, dtypes, known):
                 pass
             elif (types := _node_types(node, shapes, dtypes)) is not None:
@@ -183,19 +188,22 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
                         dtypes.setdefault(name, tt.elem_type)
                     if tt.HasField("shape") and all(d.HasField("dim_value") for d in tt.shape.dim):
                         shapes[name] = tuple(d.dim_value for d in tt.shape.dim)
+        if op not in _VALUE_OPS or (op in _OPS and not all(x in known for x in inputs if x)):
+            continue
+        if a is None:
+            a = _attrs(node) if node.attribute else {}
         value = None
         try:
-            if node.op_type == "Constant" and "value" in a:
+            if op == "Constant" and "value" in a and math.prod(a["value"].dims) <= MAX_ELEMENTS:
                 value = _array(a["value"])
-            elif node.op_type == "Shape" and node.input[0] in shapes:
+            elif op == "Shape" and node.input[0] in shapes:
                 shp = shapes[node.input[0]]
                 value = np.array(shp[a.get("start", 0):a.get("end", len(shp))], dtype=np.int64)
-            elif node.op_type == "Size" and node.input[0] in shapes:
+            elif op == "Size" and node.input[0] in shapes:
                 value = np.array(math.prod(shapes[node.input[0]]), dtype=np.int64)
-            elif node.op_type in _OPS and all(x in known for x in node.input if x):
+            elif op in _OPS:
                 # absent optional inputs ("") stay as None so positions are kept
-                value = np.asarray(_OPS[node.op_type](
-                    a, [known[x] if x else None for x in node.input]))
+                value = np.asarray(_OPS[op](a, [known[x] if x else None for x in inputs]))
         except (ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError):
             value = None
         if value is not None and value.size <= MAX_ELEMENTS and len(node.output) == 1:
