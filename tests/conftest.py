@@ -39,3 +39,14 @@ def s3_prefix():
     fs, path = storage.fs_and_path(prefix)
     if fs.exists(path):
         fs.rm(path, recursive=True)
+
+
+@pytest.fixture(scope="session")
+def tiny_corpus(tmp_path_factory):
+    """Two tiny timm models at 32 px, batch sizes 1 and 2: four graph rows."""
+    from trappm_ray import dataset
+
+    out = str(tmp_path_factory.mktemp("corpus"))
+    for arch in ("test_resnet", "test_vit"):
+        assert dataset.build_shard(arch, 32, (1, 2), out)["status"] == "ok"
+    return out

@@ -4,20 +4,13 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from trappm_ray import dataset, features, storage
+from trappm_ray import features, storage
 from trappm_ray.graph_data import (GRAPH_COLUMNS, GraphCollateFn, graph_files, read_graphs,
                                    row_to_data, rows_to_batch)
 
-ARCHS = ("test_resnet", "test_vit")
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """Two tiny timm models at 32 px, batch sizes 1 and 2: four graph rows."""
-    out = str(tmp_path_factory.mktemp("corpus"))
-    for arch in ARCHS:
-        assert dataset.build_shard(arch, 32, (1, 2), out)["status"] == "ok"
-    return out
+def corpus(tiny_corpus):
+    return tiny_corpus
 
 
 def _rows(corpus):

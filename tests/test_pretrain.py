@@ -5,21 +5,14 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from trappm_ray import dataset, storage
+from trappm_ray import storage
 from trappm_ray.config_cli import parse_config
 from trappm_ray.graph_data import graph_files, row_to_data
 from trappm_ray.pretrain import PretrainConfig, load_encoder, pretrain
 
-ARCHS = ("test_resnet", "test_vit")
-
-
 @pytest.fixture(scope="module")
-def corpus(tmp_path_factory):
-    """Two tiny timm models at 32 px, batch sizes 1 and 2: four graph rows."""
-    out = str(tmp_path_factory.mktemp("corpus"))
-    for arch in ARCHS:
-        assert dataset.build_shard(arch, 32, (1, 2), out)["status"] == "ok"
-    return out
+def corpus(tiny_corpus):
+    return tiny_corpus
 
 
 def _cfg(corpus, storage_uri, **kw):
