@@ -14,22 +14,27 @@ from . import label_job, labels
 LABELS = ("train_step_ms", "inference_ms", "mem_peak_rss_mb", "mem_above_baseline_mb")
 
 
-def remeasure(out: str, slug: str, n: int = 20, seed: int = 0, max_load: float = 1.5) -> dict:
-    """Re-measure ``n`` stored ok rows of ``<out>/<slug>`` measured on a quiet machine.
+def _load(row: dict) -> float:
+    return max(row["load_avg_before"] or 0.0, row["load_avg_after"] or 0.0)
+
+
+def remeasure(out: str, slug: str, n: int = 20, seed: int = 0) -> dict:
+    """Re-measure ``n`` stored ok rows of ``<out>/<slug>``.
 
     Args:
         out, slug: the label store and device directory (see :mod:`trappm_ray.label_job`).
-        n: rows to re-measure, drawn with ``seed`` from those whose 1-minute load average was
-            below ``max_load`` before and after measuring (timings taken under load are not a
-            fair reference).
+        n: rows to re-measure, drawn with ``seed`` from the quieter half of the stored rows
+            (by 1-minute load average while they were measured: timings taken under load are
+            not a fair reference).
 
     Returns:
         ``{"rows": [...], "summary": {label: {"median": ..., "worst": ...}}}``, relative
-        differences as fractions.
+        differences as fractions; each row keeps its stored load average.
     """
-    rows = [r for r in label_job.read_rows(out, slug).to_pylist() if r["status"] == "ok"
-            and max(r["load_avg_before"] or 0, r["load_avg_after"] or 0) < max_load]
-    sample = random.Random(seed).sample(rows, min(n, len(rows)))
+    rows = sorted((r for r in label_job.read_rows(out, slug).to_pylist() if r["status"] == "ok"),
+                  key=_load)
+    quiet = rows[: max(n, len(rows) // 2)]
+    sample = random.Random(seed).sample(quiet, min(n, len(quiet)))
     info = labels.device_info(sample[0]["device"]) if sample else None
     results = []
     for row in sample:
@@ -42,6 +47,7 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0, max_load: float =
                 if new.get(k) is not None and row.get(k)}
         results.append({"arch": row["arch"], "resolution": row["resolution"],
                         "batch_size": row["batch_size"], "status": new["status"],
+                        "stored_load_avg": _load(row),
                         **{f"{k}_stored": row[k] for k in LABELS},
                         **{f"{k}_new": new.get(k) for k in LABELS}, "rel_diff": diff})
     summary = {}
