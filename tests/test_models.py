@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from trappm_ray.models import GAE, GraphEncoder, Regressor
+from trappm_ray.models import GAE, GraphEncoder, Regressor, pooled_embedding
 
 IN_DIM, STATIC_DIM = 12, 5
 
@@ -77,33 +77,40 @@ def test_gae_loss_decreases(batch):
     assert last < 0.8 * first, (first, last)
 
 
-def test_regressor_with_frozen_encoder(batch):
+def test_pooled_embedding_is_frozen_and_sums_nodes(batch):
     enc = GraphEncoder(IN_DIM, (16, 8))
+    enc.train()
     before = {k: v.clone() for k, v in enc.state_dict().items()}
-    reg = Regressor(IN_DIM, STATIC_DIM, encoder=enc, hidden=16, fc=16)
-    reg.train()
-    assert not enc.training  # frozen: BatchNorm statistics must not move
-    out = reg(batch.x, batch.edge_index, batch.batch, batch.static)
-    assert out.shape == (3, 1)
-    torch.nn.functional.mse_loss(out, batch.y).backward()
-    assert all(p.grad is None for p in enc.parameters())
-    assert reg.conv1.lin_l.weight.grad is not None and reg.fc1.weight.grad is not None
-    assert reg.fc1.in_features == 16 + 8 + STATIC_DIM
-    for k, v in enc.state_dict().items():
+    emb = pooled_embedding(enc, batch.x, batch.edge_index, batch.batch, batch.num_graphs)
+    assert emb.shape == (3, 8) and not emb.requires_grad
+    assert enc.training  # mode restored
+    for k, v in enc.state_dict().items():  # eval mode: BatchNorm statistics did not move
         assert torch.equal(v, before[k]), k
+    enc.eval()
+    first = enc(batch.x[:7], batch.edge_index[:, batch.batch[batch.edge_index[0]] == 0])
+    assert torch.allclose(emb[0], first.sum(0), atol=1e-5)
+
+
+def test_regressor_with_embedding(batch):
+    reg = Regressor(IN_DIM, STATIC_DIM, emb_dim=8, hidden=16, fc=16)
+    emb = torch.randn(3, 8)
+    out = reg(batch.x, batch.edge_index, batch.batch, batch.static, emb)
+    assert out.shape == (3, 1) and reg.fc1.in_features == 16 + 8 + STATIC_DIM
+    torch.nn.functional.mse_loss(out, batch.y).backward()
+    assert reg.conv1.lin_l.weight.grad is not None and reg.fc1.weight.grad is not None
+    with pytest.raises(ValueError):
+        reg(batch.x, batch.edge_index, batch.batch, batch.static)  # embedding missing
 
 
 def test_regressor_without_embedding(batch):
-    reg = Regressor(IN_DIM, STATIC_DIM, use_embedding=False, hidden=16, fc=16, out_dim=2)
-    assert reg.encoder is None and reg.fc1.in_features == 16 + STATIC_DIM
+    reg = Regressor(IN_DIM, STATIC_DIM, hidden=16, fc=16, out_dim=2)
+    assert reg.fc1.in_features == 16 + STATIC_DIM
     out = reg(batch.x, batch.edge_index, batch.batch, batch.static)
     assert out.shape == (3, 2)
     out.sum().backward()
-    with pytest.raises(ValueError):
-        Regressor(IN_DIM, STATIC_DIM)  # embedding asked for, no encoder given
 
 
 def test_regressor_paper_sizes():
-    reg = Regressor(113, 6, encoder=GraphEncoder(113))
+    reg = Regressor(113, 6, emb_dim=512)
     assert reg.fc1.in_features == 512 + 512 + 6 and reg.fc2.out_features == 512
     assert reg.out.out_features == 1 and reg.dropout == 0.05

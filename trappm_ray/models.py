@@ -97,68 +97,68 @@ class GAE(pygnn.GAE):
         return super().recon_loss(z, pos_edge_index, neg_edge_index)
 
 
+def pooled_embedding(encoder: nn.Module, x: Tensor, edge_index: Tensor, batch: Tensor,
+                     num_graphs: int) -> Tensor:
+    """Sum-pooled node embeddings ``[B, out_dim]`` of a frozen encoder (eval mode, no gradients).
+
+    The encoder is frozen during regression, so this is computed once per graph and cached
+    rather than in every regressor step.
+    """
+    was = encoder.training
+    encoder.eval()
+    with torch.no_grad():
+        out = pygnn.global_add_pool(encoder(x, edge_index), batch, num_graphs)
+    encoder.train(was)
+    return out
+
+
 class Regressor(nn.Module):
     """The TraPPM per-target regressor (phase 2).
 
-    Two SAGEConv layers on the node features, sum-pooled; concatenated with the sum-pooled
-    embedding of a frozen pretrained encoder and the static features; then FC -> FC -> output.
-    Without the embedding this is the NNLQP-style supervised baseline; with a randomly
-    initialised encoder it is the random-encoder ablation.
+    Two SAGEConv layers on the node features, sum-pooled; concatenated with the graph's pooled
+    embedding from the frozen pretrained encoder (:func:`pooled_embedding`) and the static
+    features; then FC -> FC -> output. With ``emb_dim=0`` this is the NNLQP-style supervised
+    baseline; fed the embedding of a randomly initialised encoder it is the random-encoder
+    ablation.
 
     Args:
         in_dim: node feature size.
         static_dim: static feature size (6 for ``trappm-v1``, 9 for ``v2``).
-        encoder: the pretrained encoder; frozen here (no gradients, always in eval mode).
-        use_embedding: concatenate the encoder embedding (False = baseline; ``encoder`` unused).
+        emb_dim: size of the pooled encoder embedding (0 = none).
         hidden: SAGEConv width (paper 512).
         fc: width of the two fully connected layers (paper 512).
         dropout: dropout after each hidden layer (paper 0.05).
-        out_dim: number of targets (one model per target in the paper).
+        out_dim: number of outputs (one model per target in the paper).
     """
 
-    def __init__(self, in_dim: int, static_dim: int, encoder: GraphEncoder | None = None,
-                 use_embedding: bool = True, hidden: int = 512, fc: int = 512,
-                 dropout: float = 0.05, out_dim: int = 1):
+    def __init__(self, in_dim: int, static_dim: int, emb_dim: int = 0, hidden: int = 512,
+                 fc: int = 512, dropout: float = 0.05, out_dim: int = 1):
         super().__init__()
-        if use_embedding and encoder is None:
-            raise ValueError("use_embedding=True needs an encoder (pretrained or random)")
-        self.use_embedding, self.dropout = use_embedding, dropout
-        self.encoder = encoder if use_embedding else None
-        if self.encoder is not None:
-            self.encoder.requires_grad_(False)
-            self.encoder.eval()
+        self.emb_dim, self.dropout = emb_dim, dropout
         self.conv1 = pygnn.SAGEConv(in_dim, hidden)
         self.conv2 = pygnn.SAGEConv(hidden, hidden)
-        emb = self.encoder.out_dim if self.encoder is not None else 0
-        self.fc1 = nn.Linear(hidden + emb + static_dim, fc)
+        self.fc1 = nn.Linear(hidden + emb_dim + static_dim, fc)
         self.fc2 = nn.Linear(fc, fc)
         self.out = nn.Linear(fc, out_dim)
 
-    def train(self, mode: bool = True) -> Regressor:
-        super().train(mode)
-        if self.encoder is not None:  # frozen means fixed BatchNorm statistics and no dropout
-            self.encoder.eval()
-        return self
-
-    def embed(self, x: Tensor, edge_index: Tensor, batch: Tensor, num_graphs: int) -> Tensor:
-        """Sum-pooled frozen-encoder embedding ``[B, encoder.out_dim]``."""
-        with torch.no_grad():
-            return pygnn.global_add_pool(self.encoder(x, edge_index), batch, num_graphs)
-
-    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor, static: Tensor) -> Tensor:
+    def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor, static: Tensor,
+                emb: Tensor | None = None) -> Tensor:
         """Predictions ``[B, out_dim]`` for the ``B`` graphs of a batch.
 
         Args:
             x, edge_index, batch: node features, edges and node -> graph index of a PyG Batch.
             static: ``[B, static_dim]`` static features (``Batch.static``).
+            emb: ``[B, emb_dim]`` pooled encoder embeddings; required when ``emb_dim > 0``.
         """
         drop = lambda t: nn.functional.dropout(t, self.dropout, self.training)  # noqa: E731
         num_graphs = static.size(0)
         h = drop(self.conv1(x, edge_index).relu())
         h = drop(self.conv2(h, edge_index).relu())
         parts = [pygnn.global_add_pool(h, batch, num_graphs)]
-        if self.encoder is not None:
-            parts.append(self.embed(x, edge_index, batch, num_graphs))
+        if self.emb_dim:
+            if emb is None or emb.shape != (num_graphs, self.emb_dim):
+                raise ValueError(f"expected emb of shape {(num_graphs, self.emb_dim)}")
+            parts.append(emb)
         parts.append(static)
         h = drop(self.fc1(torch.cat(parts, 1)).relu())
         h = drop(self.fc2(h).relu())

@@ -1,0 +1,59 @@
+"""Predictor: predictions per graph, save/load round trip, registry versions, refusals."""
+import json
+
+import pytest
+import torch
+
+from tests.onnx_builders import cnn_model
+from tests.predictor_builders import random_predictor
+from trappm_ray import predictor as P
+from trappm_ray.featurize import featurize
+
+
+@pytest.fixture(scope="module")
+def graphs():
+    model = cnn_model()
+    return [featurize(model, batch_size=b) for b in (1, 4)]
+
+
+def test_predict_graphs_gives_every_target_and_spread(graphs):
+    pred = random_predictor()
+    rows = pred.predict_graphs(graphs)
+    assert len(rows) == 2
+    for row in rows:
+        assert set(row) == {t + s for t in pred.targets for s in ("", "_std")}
+        assert all(row[t] > 0 for t in pred.targets)
+
+
+def test_save_load_round_trip(tmp_path, graphs):
+    pred = random_predictor()
+    uri = P.register(pred, str(tmp_path), "cpu")
+    assert uri.endswith("v0001")
+    again = P.Predictor.load(uri)
+    assert again.manifest["version"] == "v0001" and again.targets == pred.targets
+    for a, b in zip(again.predict_graphs(graphs), pred.predict_graphs(graphs)):
+        assert a == pytest.approx(b)
+    assert P.register(random_predictor(seed=1), str(tmp_path), "cpu").endswith("v0002")
+    assert P.latest(str(tmp_path), "cpu").endswith("v0002")
+
+
+def test_load_refuses_damaged_or_incompatible(tmp_path):
+    uri = random_predictor().save(str(tmp_path / "p"))
+    weights = tmp_path / "p" / "weights.pt"
+    weights.write_bytes(weights.read_bytes()[:-10] + b"0123456789")
+    with pytest.raises(P.PredictorError, match="does not match"):
+        P.Predictor.load(uri)
+    uri = random_predictor().save(str(tmp_path / "q"))
+    manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
+    (tmp_path / "q" / "manifest.json").write_text(json.dumps({**manifest, "format": 99}))
+    with pytest.raises(P.PredictorError, match="format"):
+        P.Predictor.load(uri)
+    with pytest.raises(P.PredictorError, match="no readable predictor"):
+        P.Predictor.load(str(tmp_path / "missing"))
+
+
+def test_scaler_round_trip():
+    y = torch.tensor([[10.0], [100.0], [1000.0]])
+    sc = P.Scaler.fit(torch.randn(3, 4), torch.randn(3, 2) * 1e4, y)
+    assert torch.allclose(sc.y_inverse(sc.y(y)), y, rtol=1e-5)
+    assert abs(float(sc.y(y).mean())) < 1e-6
