@@ -16,8 +16,8 @@ def random_predictor(targets=("train_step_ms", "train_memory_mb", "inference_ms"
     emb = encoder.out_dim if encoder is not None else 0
     heads = {t: [Regressor(fs.node_dim, fs.static_dim, emb, hidden, fc, 0.0) for _ in seeds]
              for t in targets}
-    scalers = {t: Scaler(torch.zeros(fs.static_dim), torch.ones(fs.static_dim), torch.zeros(emb),
-                         torch.ones(emb), 4.6, 0.1) for t in targets}
+    scalers = {t: [Scaler(torch.zeros(fs.static_dim), torch.ones(fs.static_dim), torch.zeros(emb),
+                          torch.ones(emb), 4.6, 0.1) for _ in seeds] for t in targets}
     manifest = {"name": "random", "feature_set": fs.name, "targets": list(targets),
                 "seeds": list(seeds), "head": {"hidden": hidden, "fc": fc, "dropout": 0.0},
                 "encoder": ({"in_dim": fs.node_dim, "dims": list(encoder_dims), "dropout": 0.0}

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from trappm_ray.models import GAE, GraphEncoder, Regressor, pooled_embedding
+from trappm_ray.models import GAE, GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 
 IN_DIM, STATIC_DIM = 12, 5
 
@@ -100,6 +100,16 @@ def test_regressor_with_embedding(batch):
     assert reg.conv1.lin_l.weight.grad is not None and reg.fc1.weight.grad is not None
     with pytest.raises(ValueError):
         reg(batch.x, batch.edge_index, batch.batch, batch.static)  # embedding missing
+
+
+def test_cached_aggregation_equals_sageconv(batch):
+    reg = Regressor(IN_DIM, STATIC_DIM, hidden=16, fc=16, dropout=0.0).eval()
+    agg = neighbor_mean(batch.x, batch.edge_index)
+    direct = reg.conv1(batch.x, batch.edge_index)
+    assert torch.allclose(reg.conv1.lin_l(agg) + reg.conv1.lin_r(batch.x), direct, atol=1e-5)
+    a = reg(batch.x, batch.edge_index, batch.batch, batch.static)
+    b = reg(batch.x, batch.edge_index, batch.batch, batch.static, agg=agg)
+    assert torch.allclose(a, b)
 
 
 def test_regressor_without_embedding(batch):

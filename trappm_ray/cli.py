@@ -1,6 +1,7 @@
 """The ``trappm-ray`` command line.
 
     trappm-ray graph FILE.onnx --batch-size N [--feature-set v2] [--resolution R] [--json]
+    trappm-ray predict FILE.onnx [--batch-size N] [--sweep] [--json] [--predictor URI] ...
 
 Bad input exits non-zero with one line on stderr naming the problem; never a traceback.
 """
@@ -9,6 +10,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from . import errors
 
@@ -44,6 +46,111 @@ def cmd_graph(args: argparse.Namespace) -> int:
     return 0
 
 
+def _fmt(e) -> str:
+    return f"{e.value:10.2f} {e.unit:<3} [{e.low:.2f}, {e.high:.2f}]" if e else "         -"
+
+
+def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = None) -> None:
+    """The human-readable report: one table of predictions, then the derived quantities."""
+    dev = p.device
+    print(f"model      {p.model}  (sha256 {p.model_sha256[:12]})")
+    print(f"graph      {p.graph.get('nodes')} nodes, {p.graph.get('macs', 0) / 1e9:.3g} GMACs, "
+          f"{p.graph.get('params', 0) / 1e6:.3g} M params")
+    print(f"predictor  {p.model_version}  device {dev.get('name', '?')} ({dev.get('kind')})  "
+          f"interval: mean +- {p.interval_z:g} sd over seeds")
+    print(f"batch size {p.batch_size}\n")
+    rows = [("training step time", _fmt(p.train_step_ms)),
+            ("training memory", _fmt(p.train_memory_mb)),
+            ("training power", _fmt(p.train_power_w)) if p.train_power_w else None,
+            ("inference latency", _fmt(p.inference_ms)),
+            ("training throughput", f"{p.throughput_samples_s or 0:10.1f} samples/s"),
+            ("inference throughput", f"{p.inference_samples_s or 0:10.1f} samples/s"),
+            ("smallest GPU profile", f"{p.smallest_profile or 'none fits'}  (" + ", ".join(
+                f"{g} {v or '-'}" for g, v in p.gpu_profiles.items()) + ")")]
+    if p.max_batch_size is not None:
+        rows.append((f"largest batch <= {p.memory_budget_mb:g} MB", f"{p.max_batch_size:10d}"))
+    if p.training_cost:
+        c = p.training_cost
+        rows.append((f"{c.steps} steps at {c.price_per_hour:g}/h", f"{c.cost:10.2f}  ({c.hours:.3g} h)"))
+    print(f"  {'quantity':<28} prediction")
+    for row in filter(None, rows):
+        print(f"  {row[0]:<28}{row[1]}")
+    if dev.get("kind") == "cpu":
+        print("\nnote: a CPU predictor: times, memory and power are for that CPU; the GPU profile "
+              "only applies its memory figure")
+    if sweep_rows:
+        print(f"\n  {'batch':>6} {'step ms':>10} {'memory MB':>10} {'infer ms':>10} {'samples/s':>10}")
+        for r in sweep_rows:
+            print(f"  {r['batch_size']:>6} {r['train_step_ms'] or 0:>10.2f} "
+                  f"{r['train_memory_mb'] or 0:>10.1f} {r['inference_ms'] or 0:>10.2f} "
+                  f"{r['throughput_samples_s'] or 0:>10.1f}")
+        print(f"\nplot written to {plot}")
+
+
+def plot_sweep(rows: list[dict], path: str, title: str) -> None:
+    """Step time, memory and throughput against batch size, intervals shaded."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
+    b = [r["batch_size"] for r in rows]
+    for ax, key, label in zip(axes, ("train_step_ms", "train_memory_mb", "throughput_samples_s"),
+                              ("training step (ms)", "training memory (MB)", "samples / s")):
+        ax.plot(b, [r[key] for r in rows], marker="o")
+        if key in rows[0]["interval"]:
+            ax.fill_between(b, [r["interval"][key][0] for r in rows],
+                            [r["interval"][key][1] for r in rows], alpha=0.25)
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel(label)
+        ax.grid(alpha=0.3)
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    import os
+    import warnings
+
+    with warnings.catch_warnings():  # torch / PyG deprecation chatter at import time
+        warnings.simplefilter("ignore")
+        from . import predict as api
+
+    opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
+                memory_budget_mb=args.memory_budget_mb, steps=args.steps,
+                price_per_hour=args.price_per_hour)
+    predictor = api.load_predictor(args.predictor, args.device)
+    p = api.predict(args.file, args.batch_size, predictor=predictor, **opts)
+    report, sweep_rows, plot = p.to_dict(), None, None
+    if args.sweep:
+        data, label = api.model_bytes(args.file, args.resolution)
+        sizes = [2 ** i for i in range(args.sweep_max.bit_length()) if 2 ** i <= args.sweep_max]
+        base = api.PredictOptions(1, args.resolution, tuple(sorted(opts["dims"].items())),
+                                  interval_z=args.interval_z, max_batch=max(sizes))
+        items = [(data, replace(base, batch_size=b), label) for b in sizes]
+        results = api.predict_many(items, predictor)
+        sweep_rows = [r.to_dict() | {"throughput_samples_s": r.throughput_samples_s}
+                      for r in results if isinstance(r, api.Prediction)]
+        if not sweep_rows:
+            raise ValueError("no batch size of the sweep could be featurized")
+        stem = os.path.splitext(os.path.basename(str(args.file)))[0] or "model"
+        plot = args.plot or f"{stem}-sweep.png"
+        plot_sweep(sweep_rows, plot, f"{stem}: {p.model_version} ({p.device.get('name', '?')})")
+        keep = ("batch_size", "train_step_ms", "train_memory_mb", "inference_ms", "train_power_w",
+                "interval", "throughput_samples_s")
+        report["sweep"] = [{k: r[k] for k in keep} for r in sweep_rows]
+        report["plot"] = plot
+    if args.json:
+        print(json.dumps(report))
+    else:
+        print_report(p, report.get("sweep"), plot)
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trappm-ray", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -57,6 +164,28 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--feature-set", default="v2", choices=["v1", "trappm-v1", "v2"])
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_graph)
+
+    p = sub.add_parser("predict", help="predict training step time, memory and inference latency")
+    p.add_argument("file", help="ONNX file or s3:// URI (a timm name with the zoo extra)")
+    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--resolution", type=int, default=None,
+                   help="value for symbolic spatial dims of image inputs")
+    p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
+                   help="value for a named symbolic input dimension (repeatable)")
+    p.add_argument("--device", default=None, help="use the shipped predictor of this device")
+    p.add_argument("--predictor", default=None, help="predictor directory or URI (default: shipped)")
+    p.add_argument("--memory-budget-mb", type=float, default=None,
+                   help="also report the largest batch size whose training memory fits")
+    p.add_argument("--steps", type=int, default=None, help="with --price-per-hour: training cost")
+    p.add_argument("--price-per-hour", type=float, default=None)
+    p.add_argument("--interval-z", type=float, default=1.96,
+                   help="interval half-width in seed-ensemble standard deviations")
+    p.add_argument("--sweep", action="store_true",
+                   help="also predict batch sizes 1, 2, 4, ... and write a PNG plot")
+    p.add_argument("--sweep-max", type=int, default=256)
+    p.add_argument("--plot", default=None, help="PNG path of --sweep (default: FILE-sweep.png)")
+    p.add_argument("--json", action="store_true", help="print one JSON object")
+    p.set_defaults(func=cmd_predict)
     return parser
 
 

@@ -14,7 +14,8 @@ from collections.abc import Sequence
 import torch
 from torch import Tensor, nn
 from torch_geometric import nn as pygnn
-from torch_geometric.utils import batched_negative_sampling, negative_sampling, to_undirected
+from torch_geometric.utils import (batched_negative_sampling, negative_sampling, scatter,
+                                   to_undirected)
 
 PAPER_ENCODER_DIMS = (1024, 512, 512, 512)
 
@@ -112,6 +113,15 @@ def pooled_embedding(encoder: nn.Module, x: Tensor, edge_index: Tensor, batch: T
     return out
 
 
+def neighbor_mean(x: Tensor, edge_index: Tensor) -> Tensor:
+    """Mean of each node's in-neighbours' features (zeros for none): SAGEConv's aggregation.
+
+    The regressor's first layer aggregates fixed input features, so this can be computed once
+    per graph instead of in every training step (about half the step time on CPU).
+    """
+    return scatter(x[edge_index[0]], edge_index[1], 0, dim_size=x.size(0), reduce="mean")
+
+
 class Regressor(nn.Module):
     """The TraPPM per-target regressor (phase 2).
 
@@ -142,17 +152,19 @@ class Regressor(nn.Module):
         self.out = nn.Linear(fc, out_dim)
 
     def forward(self, x: Tensor, edge_index: Tensor, batch: Tensor, static: Tensor,
-                emb: Tensor | None = None) -> Tensor:
+                emb: Tensor | None = None, agg: Tensor | None = None) -> Tensor:
         """Predictions ``[B, out_dim]`` for the ``B`` graphs of a batch.
 
         Args:
             x, edge_index, batch: node features, edges and node -> graph index of a PyG Batch.
             static: ``[B, static_dim]`` static features (``Batch.static``).
             emb: ``[B, emb_dim]`` pooled encoder embeddings; required when ``emb_dim > 0``.
+            agg: ``neighbor_mean(x, edge_index)`` when cached; computed here when None.
         """
         drop = lambda t: nn.functional.dropout(t, self.dropout, self.training)  # noqa: E731
         num_graphs = static.size(0)
-        h = drop(self.conv1(x, edge_index).relu())
+        agg = neighbor_mean(x, edge_index) if agg is None else agg
+        h = drop((self.conv1.lin_l(agg) + self.conv1.lin_r(x)).relu())  # = conv1(x, edge_index)
         h = drop(self.conv2(h, edge_index).relu())
         parts = [pygnn.global_add_pool(h, batch, num_graphs)]
         if self.emb_dim:

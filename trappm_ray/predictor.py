@@ -24,7 +24,7 @@ from torch_geometric.data import Batch, Data
 
 from . import features, storage
 from .featurize import Graph
-from .models import GraphEncoder, Regressor, pooled_embedding
+from .models import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 
 FORMAT_VERSION = 1
 # target -> (label column of the device's label table, unit)
@@ -64,7 +64,8 @@ class Scaler:
 
     @classmethod
     def fit(cls, static: torch.Tensor, emb: torch.Tensor | None, y: torch.Tensor) -> Scaler:
-        std = lambda t: t.std(0).clamp_min(1e-6) if len(t) > 1 else torch.ones(t.shape[1:])  # noqa: E731
+        std = lambda t: (t.std(0).clamp_min(1e-6) if len(t) > 1 and t.shape[1]  # noqa: E731
+                         else torch.ones(t.shape[1:]))
         emb = torch.zeros(len(static), 0) if emb is None else cls.signed_log(emb)
         ly = torch.log(y.clamp_min(1e-9))
         return cls(static.mean(0), std(static), emb.mean(0), std(emb),
@@ -125,11 +126,11 @@ class Predictor:
             ``targets``, ``seeds``, ``head`` (hidden, fc, dropout) and ``encoder`` (or None).
         encoder: the frozen pretrained encoder, or None for a predictor without embedding.
         heads: target -> one :class:`Regressor` per seed.
-        scalers: target -> its :class:`Scaler`.
+        scalers: target -> one :class:`Scaler` per seed (each fitted on that seed's rows).
     """
 
     def __init__(self, manifest: dict, encoder: GraphEncoder | None,
-                 heads: dict[str, list[Regressor]], scalers: dict[str, Scaler]):
+                 heads: dict[str, list[Regressor]], scalers: dict[str, list[Scaler]]):
         self.manifest, self.encoder, self.heads, self.scalers = manifest, encoder, heads, scalers
         for model in ([encoder] if encoder is not None else []) + [h for hs in heads.values() for h in hs]:
             model.eval()
@@ -152,12 +153,13 @@ class Predictor:
         if emb is None and self.encoder is not None:
             emb = pooled_embedding(self.encoder, batch.x, batch.edge_index, batch.batch,
                                    batch.num_graphs)
+        agg = neighbor_mean(batch.x, batch.edge_index)
         out = {}
         for target, heads in self.heads.items():
-            sc = self.scalers[target]
-            static, e = sc.static(batch.static), sc.emb(emb)
-            z = torch.cat([h(batch.x, batch.edge_index, batch.batch, static, e) for h in heads], 1)
-            out[target] = sc.y_inverse(z.double()).numpy()
+            cols = [sc.y_inverse(h(batch.x, batch.edge_index, batch.batch, sc.static(batch.static),
+                                   sc.emb(emb), agg).double())
+                    for h, sc in zip(heads, self.scalers[target])]
+            out[target] = torch.cat(cols, 1).numpy()
         return out
 
     def predict_graphs(self, graphs: Sequence[Graph], chunk: int = 64) -> list[dict[str, float]]:
@@ -179,9 +181,9 @@ class Predictor:
         if self.encoder is not None:
             flat.update({f"encoder.{k}": v for k, v in self.encoder.state_dict().items()})
         for target, heads in self.heads.items():
-            for seed, head in zip(self.manifest["seeds"], heads):
+            for seed, head, sc in zip(self.manifest["seeds"], heads, self.scalers[target]):
                 flat.update({f"head.{target}.{seed}.{k}": v for k, v in head.state_dict().items()})
-            flat.update({f"scaler.{target}.{k}": v for k, v in self.scalers[target].state().items()})
+                flat.update({f"scaler.{target}.{seed}.{k}": v for k, v in sc.state().items()})
         return flat
 
     def save(self, uri: str) -> str:
@@ -228,13 +230,13 @@ class Predictor:
         spec = manifest["head"]
         heads, scalers = {}, {}
         for target in manifest["targets"]:
-            heads[target] = []
+            heads[target], scalers[target] = [], []
             for seed in manifest["seeds"]:
                 head = Regressor(fs.node_dim, fs.static_dim, emb_dim, spec["hidden"], spec["fc"],
                                  spec["dropout"])
                 head.load_state_dict(part(f"head.{target}.{seed}."))
                 heads[target].append(head)
-            scalers[target] = Scaler.from_state(part(f"scaler.{target}."))
+                scalers[target].append(Scaler.from_state(part(f"scaler.{target}.{seed}.")))
         return cls(manifest, encoder, heads, scalers)
 
 

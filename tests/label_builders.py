@@ -1,0 +1,55 @@
+"""A tiny labeled dataset on disk (label rows + joined graphs) for regression tests.
+
+Six hand-built "architectures" in three families: the tiny CNN at three input sizes, the
+transformer block at three sequence lengths, and a stacked-CNN family, each at batch sizes
+1..32. Label values are a known smooth function of the graph's MACs and batch size (with 2%
+deterministic noise), so a regressor that works gets a small error on them.
+"""
+import numpy as np
+import pyarrow as pa
+
+from tests.onnx_builders import cnn_model, transformer_block
+from trappm_ray import storage
+from trappm_ray.dataset import graph_to_row
+from trappm_ray.featurize import featurize
+from trappm_ray.label_job import SCHEMA
+from trappm_ray.labeled import GRAPHS_FILE
+
+SLUG = "test-cpu-t1"
+BATCHES = (1, 2, 4, 8, 16, 32)
+
+
+def _archs():
+    for hw in (8, 12, 16):
+        yield f"cnn{hw}", "cnn", hw, lambda hw=hw: cnn_model(hw=hw)
+    for seq in (8, 16, 24):
+        yield f"tf{seq}", "transformer", seq, lambda seq=seq: transformer_block(seq=seq)
+    for hw in (10, 14, 20):
+        yield f"wide{hw}", "wide", hw, lambda hw=hw: cnn_model(hw=hw, conv_bias=False)
+
+
+def make_labeled_dir(root: str) -> str:
+    """Write ``<root>/<SLUG>/labels.parquet`` and ``<root>/graphs.parquet``; returns root."""
+    rng = np.random.default_rng(0)
+    labels, graphs = [], []
+    for arch, family, res, build in _archs():
+        model = build()
+        for b in BATCHES:
+            g = featurize(model, batch_size=b)
+            row = graph_to_row(g, arch=arch, family=family, exporter="tests/onnx_builders")
+            row["resolution"] = res  # the key; the transformer's graph has no image resolution
+            graphs.append(row)
+            macs = g.static["macs"]
+            noise = 1 + 0.02 * rng.standard_normal(3)
+            labels.append({
+                "device_slug": SLUG, "arch": arch, "family": family, "resolution": res,
+                "batch_size": b, "dtype": "float32", "optimizer": "adam", "device": "cpu",
+                "status": "ok", "train_step_ms": (2 + 3e-4 * macs ** 0.9) * noise[0],
+                "mem_above_baseline_mb": (10 + 1e-3 * g.static["activation_bytes"] / 2**10) * noise[1],
+                "inference_ms": (0.5 + 1e-4 * macs ** 0.9) * noise[2],
+                "device_name": "test cpu", "threads": 1, "torch_version": "test",
+                "date": "2026-11-22T00:00:00+00:00"})
+    storage.write_table(pa.Table.from_pylist(labels, schema=SCHEMA),
+                        storage.join(root, SLUG, "labels.parquet"))
+    storage.write_table(pa.Table.from_pylist(graphs), storage.join(root, GRAPHS_FILE))
+    return root

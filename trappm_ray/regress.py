@@ -1,0 +1,211 @@
+"""Phase 2 of TraPPM: per-target GNN regressors on the frozen encoder, trained as Ray tasks.
+
+One regressor per (target, seed). Inputs per graph: node features (two SAGEConv layers, sum
+pooled), the sum-pooled embedding of the frozen pretrained encoder (computed once, since the
+encoder is frozen) and the static features. Training picks the epoch with the lowest MAPE on a
+validation split and stops after ``patience`` epochs without improvement; the test split is never
+looked at here. Recipes (:data:`RECIPES`) name the variants compared in the evaluation: this
+project's regressor, the published TraPPM recipe, the NNLQP-style regressor without pretraining,
+and the random-encoder ablation.
+"""
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, replace
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch, Data
+
+from .models import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
+from .predictor import Scaler
+
+SEEDS = (1337, 1338, 1339, 1340, 1341)
+
+
+@dataclass(frozen=True)
+class Recipe:
+    """How one GNN regressor is built and trained.
+
+    Args:
+        feature_set: ``v2`` or ``trappm-v1``.
+        embedding: ``pretrained`` (the frozen encoder), ``random`` (a frozen random-init encoder
+            of the same shape: the ablation) or ``none`` (NNLQP-style supervised GNN).
+        scaling: ``log`` (static and embedding z-scored on train data, target z-scored in log
+            space, Huber loss: relative error) or ``published`` (raw node features, static
+            features z-scored within each graph's own vector, raw target, MSE).
+        hidden, fc, dropout: regressor sizes (published: 512, 512, 0.05).
+        lr, batch_size, max_epochs, patience: Adam learning rate, graphs per step, epoch cap,
+            and epochs without validation improvement before stopping.
+    """
+
+    feature_set: str = "v2"
+    embedding: str = "pretrained"
+    scaling: str = "log"
+    hidden: int = 64
+    fc: int = 128
+    dropout: float = 0.05
+    lr: float = 2e-3
+    batch_size: int = 32
+    max_epochs: int = 60
+    patience: int = 10
+
+
+RECIPES = {
+    "trappm-ray": Recipe(),
+    "trappm-published": Recipe(feature_set="trappm-v1", scaling="published", lr=1e-3),
+    "nnlqp": Recipe(embedding="none"),
+    "random-encoder": Recipe(embedding="random"),
+}
+
+
+def mape(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.mean(np.abs(pred - true) / np.abs(true)) * 100)
+
+
+def rmse(pred: np.ndarray, true: np.ndarray) -> float:
+    return float(np.sqrt(np.mean((pred - true) ** 2)))
+
+
+def prepare(data: list[Data]) -> list[Data]:
+    """Copies of ``data`` carrying the cached first-layer aggregation ``agg``."""
+    out = []
+    for d in data:
+        d = d.clone()
+        d.agg = neighbor_mean(d.x, d.edge_index)
+        out.append(d)
+    return out
+
+
+def embed(encoder: GraphEncoder | None, data: list[Data], chunk: int = 64) -> torch.Tensor | None:
+    """Sum-pooled embeddings ``[G, d]`` of every graph under a frozen encoder (None: none)."""
+    if encoder is None:
+        return None
+    parts = []
+    for i in range(0, len(data), chunk):
+        b = Batch.from_data_list(data[i:i + chunk])
+        parts.append(pooled_embedding(encoder, b.x, b.edge_index, b.batch, b.num_graphs))
+    return torch.cat(parts)
+
+
+def random_encoder(like: GraphEncoder, seed: int = 0) -> GraphEncoder:
+    """A randomly initialised encoder of the same shape as ``like`` (the ablation)."""
+    torch.manual_seed(seed)
+    return GraphEncoder(like.in_dim, like.dims, like.dropout).eval()
+
+
+class _Published:
+    """The published recipe's input handling: raw target and features, static z-scored within
+    each graph's vector (which discards their absolute scale). Same interface as Scaler."""
+
+    def static(self, s: torch.Tensor) -> torch.Tensor:
+        return (s - s.mean(1, keepdim=True)) / s.std(1, keepdim=True).clamp_min(1e-6)
+
+    def emb(self, e):
+        return e
+
+    def y(self, y: torch.Tensor) -> torch.Tensor:
+        return y
+
+    def y_inverse(self, z: torch.Tensor) -> torch.Tensor:
+        return z
+
+
+def _batches(data: list[Data], emb: torch.Tensor | None, idx: np.ndarray, size: int,
+             rng: np.random.Generator | None):
+    order = rng.permutation(idx) if rng is not None else idx
+    for i in range(0, len(order), size):
+        part = order[i:i + size]
+        yield Batch.from_data_list([data[j] for j in part]), (None if emb is None else emb[part]), part
+
+
+def _predict(model: Regressor, scaler, data, emb, idx, size: int = 64) -> np.ndarray:
+    model.eval()
+    out = np.empty(len(idx))
+    with torch.no_grad():
+        for k, (b, e, _) in enumerate(_batches(data, emb, np.asarray(idx), size, None)):
+            z = model(b.x, b.edge_index, b.batch, scaler.static(b.static), scaler.emb(e), b.agg)
+            out[k * size:k * size + b.num_graphs] = scaler.y_inverse(z.double()).squeeze(1).numpy()
+    return out
+
+
+def fit(data: list[Data], y: np.ndarray, emb: torch.Tensor | None, train_idx, val_idx,
+        recipe: Recipe, seed: int) -> dict:
+    """Train one regressor; keep the state of the epoch with the best validation MAPE.
+
+    Args:
+        data: prepared graphs (:func:`prepare`) with features of ``recipe.feature_set``.
+        y: ``[G]`` target values (positive, in the target's unit).
+        emb: ``[G, d]`` pooled encoder embeddings, or None when ``recipe.embedding == "none"``.
+        train_idx, val_idx: example indices to fit on and to select the epoch with.
+        recipe: the recipe. seed: seeds initialisation and batch order.
+
+    Returns:
+        ``model`` (best state loaded, eval mode), ``scaler``, ``val_mape``, ``best_epoch``,
+        ``epochs`` run, ``seconds``.
+    """
+    t0 = time.perf_counter()
+    torch.manual_seed(seed)
+    rng = np.random.default_rng(seed)
+    train_idx, val_idx = np.asarray(train_idx), np.asarray(val_idx)
+    yt = torch.tensor(y, dtype=torch.float32).unsqueeze(1)
+    if recipe.scaling == "log":
+        static = torch.cat([data[i].static for i in train_idx])
+        scaler = Scaler.fit(static, None if emb is None else emb[train_idx], yt[train_idx])
+    else:
+        scaler = _Published()
+    first = data[0]
+    model = Regressor(first.x.size(1), first.static.size(1), 0 if emb is None else emb.size(1),
+                      recipe.hidden, recipe.fc, recipe.dropout)
+    opt = torch.optim.Adam(model.parameters(), lr=recipe.lr)
+    loss_fn = torch.nn.HuberLoss(delta=1.0) if recipe.scaling == "log" else torch.nn.MSELoss()
+    best = (float("inf"), 0, None)
+    epoch = 0
+    for epoch in range(1, recipe.max_epochs + 1):
+        model.train()
+        for b, e, part in _batches(data, emb, train_idx, recipe.batch_size, rng):
+            z = model(b.x, b.edge_index, b.batch, scaler.static(b.static), scaler.emb(e), b.agg)
+            loss = loss_fn(z, scaler.y(yt[part]))
+            opt.zero_grad(set_to_none=True)
+            loss.backward()
+            opt.step()
+        val = mape(_predict(model, scaler, data, emb, val_idx), y[val_idx])
+        if not np.isfinite(val):
+            break
+        if val < best[0]:
+            best = (val, epoch, {k: v.clone() for k, v in model.state_dict().items()})
+        elif epoch - best[1] >= recipe.patience:
+            break
+    if best[2] is not None:
+        model.load_state_dict(best[2])
+    model.eval()
+    return {"model": model, "scaler": scaler, "val_mape": best[0], "best_epoch": best[1],
+            "epochs": epoch, "seconds": time.perf_counter() - t0}
+
+
+def fit_task(data_ref, y: np.ndarray, emb_ref, train_idx, val_idx, test_idx, recipe: Recipe,
+             seed: int, keep_model: bool = False) -> dict:
+    """Body of one Ray task: fit, then predict ``test_idx`` (may be empty).
+
+    ``data_ref``/``emb_ref`` are object-store values shared by every task (Ray resolves refs
+    passed at top level). One intra-op thread per task: Ray runs one task per CPU.
+    """
+    torch.set_num_threads(1)
+    out = fit(data_ref, y, emb_ref, train_idx, val_idx, recipe, seed)
+    pred = (_predict(out["model"], out["scaler"], data_ref, emb_ref, test_idx)
+            if len(test_idx) else np.empty(0))
+    result = {k: out[k] for k in ("val_mape", "best_epoch", "epochs", "seconds")}
+    result["pred"] = pred
+    if keep_model:
+        result["state"] = out["model"].state_dict()
+        result["scaler"] = out["scaler"]
+    return result
+
+
+def recipe_with(name: str, **overrides) -> Recipe:
+    """``RECIPES[name]`` with fields replaced (e.g. smaller epochs in tests)."""
+    return replace(RECIPES[name], **{k: v for k, v in overrides.items() if v is not None})
+
+
+__all__ = ["SEEDS", "Recipe", "RECIPES", "mape", "rmse", "prepare", "embed", "random_encoder",
+           "fit", "fit_task", "recipe_with"]
