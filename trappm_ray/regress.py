@@ -35,6 +35,7 @@ class Recipe:
             space, Huber loss: relative error) or ``published`` (raw node features, static
             features z-scored within each graph's own vector, raw target, MSE).
         hidden, fc, dropout: regressor sizes (published: 512, 512, 0.05).
+        node_dropout: dropout on node embeddings too (published), not only on the FC layers.
         lr, batch_size, max_epochs, patience: Adam learning rate, graphs per step, epoch cap,
             and epochs without validation improvement before stopping.
     """
@@ -45,6 +46,7 @@ class Recipe:
     hidden: int = 64
     fc: int = 128
     dropout: float = 0.05
+    node_dropout: bool = False
     lr: float = 2e-3
     batch_size: int = 32
     max_epochs: int = 60
@@ -53,7 +55,8 @@ class Recipe:
 
 RECIPES = {
     "trappm-ray": Recipe(),
-    "trappm-published": Recipe(feature_set="trappm-v1", scaling="published", lr=1e-3),
+    "trappm-published": Recipe(feature_set="trappm-v1", scaling="published", lr=1e-3,
+                               node_dropout=True),
     "nnlqp": Recipe(embedding="none"),
     "random-encoder": Recipe(embedding="random"),
 }
@@ -156,7 +159,7 @@ def fit(data: list[Data], y: np.ndarray, emb: torch.Tensor | None, train_idx, va
         scaler = _Published()
     first = data[0]
     model = Regressor(first.x.size(1), first.static.size(1), 0 if emb is None else emb.size(1),
-                      recipe.hidden, recipe.fc, recipe.dropout)
+                      recipe.hidden, recipe.fc, recipe.dropout, node_dropout=recipe.node_dropout)
     opt = torch.optim.Adam(model.parameters(), lr=recipe.lr)
     loss_fn = torch.nn.HuberLoss(delta=1.0) if recipe.scaling == "log" else torch.nn.MSELoss()
     best = (float("inf"), 0, None)
