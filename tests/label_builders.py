@@ -28,8 +28,10 @@ def _archs():
         yield f"wide{hw}", "wide", hw, lambda hw=hw: cnn_model(hw=hw, conv_bias=False)
 
 
-def make_labeled_dir(root: str) -> str:
-    """Write ``<root>/<SLUG>/labels.parquet`` and ``<root>/graphs.parquet``; returns root."""
+def make_labeled_dir(root: str, slug: str = SLUG, scale: float = 1.0) -> str:
+    """Write ``<root>/<slug>/labels.parquet`` and ``<root>/graphs.parquet``; returns root.
+
+    ``scale`` multiplies the time labels and adds to memory, a second "device" for transfer."""
     rng = np.random.default_rng(0)
     labels, graphs = [], []
     for arch, family, res, build in _archs():
@@ -42,14 +44,14 @@ def make_labeled_dir(root: str) -> str:
             macs = g.static["macs"]
             noise = 1 + 0.02 * rng.standard_normal(3)
             labels.append({
-                "device_slug": SLUG, "arch": arch, "family": family, "resolution": res,
+                "device_slug": slug, "arch": arch, "family": family, "resolution": res,
                 "batch_size": b, "dtype": "float32", "optimizer": "adam", "device": "cpu",
-                "status": "ok", "train_step_ms": (2 + 3e-4 * macs ** 0.9) * noise[0],
+                "status": "ok", "train_step_ms": scale * (2 + 3e-4 * macs ** 0.9) * noise[0],
                 "mem_above_baseline_mb": (10 + 1e-3 * g.static["activation_bytes"] / 2**10) * noise[1],
-                "inference_ms": (0.5 + 1e-4 * macs ** 0.9) * noise[2],
+                "inference_ms": scale * (0.5 + 1e-4 * macs ** 0.9) * noise[2],
                 "device_name": "test cpu", "threads": 1, "torch_version": "test",
                 "date": "2026-11-22T00:00:00+00:00"})
     storage.write_table(pa.Table.from_pylist(labels, schema=SCHEMA),
-                        storage.join(root, SLUG, "labels.parquet"))
+                        storage.join(root, slug, "labels.parquet"))
     storage.write_table(pa.Table.from_pylist(graphs), storage.join(root, GRAPHS_FILE))
     return root

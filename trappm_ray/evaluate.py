@@ -42,6 +42,8 @@ class EvalConfig:
         max_epochs: cap the GNN recipes' epochs (0 = recipe default).
         out: directory for results.json, results.md and plots.
         ray_address: an existing cluster (empty = local).
+        transfer_to: a second device's slug under ``labels``: adds the transfer-learning table
+            (``transfer_predictor``, a registered predictor of the first device, fine-tuned).
     """
 
     labels: str = "data/labels"
@@ -56,6 +58,8 @@ class EvalConfig:
     max_epochs: int = 0
     out: str = "docs"
     ray_address: str = ""
+    transfer_to: str = ""
+    transfer_predictor: str = ""
 
 
 def _instances(cfg: EvalConfig, families: list[str]) -> list[tuple[str, int, str | None]]:
@@ -150,6 +154,15 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
                  "recipes": {m: asdict(RECIPES[m]) for m in cfg.models if m in RECIPES}},
         "results": results,
     }
+    if cfg.transfer_to:
+        from .transfer import transfer_markdown, transfer_table
+
+        source = P.Predictor.load(cfg.transfer_predictor)
+        table = transfer_table(source, cfg.labels, cfg.transfer_to)
+        report["transfer"] = {"source": source.manifest["device"]["slug"], "target": cfg.transfer_to,
+                              "predictor": cfg.transfer_predictor, "table": table,
+                              "markdown": transfer_markdown(table, source.manifest["device"]["slug"],
+                                                            cfg.transfer_to)}
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, "results.json"), "w") as f:
         json.dump(report, f, indent=1, sort_keys=True)

@@ -1,0 +1,44 @@
+"""Transfer learning between two synthetic devices whose times differ by a factor."""
+import numpy as np
+import pytest
+
+from tests.label_builders import SLUG, make_labeled_dir
+from trappm_ray.labeled import load_examples
+from trappm_ray.models import GraphEncoder
+from trappm_ray.predictor import Predictor
+from trappm_ray.regress import embed, fit, prepare, recipe_with
+from trappm_ray.splits import split
+from trappm_ray.transfer import transfer_markdown, transfer_table
+
+RECIPE = recipe_with("trappm-ray", max_epochs=40, patience=40, hidden=16, fc=32)
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    root = str(tmp_path_factory.mktemp("transfer"))
+    make_labeled_dir(root)
+    make_labeled_dir(root, slug="slow-device", scale=2.5)
+    ex = load_examples(root, SLUG, targets=("train_step_ms",))
+    data = prepare(ex.data)
+    enc = GraphEncoder(data[0].x.size(1), (8, 4), 0.0)
+    y = ex.column("train_step_ms")
+    tr, va, _ = split(ex.rows, "none", 0)
+    heads, scalers = [], []
+    for seed in (0, 1):
+        out = fit(data, y, embed(enc, data), tr, va, RECIPE, seed)
+        heads.append(out["model"])
+        scalers.append(out["scaler"])
+    manifest = {"feature_set": "v2", "targets": ["train_step_ms"], "seeds": [0, 1],
+                "head": {"hidden": 16, "fc": 32, "dropout": 0.05}}
+    return root, Predictor(manifest, enc, {"train_step_ms": heads}, {"train_step_ms": scalers})
+
+
+def test_fine_tuning_adapts_to_the_slower_device(source):
+    root, pred = source
+    table = transfer_table(pred, root, "slow-device", sizes=(12,), scratch=RECIPE)
+    r = table["train_step_ms"]
+    assert r["no_transfer"] > 40  # 2.5x slower: the source predictor is ~60% off
+    assert r["fine_tuned"][12] < 0.5 * r["no_transfer"]
+    assert np.isfinite(r["scratch"][12])
+    md = transfer_markdown(table, SLUG, "slow-device")
+    assert "fine-tuned n=12" in md[2] and md[-1].startswith("| train_step_ms |")
