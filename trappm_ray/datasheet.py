@@ -7,8 +7,7 @@ import pyarrow.compute as pc
 
 from . import labels as L
 from . import storage
-from .label_job import read_rows
-from .labeled import GRAPHS_FILE, KEY
+from .labeled import GRAPHS_FILE, KEY, compact_labels
 
 
 def _set(rows, key) -> list:
@@ -22,7 +21,7 @@ def _range(values) -> str:
 
 def datasheet(labels_dir: str, slug: str) -> str:
     """Markdown describing ``<labels_dir>/<slug>`` (rows, coverage, provenance, load, joins)."""
-    table = read_rows(labels_dir, slug)
+    table = compact_labels(labels_dir, slug)
     rows = table.to_pylist()
     ok = [r for r in rows if r["status"] == "ok"]
     keys = Counter(tuple(r[k] for k in L.KEY) for r in rows)

@@ -148,7 +148,7 @@ def _files(out: str, slug: str) -> tuple[list[str], list[str]]:
             storage.listdir(storage.join(out, slug, "parts"), ".parquet"))
 
 
-def _conform(table: pa.Table) -> pa.Table:
+def conform(table: pa.Table) -> pa.Table:
     """``table`` in the current SCHEMA: columns added since it was written become nulls."""
     cols = [table[f.name].cast(f.type) if f.name in table.column_names
             else pa.nulls(table.num_rows, f.type) for f in SCHEMA]
@@ -158,7 +158,7 @@ def _conform(table: pa.Table) -> pa.Table:
 def read_rows(out: str, slug: str) -> pa.Table:
     """All stored rows of one device (compact file plus parts), in the current SCHEMA."""
     compacted, parts = _files(out, slug)
-    tables = [_conform(storage.read_table(uri)) for uri in compacted + parts]
+    tables = [conform(storage.read_table(uri)) for uri in compacted + parts]
     return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
 
 
@@ -327,5 +327,5 @@ def summarize(table: pa.Table) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LabelJobConfig", "SCHEMA", "PLAN_OTHER_FAMILIES", "default_plan", "read_rows", "compact",
+__all__ = ["LabelJobConfig", "SCHEMA", "PLAN_OTHER_FAMILIES", "default_plan", "conform", "read_rows", "compact",
            "done_sweeps", "device_slugs", "write_rows", "run_label_job", "summarize"]

@@ -19,15 +19,22 @@ from torch_geometric.data import Data
 from . import storage
 from .dataset import row_to_graph, task_name
 from .graph_data import GRAPH_COLUMNS
-from .label_job import device_slugs, read_rows
+from .label_job import conform, device_slugs
 from .predictor import TARGETS, graph_data
 
 KEY = ("arch", "resolution", "batch_size")
 GRAPHS_FILE = "graphs.parquet"
 
 
+def compact_labels(labels_dir: str, slug: str) -> pa.Table:
+    """The device's compact ``labels.parquet`` only: part files of a collection still running
+    are left out, so training and evaluation see a fixed snapshot (the committed file).
+    ``jobs/collect_labels.py --compact-only`` merges finished parts into it."""
+    return conform(storage.read_table(storage.join(labels_dir, slug, "labels.parquet")))
+
+
 def ok_labels(labels_dir: str, slug: str) -> pa.Table:
-    return read_rows(labels_dir, slug).filter(pc.equal(pc.field("status"), "ok"))
+    return compact_labels(labels_dir, slug).filter(pc.equal(pc.field("status"), "ok"))
 
 
 def default_slug(labels_dir: str) -> str:
@@ -117,5 +124,5 @@ def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
     return Examples(rows, data, feature_set)
 
 
-__all__ = ["KEY", "GRAPHS_FILE", "ok_labels", "default_slug", "join_graphs", "Examples",
+__all__ = ["KEY", "GRAPHS_FILE", "compact_labels", "ok_labels", "default_slug", "join_graphs", "Examples",
            "load_examples"]

@@ -1,0 +1,188 @@
+"""The README's cluster journey, run as written: `ray job submit` to a token-auth Ray head on
+127.0.0.1 (cluster/local_head.sh, started here), storage on the real S3 server.
+
+Each README command runs with tiny-size flags appended (argparse keeps the last value), so the
+journey is exercised exactly as users type it, only smaller.
+"""
+import ast
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAD = ROOT / "cluster/local_head.sh"
+VENV_BIN = ROOT / ".venv/bin"
+
+# Appended to the README's command for each job: the smallest run that still goes through every
+# stage of the job (export + graphs, a DDP epoch with a checkpoint, ...). A README command whose
+# job has no entry here fails the test; add its tiny flags with the command.
+TINY = {
+    "jobs/build_dataset.py": ["--archs", "test_resnet", "--resolutions", "32",
+                              "--batch-sizes", "1,2"],
+    # CPU stands in for CUDA; one batch size, one timed step.
+    "jobs/collect_labels.py": ["--device", "cpu", "--archs", "test_resnet", "--resolutions", "32",
+                               "--batch-sizes", "1", "--warmup", "1", "--steps", "1"],
+    "jobs/pretrain_gae.py": ["--dims", "32,16", "--epochs", "1", "--batch-size", "2",
+                             "--num-workers", "1", "--cpus-per-worker", "0.5",
+                             "--use-gpu", "false", "--max-failures", "0"],
+    # Step 2's single tiny label row cannot be split into train and validation: the committed
+    # CPU labels (uploaded with the working dir) stand in; the encoder is step 3's.
+    "jobs/train_regressors.py": ["--labels", "data/labels", "--targets", "train_step_ms",
+                                 "--seeds", "1337", "--max-epochs", "1"],
+}
+
+
+def job_flags(job: str) -> set[str]:
+    """The ``--flags`` a job accepts, read from its source (importing torch & co. takes minutes
+    on a loaded 1-core box): its own ``add_argument`` calls, or the fields of the dataclass it
+    hands to ``parse_config``."""
+    tree = ast.parse((ROOT / job).read_text())
+    calls = [n for n in ast.walk(tree) if isinstance(n, ast.Call)]
+    flags = {c.args[0].value for c in calls
+             if getattr(c.func, "attr", None) == "add_argument" and c.args
+             and isinstance(c.args[0], ast.Constant) and c.args[0].value.startswith("--")}
+    if flags:
+        return flags
+    cls = next(c.args[0].id for c in calls if getattr(c.func, "id", None) == "parse_config")
+    module = next(n.module for n in ast.walk(tree) if isinstance(n, ast.ImportFrom)
+                  and any(a.name == cls for a in n.names))
+    source = ast.parse((ROOT / (module.replace(".", "/") + ".py")).read_text())
+    body = next(n for n in source.body if isinstance(n, ast.ClassDef) and n.name == cls).body
+    return {"--" + f.target.id.replace("_", "-") for f in body if isinstance(f, ast.AnnAssign)}
+
+
+def check_job_argv(job: str, argv: list[str]):
+    """Every ``--flag`` in ``argv`` is one the job has."""
+    unknown = [a for a in argv if a.startswith("--") and a.split("=")[0] not in job_flags(job)]
+    assert not unknown, f"{job} has no {unknown}"
+
+
+def readme_journey() -> list[str]:
+    """The shell commands between the README's journey markers, continuation lines joined."""
+    text = (ROOT / "README.md").read_text()
+    m = re.search(r"<!-- journey -->(.*?)<!-- /journey -->", text, re.S)
+    assert m, "README.md lost its <!-- journey --> ... <!-- /journey --> markers"
+    body = "\n".join(re.findall(r"```bash\n(.*?)```", m.group(1), re.S))
+    body = body.replace("\\\n", " ")
+    return [line.strip() for line in body.splitlines()
+            if line.strip() and not line.strip().startswith("#")]
+
+
+def submissions() -> list[tuple[str, str, list[str]]]:
+    """(command, job, job argv) of every `ray job submit` in the journey."""
+    out = []
+    for cmd in readme_journey():
+        if not cmd.startswith("ray job submit"):
+            continue
+        words = shlex.split(cmd)
+        entry = words[words.index("--") + 1:]
+        assert entry[0] == "python" and entry[1].startswith("jobs/"), cmd
+        out.append((cmd, entry[1], entry[2:]))
+    return out
+
+
+def test_readme_journey_commands_parse():
+    """Every journey command names an existing job and flags that job has; so do the tiny flags
+    (the slow test below runs them for real)."""
+    subs = submissions()
+    assert [job for _, job, _ in subs][:2] == ["jobs/build_dataset.py", "jobs/collect_labels.py"]
+    for cmd, job, argv in subs:
+        assert "--working-dir ." in cmd, cmd
+        assert (ROOT / job).is_file(), cmd
+        check_job_argv(job, argv)
+    for job, argv in TINY.items():
+        check_job_argv(job, argv)
+    with pytest.raises(AssertionError, match="--epoch"):
+        check_job_argv("jobs/pretrain_gae.py", ["--epoch", "1"])
+
+
+# ---------------------------------------------------------------- end to end
+
+def _free_ports(n: int) -> list[int]:
+    socks = [socket.socket() for _ in range(n)]
+    try:
+        for s in socks:
+            s.bind(("127.0.0.1", 0))
+        return [s.getsockname()[1] for s in socks]
+    finally:
+        for s in socks:
+            s.close()
+
+
+@pytest.fixture(scope="module")
+def head(tmp_path_factory):
+    """A Ray head of our own: fresh state dir, free ports, the S3 settings in its environment."""
+    if not os.environ.get("AWS_ENDPOINT_URL"):
+        pytest.skip("no S3 server: run through scripts/test.sh")
+    gcs, dash, agent, client = _free_ports(4)
+    env = {**os.environ,
+           "TRAPPM_RAY_DIR": str(tmp_path_factory.mktemp("ray-head")),
+           "TRAPPM_RAY_PORT": str(gcs), "TRAPPM_DASHBOARD_PORT": str(dash),
+           "TRAPPM_AGENT_PORT": str(agent), "TRAPPM_CLIENT_PORT": str(client),
+           "TRAPPM_RAY_CPUS": "2"}
+    for var in ("RAY_ADDRESS", "RAY_AUTH_MODE", "RAY_AUTH_TOKEN", "RAY_AUTH_TOKEN_PATH"):
+        env.pop(var, None)
+    started = subprocess.run(["bash", str(HEAD), "start"], env=env, capture_output=True,
+                             text=True, timeout=400)
+    try:
+        assert started.returncode == 0, started.stdout + started.stderr
+        exports = subprocess.run(["bash", str(HEAD), "env"], env=env, capture_output=True,
+                                 text=True, check=True).stdout
+        for line in exports.splitlines():
+            if line.startswith("unset "):
+                env.pop(line.split()[1], None)
+            else:
+                key, _, value = line.removeprefix("export ").partition("=")
+                env[key] = value
+        env["PATH"] = f"{VENV_BIN}:{env['PATH']}"
+        yield env
+    finally:
+        subprocess.run(["bash", str(HEAD), "stop"], env=env, capture_output=True, timeout=120)
+
+
+def submit(env: dict, cmd: str, extra: list[str], timeout: int = 1200) -> str:
+    """Run one README `ray job submit` command (plus ``extra`` job flags); returns its output."""
+    t0 = time.monotonic()
+    proc = subprocess.run(["bash", "-c", f"{cmd} {shlex.join(extra)}"], cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=timeout)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0 and "succeeded" in out, f"{cmd}\n{out[-6000:]}"
+    print(f"{time.monotonic() - t0:6.0f} s  {cmd[:100]}")
+    return out
+
+
+def _last_json(out: str) -> dict:
+    """The job's JSON summary: the last top-level {...} block it printed."""
+    start = out.rindex("\n{")
+    end = out.index("\n}", start) + 2
+    return json.loads(out[start:end])
+
+
+@pytest.mark.slow
+def test_cluster_journey_on_local_head(head, s3_prefix):
+    from trappm_ray import storage
+
+    env = {**head, "STORE": s3_prefix}
+    ran = []
+    for cmd, job, _ in submissions():
+        if not (ROOT / job).exists():
+            continue  # a stage still being written; test_readme_journey_commands_parse guards
+        assert job in TINY, f"{job}: add its tiny flags to TINY in {__file__}"
+        out = submit(env, cmd, TINY[job])
+        ran.append(job)
+        if job == "jobs/build_dataset.py":
+            summary = _last_json(out)
+            assert summary["graphs"] == 2 and not summary["failed"], summary
+            assert storage.exists(storage.join(s3_prefix, "corpus", "dataset.json"))
+        elif job == "jobs/pretrain_gae.py":
+            result = _last_json(out)
+            assert result["epoch"] == 1 and result["encoder"].startswith(s3_prefix), result
+            assert storage.exists(result["encoder"])
+    assert ran[:1] == ["jobs/build_dataset.py"] and "jobs/pretrain_gae.py" in ran
