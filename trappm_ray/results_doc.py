@@ -4,7 +4,7 @@ from __future__ import annotations
 import os
 
 SPLIT_TITLES = {
-    "random": "Per-family random 70:30 split (the published protocol; seeds 1337-1341)",
+    "random": "Per-family random 70:30 split (the published protocol)",
     "arch": "Held-out architectures: 30% of each family's architectures, all their rows, in test",
     "family": "Leave one family out: each family in turn is the whole test set",
 }
@@ -53,6 +53,8 @@ def write_markdown(report: dict, path: str, plots: list[str], out_dir: str) -> N
         f"{meta['date']}; wall time {meta['wall_s'] / 60:.1f} min",
         f"* targets: {', '.join(meta['targets'])}; `train_memory_mb` on CPU is the peak resident "
         "memory above the process's idle baseline (see docs/labels.md)",
+        f"* seeds {', '.join(map(str, cfg['seeds']))} for the random and arch splits (GNN baselines: "
+        f"the first {cfg.get('baseline_seeds', len(cfg['seeds']))}); leave-one-family-out: one fold per family",
         "* cells: MAPE % (RMSE in the target's unit); per-family values are means over the seeds "
         "whose test set holds that family; the last row is the mean over families (the paper's "
         "average); bold = lowest mean MAPE",
