@@ -277,7 +277,10 @@ def _measure_in_child(spec: MeasureSpec) -> dict:
     model = zoo.create_model(spec.arch, spec.resolution).to(dev)
     out["params"] = sum(p.numel() for p in model.parameters())
     x = torch.randn(spec.batch_size, 3, spec.resolution, spec.resolution, device=dev)
-    y = torch.randint(0, getattr(model, "num_classes", 0) or 1000, (spec.batch_size,), device=dev)
+    # headless timm models (num_classes=0, e.g. DINOv2 backbones) output pooled features
+    classes = getattr(model, "num_classes", 0) or getattr(model, "head_hidden_size", None) \
+        or getattr(model, "num_features", 0) or 1000
+    y = torch.randint(0, classes, (spec.batch_size,), device=dev)
     opt = (torch.optim.Adam(model.parameters()) if spec.optimizer == "adam"
            else torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9))
     half = None if spec.dtype == "float32" else getattr(torch, spec.dtype)
