@@ -41,6 +41,8 @@ class EvalConfig:
         seeds: seeds of the random and arch splits (family: one fold per family, first seed).
         baseline_seeds: the GNN baselines and ablation (published, nnlqp, random-encoder) run
             with the first N seeds only: each GNN fit costs minutes on CPU.
+        arch_seeds: the held-out-architecture split uses the first N seeds.
+        split_targets: targets evaluated on the arch and family splits (empty = all).
         max_epochs: cap the GNN recipes' epochs (0 = recipe default).
         out: directory for results.json, results.md and plots.
         ray_address: an existing cluster (empty = local).
@@ -58,6 +60,8 @@ class EvalConfig:
     splits: tuple[str, ...] = ("random", "arch", "family")
     seeds: tuple[int, ...] = SEEDS
     baseline_seeds: int = 2
+    arch_seeds: int = 5
+    split_targets: tuple[str, ...] = ()
     max_epochs: int = 0
     out: str = "docs"
     ray_address: str = ""
@@ -71,7 +75,7 @@ def _instances(cfg: EvalConfig, families: list[str]) -> list[tuple[str, int, str
         if kind == "family":
             out += [(kind, cfg.seeds[0], f) for f in families]
         else:
-            out += [(kind, s, None) for s in cfg.seeds]
+            out += [(kind, s, None) for s in (cfg.seeds[:cfg.arch_seeds] if kind == "arch" else cfg.seeds)]
     return out
 
 
@@ -119,6 +123,8 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
         if seed not in cfg.seeds[:cfg.baseline_seeds]:
             models = [m for m in models if m == "trappm-ray" or m in STATIC_MODELS]
         for target in targets:
+            if kind != "random" and cfg.split_targets and target not in cfg.split_targets:
+                continue
             y = ex2.column(target)
             ok = lambda idx: idx[np.isfinite(y[idx]) & (y[idx] > 0)]  # noqa: E731
             for model in models:

@@ -53,8 +53,10 @@ def write_markdown(report: dict, path: str, plots: list[str], out_dir: str) -> N
         f"{meta['date']}; wall time {meta['wall_s'] / 60:.1f} min",
         f"* targets: {', '.join(meta['targets'])}; `train_memory_mb` on CPU is the peak resident "
         "memory above the process's idle baseline (see docs/labels.md)",
-        f"* seeds {', '.join(map(str, cfg['seeds']))} for the random and arch splits (GNN baselines: "
-        f"the first {cfg.get('baseline_seeds', len(cfg['seeds']))}); leave-one-family-out: one fold per family",
+        f"* random split: seeds {', '.join(map(str, cfg['seeds']))} (GNN baselines: the first "
+        f"{cfg['baseline_seeds']}); held-out architectures: the first {cfg['arch_seeds']} seeds; "
+        "leave-one-family-out: one fold per family; GNN epochs capped at "
+        f"{cfg['max_epochs'] or 'the recipe default'}",
         "* cells: MAPE % (RMSE in the target's unit); per-family values are means over the seeds "
         "whose test set holds that family; the last row is the mean over families (the paper's "
         "average); bold = lowest mean MAPE",
@@ -68,7 +70,8 @@ def write_markdown(report: dict, path: str, plots: list[str], out_dir: str) -> N
             continue
         out += ["", f"## {SPLIT_TITLES[kind]}", ""]
         for target in meta["targets"]:
-            out += [f"### {target}", ""] + _table(results[kind], target) + [""]
+            if any(target in r for r in results[kind].values()):
+                out += [f"### {target}", ""] + _table(results[kind], target) + [""]
     out += ["## Training time", "",
             "Sum of task seconds over seeds/folds and targets (tasks ran in parallel, one CPU each).",
             "", "| split | model | seconds |", "|---|---|---|"]
