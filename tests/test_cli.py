@@ -120,10 +120,10 @@ def test_bad_input_exits_2_with_one_line(capsys, files, key, extra, needle):
     assert_one_error_line(captured.err, needle)
 
 
-def _subprocess(*argv):
+def _subprocess(*argv, timeout: int = 60):
     env = {**os.environ, "PYTHONWARNINGS": "ignore"}
     return subprocess.run([sys.executable, "-m", "trappm_ray.cli", *argv], capture_output=True,
-                          text=True, timeout=60, env=env)
+                          text=True, timeout=timeout, env=env)
 
 
 def test_subprocess_success(files):
@@ -140,3 +140,88 @@ def test_subprocess_bad_inputs(files):
         assert proc.returncode == 2, (key, proc.stderr)
         assert proc.stdout == ""
         assert_one_error_line(proc.stderr, NEEDLE[key])
+
+
+# -- trappm-ray predict ---------------------------------------------------------------------------
+PREDICT_CONTRACT = {"train_step_ms", "train_memory_mb", "inference_ms", "interval", "model_version"}
+
+
+@pytest.fixture(scope="module")
+def predictor_dir(tmp_path_factory) -> str:
+    from predictor_builders import random_predictor
+
+    path = str(tmp_path_factory.mktemp("predictor") / "random")
+    random_predictor().save(path)
+    return path
+
+
+def run_predict(capsys, *argv) -> tuple[int, str, str]:
+    rc = cli.main(["predict", *argv])
+    captured = capsys.readouterr()
+    return rc, captured.out, captured.err
+
+
+def test_predict_json_contract(capsys, files, predictor_dir):
+    rc, out, err = run_predict(capsys, files["cnn"], "--batch-size", "8", "--predictor",
+                               predictor_dir, "--json")
+    assert rc == 0 and err == "", err
+    lines = out.strip().splitlines()
+    assert len(lines) == 1
+    report = json.loads(lines[0])
+    assert PREDICT_CONTRACT <= report.keys() and report["batch_size"] == 8
+    for t in ("train_step_ms", "train_memory_mb", "inference_ms"):
+        lo, hi = report["interval"][t]
+        assert isinstance(report[t], float) and lo <= report[t] <= hi
+    assert report["model_version"].startswith("random@") and report["model"] == files["cnn"]
+
+
+def test_predict_text_report(capsys, files, predictor_dir):
+    rc, out, _ = run_predict(capsys, files["cnn"], "--predictor", predictor_dir,
+                             "--memory-budget-mb", "1e9", "--steps", "1000", "--price-per-hour", "2")
+    assert rc == 0
+    for needle in ("training step time", "training memory", "inference latency", "samples/s",
+                   "smallest GPU profile", "largest batch <= 1e+09 MB", "1000 steps at 2/h",
+                   "device test"):
+        assert needle in out, (needle, out)
+
+
+def test_predict_sweep_writes_png(capsys, files, predictor_dir, tmp_path):
+    plot = tmp_path / "sweep.png"
+    rc, out, err = run_predict(capsys, files["cnn"], "--predictor", predictor_dir, "--sweep",
+                               "--sweep-max", "16", "--plot", str(plot), "--json")
+    assert rc == 0, err
+    report = json.loads(out)
+    assert [r["batch_size"] for r in report["sweep"]] == [1, 2, 4, 8, 16]
+    assert report["plot"] == str(plot) and plot.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    rc, out, _ = run_predict(capsys, files["cnn"], "--predictor", predictor_dir, "--sweep",
+                             "--sweep-max", "4", "--plot", str(plot))
+    assert rc == 0 and "plot written to" in out
+
+
+@pytest.mark.parametrize("key,needle", [("truncated", "corrupt_protobuf"), ("empty", "empty"),
+                                        ("external", "external_data"), ("missing", "not a file"),
+                                        ("if", "control flow")])
+def test_predict_bad_input_one_line(capsys, files, predictor_dir, key, needle):
+    rc, out, err = run_predict(capsys, files[key], "--predictor", predictor_dir, "--json")
+    assert rc == 2 and out == ""
+    assert_one_error_line(err, needle)
+
+
+def test_predict_without_default_predictor(capsys, files, monkeypatch, tmp_path):
+    import trappm_ray.predict as api
+    import trappm_ray.predictor as predictor_mod
+
+    monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", tmp_path / "none")
+    monkeypatch.setattr(api, "_LOADED", {})
+    rc, out, err = run_predict(capsys, files["cnn"], "--json")
+    assert rc == 2 and out == ""
+    assert_one_error_line(err, "no default predictor")
+
+
+def test_predict_subprocess_json(files, predictor_dir):
+    # torch is imported here: give a busy machine more time than the featurizer-only commands
+    proc = _subprocess("predict", files["cnn"], "--batch-size", "2", "--predictor", predictor_dir,
+                       "--json", timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert PREDICT_CONTRACT <= json.loads(proc.stdout).keys()
+    # (bad input through a real process: test_subprocess_bad_inputs, same main(); in-process above)

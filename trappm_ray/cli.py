@@ -113,12 +113,18 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    import os
     import warnings
 
-    with warnings.catch_warnings():  # torch / PyG deprecation chatter at import time
-        warnings.simplefilter("ignore")
-        from . import predict as api
+    with warnings.catch_warnings():  # torch / PyG deprecation chatter is not the user's business
+        warnings.simplefilter("ignore", FutureWarning)
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return _predict(args)
+
+
+def _predict(args: argparse.Namespace) -> int:
+    import os
+
+    from . import predict as api
 
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,

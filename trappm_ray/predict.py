@@ -255,12 +255,12 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
         return path.read_bytes(), text
     if path.suffix == ".onnx" or os.sep in text or not text.replace("_", "").replace(".", "").isalnum():
         raise errors.NotAModel(f"{text} is not a file")
-    try:
-        from .zoo import export_skeleton
-    except ImportError:
-        raise errors.NotAModel(f"{text} is not a file (timm names need the zoo extra)") from None
+    from .zoo import export_skeleton  # torch and timm are imported inside, on use
+
     try:
         return export_skeleton(text, resolution or DEFAULT_RESOLUTION).onnx_bytes, text
+    except ImportError:
+        raise errors.NotAModel(f"{text} is not a file (timm names need the zoo extra)") from None
     except RuntimeError as e:  # timm: "Unknown model"
         raise errors.NotAModel(f"{text} is neither a file nor a timm model ({e})") from None
 
@@ -278,8 +278,9 @@ def fitting_profiles(memory_mb: float) -> tuple[dict[str, str | None], str | Non
     for gpu, profiles in GPU_PROFILES.items():
         fit = next(((name, gb) for name, gb in profiles if memory_mb < gb * 1024), None)
         per_gpu[gpu] = fit[0] if fit else None
-        if fit and (best is None or (fit[1], fit[0]) < best[0]):
-            best = ((fit[1], fit[0]), f"{gpu} {fit[0]}")
+        rank = fit and (fit[1], int(fit[0].split("g.")[0]))  # memory, then compute slices
+        if fit and (best is None or rank < best[0]):
+            best = (rank, f"{gpu} {fit[0]}")
     return per_gpu, best[1] if best else None
 
 

@@ -7,8 +7,8 @@ or JSON ``{"uri": ..., options}``; options of a raw body go in the query string)
 ``GET /v1/models``, ``GET /healthz``. Bad input is a 4xx JSON ``{"error": {"code", "message"}}``
 and never harms the replica. Nothing runs at import: :func:`build_app` is the YAML's builder.
 """
-from __future__ import annotations
-
+# No ``from __future__ import annotations``: FastAPI reads the route parameters' annotations
+# at runtime, and as strings Serve's ingress wrapper cannot resolve ``Request``.
 import asyncio
 import email.parser
 import email.policy
@@ -61,7 +61,7 @@ class ServeSettings:
     max_batch_search: int = 4096
 
     @classmethod
-    def from_args(cls, args: dict | None) -> ServeSettings:
+    def from_args(cls, args: dict | None) -> "ServeSettings":
         args = dict(args or {})
         unknown = set(args) - {f.name for f in fields(cls)}
         if unknown:
@@ -174,13 +174,11 @@ class TrappmPredictor:
     """One replica: a loaded predictor, a result cache and the HTTP routes."""
 
     def __init__(self, settings: dict):
-        from .predict import load_predictor, model_version
+        from .predict import device_of, load_predictor, model_version
 
         self.settings = ServeSettings.from_args(settings)
         self.predictor = load_predictor(self.settings.predictor)
         m = self.predictor.manifest
-        from .predict import device_of
-
         self.info = {"model_version": model_version(self.predictor), "name": m.get("name"),
                      "version": m.get("version"), "device": device_of(self.predictor),
                      "targets": list(self.predictor.targets), "seeds": m.get("seeds"),
@@ -217,7 +215,8 @@ class TrappmPredictor:
             key = hashlib.sha256(data).hexdigest() + opts.key()
             if key in self.cache:
                 self.cache.move_to_end(key)
-                return {**self.cache[key], "cached": True}
+                # same bytes and options, maybe another name: the label is the request's own
+                return {**self.cache[key], "model": label, "cached": True}
             result = await self.predict_batch((data, opts, label))
             if isinstance(result, errors.ModelError):
                 return error_response(result.status, result.code, str(result))

@@ -1,0 +1,114 @@
+"""Single-prediction latency on one core: ResNet-101 at batch 32, end to end.
+
+    .venv/bin/python benchmarks/predict.py [--repeat 30] [--predictor URI] [--onnx PATH] [--json PATH]
+
+End to end = read the ONNX file + featurize at batch 32 + the seed ensemble
+(``trappm_ray.predict.predict(path, 32, predictor=...)``, predictor already loaded). Baselines from
+the same run: featurize alone (the floor the API cannot beat) and the ensemble alone; the ratio
+e2e / featurize is the API's overhead. The first call, predictor load included, is reported as
+"cold". Target: e2e median <= 50 ms. Without a shipped default predictor, ``--predictor`` is
+needed, or ``--random`` times an untrained predictor of the shipped recipe's shape.
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+
+for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
+    os.environ[_var] = "1"  # before numpy / torch are imported: "one core"
+
+import json  # noqa: E402
+import statistics  # noqa: E402
+import tempfile  # noqa: E402
+import time  # noqa: E402
+from pathlib import Path  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+ONNX = ROOT / "artifacts" / "bench" / "resnet101_224.onnx"
+TARGET_MS = 50.0
+
+
+def ms(times: list[float]) -> dict:
+    s = sorted(times)
+    return {"median": 1e3 * statistics.median(s), "p90": 1e3 * s[int(0.9 * (len(s) - 1))],
+            "min": 1e3 * s[0]}
+
+
+def resnet101(path: Path) -> Path:
+    if not path.exists():
+        from trappm_ray.zoo import export_skeleton
+
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_bytes(export_skeleton("resnet101", 224).onnx_bytes)
+    return path
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--repeat", type=int, default=30)
+    ap.add_argument("--predictor", default=None)
+    ap.add_argument("--random", action="store_true", help="untrained predictor (timing only)")
+    ap.add_argument("--onnx", default=str(ONNX))
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    import torch
+
+    torch.set_num_threads(1)
+    from trappm_ray import predict as P
+    from trappm_ray.featurize import featurize
+
+    predictor = args.predictor
+    if args.random:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from predictor_builders import random_predictor
+
+        predictor = tempfile.mkdtemp(prefix="bench-predictor-")
+        # about the shape of the trained recipe (encoder 128-64-64-64, 5 seeds), untrained
+        random_predictor(seeds=(1, 2, 3, 4, 5), encoder_dims=(128, 64, 64, 64), hidden=64,
+                         fc=64).save(predictor)
+    path = str(resnet101(Path(args.onnx)))
+    b = args.batch_size
+
+    t0 = time.perf_counter()
+    first = P.predict(path, b, predictor=predictor)
+    cold = time.perf_counter() - t0
+    pred = P.load_predictor(predictor)
+    graph = featurize(path, batch_size=b)
+    e2e, feat, ens = [], [], []
+    for _ in range(2):  # warm-up
+        P.predict(path, b, predictor=pred)
+    for _ in range(args.repeat):  # interleaved, so background load hits all alike
+        t = time.perf_counter()
+        P.predict(path, b, predictor=pred)
+        e2e.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        featurize(path, batch_size=b)
+        feat.append(time.perf_counter() - t)
+        t = time.perf_counter()
+        pred.predict_graphs([graph])
+        ens.append(time.perf_counter() - t)
+    res = {"model": path, "batch_size": b, "nodes": graph.num_nodes,
+           "predictor": first.model_version, "seeds": len(pred.manifest["seeds"]),
+           "cpu": sorted(os.sched_getaffinity(0)), "load_avg": os.getloadavg()[0],
+           "cold_ms": 1e3 * cold, "e2e": ms(e2e), "featurize": ms(feat), "ensemble": ms(ens)}
+    res["ratio_e2e_featurize"] = res["e2e"]["median"] / res["featurize"]["median"]
+    res["pass"] = res["e2e"]["median"] <= TARGET_MS
+    print(f"ResNet-101 ({graph.num_nodes} nodes) batch {b}, predictor {first.model_version} "
+          f"({res['seeds']} seeds), CPU {res['cpu']}, load avg {res['load_avg']:.1f}")
+    print(f"{'stage':<12}{'median ms':>10}{'p90 ms':>10}{'min ms':>10}")
+    for k in ("e2e", "featurize", "ensemble"):
+        print(f"{k:<12}{res[k]['median']:>10.1f}{res[k]['p90']:>10.1f}{res[k]['min']:>10.1f}")
+    print(f"cold (predictor load + first call): {res['cold_ms']:.0f} ms")
+    print(f"e2e / featurize = {res['ratio_e2e_featurize']:.2f}x")
+    print(f"target e2e <= {TARGET_MS:.0f} ms: {'PASS' if res['pass'] else 'FAIL'}")
+    if os.getloadavg()[0] > len(os.sched_getaffinity(0)) / 2 + 0.5:
+        print("note: the machine is loaded; compare runs from the same conditions")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,140 @@
+"""Serve throughput and latency at fixed concurrency, and Serve's overhead over a direct call.
+
+    .venv/bin/python benchmarks/serve.py [--requests 300] [--concurrency 8] [--replicas 1]
+                                         [--predictor URI | --random] [--onnx PATH] [--json PATH]
+
+Starts a private Ray cluster on 127.0.0.1 and the app of trappm_ray.serve with the result
+cache off (every request is computed), then a bounded local load generator: ``--requests``
+POSTs of the same ONNX file (ResNet-101, batch 32 by default), ``--concurrency`` threads, each
+sending its next request when the previous one answered (closed loop: no queue builds up
+beyond the concurrency). Baseline in the same run: the direct in-process call
+``predict_many`` on the same bytes, one at a time; overhead = Serve at concurrency 1 minus direct
+(medians). Targets: >= 30 req/s with p99 <= 250 ms and 0 errors at the given concurrency.
+"""
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import json
+import os
+import socket
+import statistics
+import sys
+import tempfile
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+ONNX = ROOT / "artifacts" / "bench" / "resnet101_224.onnx"
+
+
+def pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    return 1e3 * s[min(len(s) - 1, int(round(q * (len(s) - 1))))]
+
+
+def load(url: str, body: bytes, requests: int, concurrency: int) -> dict:
+    """``requests`` POSTs from ``concurrency`` closed-loop threads; latencies and errors."""
+    import httpx
+
+    headers = {"Content-Type": "application/octet-stream"}
+    latencies: list[float] = []
+    failed: list[int] = []  # list appends are atomic under the GIL; `+=` on an int is not
+    counter = iter(range(requests))
+
+    def worker() -> None:
+        with httpx.Client(timeout=60) as client:
+            for _ in counter:  # shared iterator: stops after `requests` in total
+                t = time.perf_counter()
+                try:
+                    ok = client.post(url, content=body, headers=headers).status_code == 200
+                except httpx.HTTPError:
+                    ok = False
+                latencies.append(time.perf_counter() - t)
+                if not ok:
+                    failed.append(1)
+
+    start = time.perf_counter()
+    with concurrent.futures.ThreadPoolExecutor(concurrency) as pool:
+        for f in [pool.submit(worker) for _ in range(concurrency)]:
+            f.result()
+    wall = time.perf_counter() - start
+    return {"requests": requests, "concurrency": concurrency, "errors": len(failed),
+            "rps": requests / wall, "p50_ms": pct(latencies, 0.5), "p99_ms": pct(latencies, 0.99)}
+
+
+def main() -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--requests", type=int, default=300)
+    ap.add_argument("--concurrency", type=int, default=8)
+    ap.add_argument("--replicas", type=int, default=1)
+    ap.add_argument("--batch-size", type=int, default=32)
+    ap.add_argument("--predictor", default="default")
+    ap.add_argument("--random", action="store_true", help="untrained predictor (timing only)")
+    ap.add_argument("--onnx", default=str(ONNX))
+    ap.add_argument("--json", default=None)
+    args = ap.parse_args()
+    from trappm_ray import predict as P
+    from trappm_ray.ray_init import ensure_ray
+    from trappm_ray.serve import ServeSettings, TrappmPredictor
+
+    predictor = args.predictor
+    if args.random:
+        sys.path.insert(0, str(ROOT / "tests"))
+        from predictor_builders import random_predictor
+
+        predictor = tempfile.mkdtemp(prefix="bench-predictor-")
+        random_predictor(seeds=(1, 2, 3, 4, 5), encoder_dims=(128, 64, 64, 64), hidden=64,
+                         fc=64).save(predictor)
+    body = Path(args.onnx).read_bytes()
+
+    # direct baseline, in this process, one call at a time
+    pred = P.load_predictor(predictor)
+    item = [(body, P.PredictOptions(args.batch_size), "<upload>")]
+    P.predict_many(item, pred)
+    direct = []
+    for _ in range(30):
+        t = time.perf_counter()
+        P.predict_many(item, pred)
+        direct.append(time.perf_counter() - t)
+
+    ensure_ray(num_cpus=max(2, args.replicas))
+    from ray import serve
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    serve.start(http_options={"host": "127.0.0.1", "port": port})
+    settings = ServeSettings.from_args({"predictor": predictor, "cache_size": 0})
+    serve.run(TrappmPredictor.options(
+        autoscaling_config={"min_replicas": args.replicas, "max_replicas": args.replicas},
+        ray_actor_options={"num_cpus": 1}).bind(asdict(settings)), name="bench", route_prefix="/")
+    url = f"http://127.0.0.1:{port}/v1/predict?batch_size={args.batch_size}"
+    load(url, body, 10, 2)  # warm-up
+    single = load(url, body, 30, 1)
+    loaded = load(url, body, args.requests, args.concurrency)
+    serve.shutdown()
+
+    direct_ms = 1e3 * statistics.median(direct)
+    res = {"model": args.onnx, "batch_size": args.batch_size, "replicas": args.replicas,
+           "load_avg": os.getloadavg()[0], "direct_p50_ms": direct_ms, "serve_c1": single,
+           "serve": loaded, "overhead_ms": single["p50_ms"] - direct_ms,
+           "ratio_serve_c1_direct": single["p50_ms"] / direct_ms}
+    res["pass"] = loaded["rps"] >= 30 and loaded["p99_ms"] <= 250 and loaded["errors"] == 0
+    print(f"{Path(args.onnx).name} batch {args.batch_size}, {args.replicas} replica(s), "
+          f"load avg {res['load_avg']:.1f}")
+    print(f"direct call p50            {direct_ms:8.1f} ms")
+    print(f"serve, concurrency 1 p50   {single['p50_ms']:8.1f} ms  "
+          f"(overhead {res['overhead_ms']:.1f} ms, {res['ratio_serve_c1_direct']:.2f}x direct)")
+    print(f"serve, concurrency {loaded['concurrency']:<3}     {loaded['rps']:8.1f} req/s  "
+          f"p50 {loaded['p50_ms']:.1f} ms  p99 {loaded['p99_ms']:.1f} ms  "
+          f"errors {loaded['errors']}/{loaded['requests']}")
+    print(f"throughput / direct rate   {loaded['rps'] * direct_ms / 1e3:8.2f}x")
+    print(f"target >= 30 req/s, p99 <= 250 ms, 0 errors: {'PASS' if res['pass'] else 'FAIL'}")
+    if args.json:
+        Path(args.json).write_text(json.dumps(res, indent=1))
+
+
+if __name__ == "__main__":
+    main()

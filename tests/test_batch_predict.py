@@ -1,0 +1,134 @@
+"""jobs/batch_predict.py's library: one row per file, error rows, re-runs skip, local and S3."""
+from __future__ import annotations
+
+import pyarrow.parquet as pq
+import pytest
+
+import onnx_builders as B
+from predictor_builders import random_predictor
+from trappm_ray import storage
+from trappm_ray.batch_predict import SCHEMA, BatchPredictConfig, done_paths, list_onnx, run
+
+
+@pytest.fixture(scope="module")
+def predictor_dir(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("predictor") / "random")
+    random_predictor().save(path)
+    return path
+
+
+def write_inputs(put, prefix: str) -> dict[str, str]:
+    """Two good models (one in a sub-folder), one corrupt file, one non-ONNX file to ignore."""
+    cnn = B.to_bytes(B.cnn_model())
+    files = {"good_cnn": (f"{prefix}/cnn.onnx", cnn),
+             "good_block": (f"{prefix}/sub/block.onnx", B.to_bytes(B.transformer_block())),
+             "corrupt": (f"{prefix}/broken.onnx", cnn[: len(cnn) // 3]),
+             "ignored": (f"{prefix}/notes.txt", b"not a model")}
+    for uri, data in files.values():
+        put(uri, data)
+    return {k: uri for k, (uri, _) in files.items()}
+
+
+def read_rows(dst: str) -> list[dict]:
+    rows = []
+    for uri in storage.listdir(dst, ".parquet"):
+        rows += storage.read_table(uri).to_pylist()
+    return rows
+
+
+def check_rows(rows: list[dict], inputs: dict[str, str]) -> None:
+    by_path = {r["path"]: r for r in rows}
+    assert len(rows) == 3 and len(by_path) == 3, [r["path"] for r in rows]
+    bad = by_path[inputs["corrupt"]]
+    assert bad["status"] == "error" and bad["error_code"] == "corrupt_protobuf"
+    assert bad["train_step_ms"] is None and "\n" not in bad["error"]
+    for key in ("good_cnn", "good_block"):
+        r = by_path[inputs[key]]
+        assert r["status"] == "ok" and r["error"] is None, r
+        assert r["train_step_ms_low"] <= r["train_step_ms"] <= r["train_step_ms_high"]
+        assert r["train_memory_mb"] > 0 and r["inference_ms"] > 0 and r["batch_size"] == 2
+        assert r["model_version"].startswith("random@") and r["compute"] == "cpu"
+    assert by_path[inputs["good_cnn"]]["nodes"] == 5
+
+
+def test_list_and_done_paths(tmp_path):
+    inputs = write_inputs(lambda p, d: storage.write_bytes(p, d), str(tmp_path / "in"))
+    assert list_onnx(str(tmp_path / "in")) == sorted(
+        inputs[k] for k in ("good_cnn", "good_block", "corrupt"))
+    with pytest.raises(FileNotFoundError):
+        list_onnx(str(tmp_path / "missing"))
+    assert done_paths(str(tmp_path / "out"), "v") == set()
+    rows = [{"path": "a", "status": "ok", "model_version": "v"},
+            {"path": "b", "status": "error", "model_version": "v"},
+            {"path": "c", "status": "ok", "model_version": "older"}]
+    import pyarrow as pa
+
+    storage.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), str(tmp_path / "out" / "x.parquet"))
+    assert done_paths(str(tmp_path / "out"), "v") == {"a", "b"}
+
+
+def test_local_directory_rows_and_rerun(ray_session, predictor_dir, tmp_path):
+    inputs = write_inputs(lambda p, d: storage.write_bytes(p, d), str(tmp_path / "in"))
+    cfg = BatchPredictConfig(src=str(tmp_path / "in"), dst=str(tmp_path / "out"),
+                             predictor=predictor_dir, batch_size=2, actors=1, rows_per_batch=2)
+    first = run(cfg)
+    assert (first.files, first.skipped, first.predicted, first.ok, first.errors) == (3, 0, 3, 2, 1)
+    check_rows(read_rows(cfg.dst), inputs)
+    for f in storage.listdir(cfg.dst, ".parquet"):
+        assert pq.read_schema(f).equals(SCHEMA, check_metadata=False)
+
+    again = run(cfg)  # nothing new: no Ray work, no new rows
+    assert (again.skipped, again.predicted) == (3, 0) and len(read_rows(cfg.dst)) == 3
+
+
+@pytest.mark.slow
+def test_rerun_predicts_only_new_files(ray_session, predictor_dir, tmp_path):
+    write_inputs(lambda p, d: storage.write_bytes(p, d), str(tmp_path / "in"))
+    cfg = BatchPredictConfig(src=str(tmp_path / "in"), dst=str(tmp_path / "out"),
+                             predictor=predictor_dir, rows_per_batch=8)
+    assert run(cfg).predicted == 3
+    storage.write_bytes(str(tmp_path / "in" / "new.onnx"), B.to_bytes(B.layernorm_gelu_model()))
+    third = run(cfg)
+    assert (third.skipped, third.predicted, third.ok) == (3, 1, 1)
+    assert len(read_rows(cfg.dst)) == 4
+
+
+def test_missing_predictor_fails_before_ray(tmp_path):
+    from trappm_ray.predictor import PredictorError
+
+    cfg = BatchPredictConfig(src=str(tmp_path), dst=str(tmp_path / "out"),
+                             predictor=str(tmp_path / "no-predictor"))
+    with pytest.raises(PredictorError):
+        run(cfg)
+
+
+@pytest.mark.s3
+def test_s3_prefix_with_a_corrupt_file(ray_session, predictor_dir, s3_prefix):
+    inputs = write_inputs(lambda p, d: storage.write_bytes(p, d), f"{s3_prefix}/in")
+    cfg = BatchPredictConfig(src=f"{s3_prefix}/in", dst=f"{s3_prefix}/out", predictor=predictor_dir,
+                             batch_size=2, actors=1, rows_per_batch=3)
+    summary = run(cfg)
+    assert (summary.files, summary.ok, summary.errors) == (3, 2, 1)
+    check_rows(read_rows(cfg.dst), inputs)
+    assert run(cfg).predicted == 0
+
+
+@pytest.mark.slow
+def test_job_script_positional_args(predictor_dir, tmp_path):
+    """The thin script: SRC DST positionally, flags after; prints the summary as JSON."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    write_inputs(lambda p, d: storage.write_bytes(p, d), str(tmp_path / "in"))
+    script = Path(__file__).resolve().parents[1] / "jobs" / "batch_predict.py"
+    env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONWARNINGS": "ignore"}
+    env.pop("RAY_ADDRESS", None)
+    proc = subprocess.run([sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "out"),
+                           "--predictor", predictor_dir, "--num-cpus", "1"],
+                          capture_output=True, text=True, timeout=600, env=env)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    summary = json.loads(proc.stdout[proc.stdout.index("{"):])
+    assert (summary["files"], summary["ok"], summary["errors"]) == (3, 2, 1)

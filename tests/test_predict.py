@@ -1,0 +1,196 @@
+"""The Python API: ``trappm_ray.predict`` and its derived quantities (no Ray, no server)."""
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+import onnx_builders as B
+import trappm_ray
+from predictor_builders import random_predictor
+from trappm_ray import errors
+from trappm_ray import predict as P
+from trappm_ray.featurize import featurize
+from trappm_ray.predictor import PredictorError
+
+CONTRACT = {"train_step_ms", "train_memory_mb", "inference_ms", "interval", "model_version",
+            "device", "batch_size", "gpu_profiles", "smallest_profile", "throughput_samples_s"}
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory) -> str:
+    path = str(tmp_path_factory.mktemp("predictor") / "random")
+    random_predictor().save(path)
+    return path
+
+
+def test_predict_bytes_path_and_contract(saved, tmp_path):
+    f = tmp_path / "cnn.onnx"
+    f.write_bytes(B.to_bytes(B.cnn_model()))
+    a = trappm_ray.predict(str(f), batch_size=4, predictor=saved)
+    b = P.predict(f.read_bytes(), 4, predictor=saved)
+    assert isinstance(a, P.Prediction) and a.model == str(f) and b.model == "<bytes>"
+    assert a.train_step_ms == b.train_step_ms and a.model_sha256 == b.model_sha256
+    d = a.to_dict()
+    assert CONTRACT <= d.keys() and d["batch_size"] == 4 and d["train_power_w"] is None
+    for t in ("train_step_ms", "train_memory_mb", "inference_ms"):
+        e = getattr(a, t)
+        assert 0 <= e.low <= e.value <= e.high and d["interval"][t] == [e.low, e.high]
+        assert e.high - e.value == pytest.approx(1.96 * e.std)
+    assert d["model_version"].startswith("random@") and d["device"]["slug"] == "test-device"
+    assert d["graph"]["nodes"] == 5 and d["graph"]["params"] == B.cnn_expect(4)["total_params"]
+    assert a.throughput_samples_s == pytest.approx(4e3 / a.train_step_ms.value)
+    assert a.training_cost is None and a.max_batch_size is None
+
+
+def test_predict_matches_predictor(saved):
+    """The API adds nothing to the predictor's own numbers."""
+    pred = P.load_predictor(saved)
+    want = pred.predict_graphs([featurize(B.cnn_model(), batch_size=8)])[0]
+    got = P.predict(B.cnn_model(), 8, predictor=pred)
+    assert got.train_memory_mb.value == want["train_memory_mb"]
+    assert got.inference_ms.std == want["inference_ms_std"]
+
+
+def test_dims_resolution_and_cost(saved):
+    p = P.predict(B.transformer_block("seq"), 2, predictor=saved, dims={"seq": 16}, steps=5000,
+                  price_per_hour=3.0, interval_z=0.0)
+    assert p.train_step_ms.low == p.train_step_ms.value == p.train_step_ms.high
+    c = p.training_cost
+    assert c.hours == pytest.approx(5000 * p.train_step_ms.value / 3.6e6)
+    assert c.cost == pytest.approx(c.hours * 3.0) and p.cost(10, 1.0).steps == 10
+    with pytest.raises(errors.UnresolvedShapes):
+        P.predict(B.cnn_model(hw="H"), 1, predictor=saved)
+    assert P.predict(B.cnn_model(hw="H"), 1, predictor=saved, resolution=12).graph["macs"] == \
+        B.cnn_expect(1, hw=12)["total_macs"]
+
+
+@pytest.mark.parametrize("memory_mb,per_gpu,smallest", [
+    (4000, ("1g.5gb", "1g.10gb", "1g.10gb"), "A100-40GB 1g.5gb"),
+    (6000, ("2g.10gb", "1g.10gb", "1g.10gb"), "A100-80GB 1g.10gb"),
+    (15000, ("3g.20gb", "2g.20gb", "1g.20gb"), "H100-80GB 1g.20gb"),
+    (30000, ("7g.40gb", "3g.40gb", "3g.40gb"), "A100-80GB 3g.40gb"),  # 3 slices beat 7
+    (50000, (None, "7g.80gb", "7g.80gb"), "A100-80GB 7g.80gb"),
+    (90000, (None, None, None), None),
+])
+def test_fitting_profiles(memory_mb, per_gpu, smallest):
+    profiles, best = P.fitting_profiles(memory_mb)
+    assert tuple(profiles[g] for g in ("A100-40GB", "A100-80GB", "H100-80GB")) == per_gpu
+    assert best == smallest
+
+
+def test_profile_boundary_is_strict():
+    """DIPPM's rule is "< 5 GB": exactly 5 GB does not fit the 5 GB profile."""
+    assert P.fitting_profiles(5 * 1024)[0]["A100-40GB"] == "2g.10gb"
+    assert P.fitting_profiles(5 * 1024 - 1)[0]["A100-40GB"] == "1g.5gb"
+
+
+class LinearMemory:
+    """A stand-in predictor whose memory is 10 MB per sample; counts featurized batch sizes."""
+
+    def __init__(self):
+        self.seen: list[int] = []
+
+    def predict_graphs(self, graphs):
+        self.seen += [int(g.static["batch_size"]) for g in graphs]
+        return [{"train_memory_mb": 10.0 * g.static["batch_size"]} for g in graphs]
+
+
+@pytest.mark.parametrize("budget,want", [(333, 33), (10, 1), (5, 0), (1e9, 512), (5120, 512)])
+def test_largest_batch(budget, want):
+    fake = LinearMemory()
+    opts = P.PredictOptions(1, memory_budget_mb=budget, max_batch=512)
+    assert P.largest_batch(B.cnn_model(), fake, opts) == want
+    assert len(set(fake.seen)) <= 2 * np.log2(512) + 1  # doubling + bisection, not a scan
+    assert len(fake.seen) == len(set(fake.seen))  # each size featurized once
+
+
+def test_budget_in_prediction(saved):
+    p = P.predict(B.cnn_model(), 1, predictor=saved, memory_budget_mb=1e9)
+    assert p.max_batch_size == 4096 and p.to_dict()["max_batch_size"] == 4096
+    assert P.predict(B.cnn_model(), 1, predictor=saved, memory_budget_mb=1).max_batch_size == 0
+
+
+def test_predict_many_isolates_bad_models(saved):
+    opts = P.PredictOptions(2)
+    good = B.to_bytes(B.cnn_model())
+    items = [(good, opts, "a"), (b"\x08garbage", opts, "b"),
+             (B.to_bytes(B.external_data_model("../../etc/passwd")), opts, "c"),
+             (B.to_bytes(B.if_model()), opts, "d"), (good, P.PredictOptions(3), "e")]
+    out = P.predict_many(items, P.load_predictor(saved))
+    assert [type(r).__name__ for r in out] == ["Prediction", "CorruptModel", "ExternalData",
+                                               "UnsupportedConstruct", "Prediction"]
+    assert out[0].batch_size == 2 and out[4].batch_size == 3 and out[4].model == "e"
+
+
+@pytest.mark.parametrize("src,exc", [(b"", errors.CorruptModel), (b"\x00" * 50, errors.ModelError),
+                                     ("no/such/file.onnx", errors.NotAModel)])
+def test_bad_input_raises_model_error(saved, src, exc):
+    with pytest.raises(exc) as info:
+        P.predict(src, predictor=saved)
+    assert "\n" not in str(info.value) and info.value.status < 500
+
+
+def test_bad_options(saved):
+    for kw in ({"batch_size": 0}, {"memory_budget_mb": -1}, {"price_per_hour": 0}):
+        with pytest.raises(ValueError):
+            P.predict(B.cnn_model(), predictor=saved, **{"batch_size": 1, **kw})
+
+
+def test_missing_default_is_one_clear_line(monkeypatch, tmp_path):
+    import trappm_ray.predictor as predictor_mod
+
+    monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", tmp_path / "default")
+    monkeypatch.setattr(P, "DEFAULT_DIR", tmp_path / "default")
+    monkeypatch.setattr(P, "_LOADED", {})
+    with pytest.raises(PredictorError, match="no default predictor") as info:
+        P.predict(B.cnn_model())
+    assert "\n" not in str(info.value)
+    with pytest.raises(PredictorError, match="no shipped predictor for device 'h100'"):
+        P.load_predictor(None, device="h100")
+
+
+def test_device_selects_and_checks(saved, monkeypatch, tmp_path):
+    shipped = tmp_path / "predictors"
+    random_predictor().save(str(shipped / "default"))
+    monkeypatch.setattr(P, "DEFAULT_DIR", shipped / "default")
+    assert P.load_predictor(None, device="test-device").manifest["device"]["slug"] == "test-device"
+    with pytest.raises(PredictorError, match="not 'other'"):
+        P.load_predictor(saved, device="other")
+
+
+def test_device_kind():
+    pred = random_predictor()
+    assert P.device_of(pred)["kind"] == "unknown"
+    pred.manifest["device"] = {"slug": "intel-r-xeon-r-processor-t1", "name": "Intel Xeon"}
+    assert P.device_of(pred)["kind"] == "cpu"
+    pred.manifest["device"] = {"slug": "nvidia-h100", "name": "NVIDIA H100", "kind": "cuda"}
+    assert P.device_of(pred)["kind"] == "cuda"
+
+
+def test_import_is_cheap_and_lazy():
+    code = ("import sys, trappm_ray; assert 'torch' not in sys.modules; "
+            "assert 'trappm_ray.predict' not in sys.modules; print('ok')")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
+
+
+def test_package_attribute_and_submodule_both_callable():
+    """Importing the submodule rebinds ``trappm_ray.predict`` to it: it must stay callable."""
+    import importlib
+
+    module = importlib.import_module("trappm_ray.predict")
+    assert trappm_ray.predict is module and callable(module)
+    assert module.predict.__name__ == "predict"
+
+
+@pytest.mark.slow
+def test_torch_module_exported_on_the_fly(saved):
+    torch = pytest.importorskip("torch")
+    net = torch.nn.Sequential(torch.nn.Conv2d(3, 8, 3), torch.nn.ReLU(), torch.nn.AdaptiveAvgPool2d(1),
+                              torch.nn.Flatten(), torch.nn.Linear(8, 4))
+    p = P.predict(net, 16, predictor=saved, resolution=32)
+    assert p.batch_size == 16 and p.graph["params"] == sum(x.numel() for x in net.parameters())
+    assert p.model == "Sequential"
