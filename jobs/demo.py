@@ -1,10 +1,13 @@
-"""The main job end to end on embedded defaults: a small graph corpus built locally with Ray.
+"""The main job end to end on embedded defaults: build a small graph corpus with Ray, predict the
+bundled sample models into parquet with the shipped predictor, and print one report.
 
     make demo        (or: .venv/bin/python jobs/demo.py [--out artifacts/demo/corpus])
 """
 import json
 from dataclasses import asdict
 
+from trappm_ray import cli
+from trappm_ray.batch_predict import BatchPredictConfig, run
 from trappm_ray.config_cli import parse_config
 from trappm_ray.dataset import DatasetConfig, build
 
@@ -14,8 +17,12 @@ DEMO = DatasetConfig(
            "convnext_atto", "test_vit", "test_efficientnet"),
     resolutions=(64,), batch_sizes=(1, 2, 4, 8, 16, 32),
 )
+SAMPLES = "data/sample/onnx"  # one small architecture per family, exported at 64 px
+PREDICTIONS = "artifacts/demo/predictions"
 
 if __name__ == "__main__":
     cfg = parse_config(DatasetConfig, description=__doc__, defaults=DEMO)
-    summary = build(cfg)
+    print(json.dumps(asdict(build(cfg)), indent=1))
+    summary = run(BatchPredictConfig(src=SAMPLES, dst=PREDICTIONS, batch_size=32))
     print(json.dumps(asdict(summary), indent=1))
+    cli.main(["predict", f"{SAMPLES}/resnet10t@64.onnx", "--batch-size", "32"])

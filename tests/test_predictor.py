@@ -57,3 +57,12 @@ def test_scaler_round_trip():
     sc = P.Scaler.fit(torch.randn(3, 4), torch.randn(3, 2) * 1e4, y)
     assert torch.allclose(sc.y_inverse(sc.y(y)), y, rtol=1e-5)
     assert abs(float(sc.y(y).mean())) < 1e-6
+
+
+def test_load_refuses_weights_that_do_not_fit(tmp_path):
+    uri = random_predictor().save(str(tmp_path / "p"))
+    path = tmp_path / "p" / "manifest.json"
+    manifest = json.loads(path.read_text())
+    path.write_text(json.dumps({**manifest, "seeds": [7, 8]}))  # tensors are under seeds 1, 2
+    with pytest.raises(P.PredictorError, match="do not fit"):
+        P.Predictor.load(uri)

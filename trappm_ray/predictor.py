@@ -216,14 +216,22 @@ class Predictor:
             fs = features.get(manifest["feature_set"])
         except KeyError as e:
             raise PredictorError(f"{uri}: unknown feature set {manifest['feature_set']!r}") from e
-        flat = torch.load(io.BytesIO(weights), map_location="cpu", weights_only=True)
+        enc = manifest.get("encoder")
+        if enc and enc["in_dim"] != fs.node_dim:
+            raise PredictorError(f"{uri}: encoder expects {enc['in_dim']} node features, "
+                                 f"feature set {fs.name} has {fs.node_dim}")
+        try:
+            return cls._from_state(manifest, fs, torch.load(io.BytesIO(weights), map_location="cpu",
+                                                            weights_only=True))
+        except (KeyError, RuntimeError) as e:  # missing or misshapen tensors: a broken save
+            raise PredictorError(f"{uri}: weights do not fit the manifest: {e}"[:400]) from e
+
+    @classmethod
+    def _from_state(cls, manifest: dict, fs, flat: dict) -> Predictor:
         part = lambda prefix: {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}  # noqa: E731
         encoder = None
         if manifest.get("encoder"):
             enc = manifest["encoder"]
-            if enc["in_dim"] != fs.node_dim:
-                raise PredictorError(f"{uri}: encoder expects {enc['in_dim']} node features, "
-                                     f"feature set {fs.name} has {fs.node_dim}")
             encoder = GraphEncoder(fs.node_dim, enc["dims"], enc.get("dropout", 0.0))
             encoder.load_state_dict(part("encoder."))
         emb_dim = encoder.out_dim if encoder is not None else 0
