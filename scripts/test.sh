@@ -5,8 +5,12 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 bash scripts/setup.sh
-bash scripts/s3_server.sh start
-trap 'bash scripts/s3_server.sh stop >/dev/null 2>&1 || true' EXIT
+if bash scripts/s3_server.sh status >/dev/null 2>&1; then
+  echo "S3 server already running: using it, leaving it running"
+else
+  bash scripts/s3_server.sh start
+  trap 'bash scripts/s3_server.sh stop >/dev/null 2>&1 || true' EXIT  # only what we started
+fi
 eval "$(bash scripts/s3_server.sh env)"
 args=("$@")
 [[ ${#args[@]} -eq 0 ]] && args=(-m "not slow")
