@@ -118,6 +118,20 @@ def test_readme_journey_commands_parse():
         check_job_argv("jobs/pretrain_gae.py", ["--epoch", "1"])
 
 
+def test_every_readme_job_command_names_real_flags():
+    """Outside the journey too: each `python jobs/X.py ...` line of the README names an existing
+    job and only flags it has (the jobs' runs are covered by the journey, the demo and tests)."""
+    text = (ROOT / "README.md").read_text().replace("\\\n", " ")
+    lines = [ln for block in re.findall(r"```bash\n(.*?)```", text, re.S) for ln in block.splitlines()
+             if re.search(r"python jobs/\w+\.py", ln)]
+    assert len(lines) >= 8
+    for line in lines:
+        words = shlex.split(line.split("#")[0])
+        i = next(k for k, w in enumerate(words) if re.fullmatch(r"jobs/\w+\.py", w))
+        assert (ROOT / words[i]).is_file(), line
+        check_job_argv(words[i], words[i + 1:])
+
+
 # ---------------------------------------------------------------- end to end
 
 def _free_ports(n: int) -> list[int]:
