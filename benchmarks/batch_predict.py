@@ -18,9 +18,10 @@ import argparse
 import json
 import os
 import shutil
-import sys
 import tempfile
 from pathlib import Path
+
+from bench_predictor import bench_predictor
 
 ROOT = Path(__file__).resolve().parents[1]
 ONNX = ROOT / "artifacts" / "bench" / "resnet101_224.onnx"
@@ -38,14 +39,7 @@ def main() -> None:
     from trappm_ray.ray_init import ensure_ray
 
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
-    predictor = args.predictor
-    if args.random:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from predictor_builders import random_predictor
-
-        predictor = str(work / "predictor")
-        random_predictor(seeds=(1, 2, 3, 4, 5), encoder_dims=(128, 64, 64, 64), hidden=64,
-                         fc=64).save(predictor)
+    predictor = bench_predictor(args.predictor, args.random)
     sources = [Path(p) for p in args.onnx.split(",")]
     src = work / "in"
     src.mkdir()

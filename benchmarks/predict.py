@@ -13,16 +13,16 @@ from __future__ import annotations
 
 import argparse
 import os
-import sys
 
 for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS", "OPENBLAS_NUM_THREADS"):
     os.environ[_var] = "1"  # before numpy / torch are imported: "one core"
 
 import json  # noqa: E402
 import statistics  # noqa: E402
-import tempfile  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
+
+from bench_predictor import bench_predictor  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 ONNX = ROOT / "artifacts" / "bench" / "resnet101_224.onnx"
@@ -60,15 +60,7 @@ def main() -> None:
     from trappm_ray import predict as P
     from trappm_ray.featurize import featurize
 
-    predictor = args.predictor
-    if args.random:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from predictor_builders import random_predictor
-
-        predictor = tempfile.mkdtemp(prefix="bench-predictor-")
-        # about the shape of the trained recipe (encoder 128-64-64-64, 5 seeds), untrained
-        random_predictor(seeds=(1, 2, 3, 4, 5), encoder_dims=(128, 64, 64, 64), hidden=64,
-                         fc=64).save(predictor)
+    predictor = bench_predictor(args.predictor, args.random)
     path = str(resnet101(Path(args.onnx)))
     b = args.batch_size
 

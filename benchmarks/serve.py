@@ -19,11 +19,11 @@ import json
 import os
 import socket
 import statistics
-import sys
-import tempfile
 import time
 from dataclasses import asdict
 from pathlib import Path
+
+from bench_predictor import bench_predictor
 
 ROOT = Path(__file__).resolve().parents[1]
 ONNX = ROOT / "artifacts" / "bench" / "resnet101_224.onnx"
@@ -79,14 +79,7 @@ def main() -> None:
     from trappm_ray.ray_init import ensure_ray
     from trappm_ray.serve import ServeSettings, TrappmPredictor
 
-    predictor = args.predictor
-    if args.random:
-        sys.path.insert(0, str(ROOT / "tests"))
-        from predictor_builders import random_predictor
-
-        predictor = tempfile.mkdtemp(prefix="bench-predictor-")
-        random_predictor(seeds=(1, 2, 3, 4, 5), encoder_dims=(128, 64, 64, 64), hidden=64,
-                         fc=64).save(predictor)
+    predictor = bench_predictor(args.predictor, args.random)
     body = Path(args.onnx).read_bytes()
 
     # direct baseline, in this process, one call at a time
