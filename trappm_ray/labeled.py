@@ -13,7 +13,6 @@ from dataclasses import dataclass
 import numpy as np
 import pyarrow as pa
 import pyarrow.compute as pc
-import torch
 from torch_geometric.data import Data
 
 from . import storage
@@ -93,9 +92,6 @@ class Examples:
 
     def column(self, name: str) -> np.ndarray:
         return np.array([r[name] for r in self.rows])
-
-    def y(self, target: str) -> torch.Tensor:
-        return torch.tensor(self.column(target), dtype=torch.float32).unsqueeze(1)
 
 
 def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",

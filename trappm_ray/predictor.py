@@ -143,9 +143,6 @@ class Predictor:
     def feature_set(self) -> str:
         return self.manifest["feature_set"]
 
-    def units(self) -> dict[str, str]:
-        return {t: TARGETS.get(t, ("", ""))[1] for t in self.targets}
-
     @torch.no_grad()
     def predict_data(self, data: Sequence[Data], emb: torch.Tensor | None = None) -> dict[str, np.ndarray]:
         """Per target: ``[G, S]`` predictions (graphs x seeds) in the target's unit."""

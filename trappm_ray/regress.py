@@ -162,11 +162,29 @@ def fit(data: list[Data], y: np.ndarray, emb: torch.Tensor | None, train_idx, va
                       recipe.hidden, recipe.fc, recipe.dropout, node_dropout=recipe.node_dropout)
     opt = torch.optim.Adam(model.parameters(), lr=recipe.lr)
     loss_fn = torch.nn.HuberLoss(delta=1.0) if recipe.scaling == "log" else torch.nn.MSELoss()
-    best = (float("inf"), 0, None)
+    best, epoch = train_epochs(model, scaler, data, emb, y, train_idx, val_idx, opt, loss_fn,
+                               recipe.batch_size, recipe.max_epochs, recipe.patience, rng)
+    return {"model": model, "scaler": scaler, "val_mape": best[0], "best_epoch": best[1],
+            "epochs": epoch, "seconds": time.perf_counter() - t0}
+
+
+def train_epochs(model: Regressor, scaler, data, emb, y: np.ndarray, train_idx, val_idx, opt,
+                 loss_fn, batch_size: int, max_epochs: int, patience: int,
+                 rng: np.random.Generator, best: tuple = (float("inf"), 0, None)) -> tuple:
+    """Epochs of ``opt`` steps until ``patience`` epochs pass without a lower validation MAPE
+    (or it turns non-finite); loads the best epoch's state and leaves ``model`` in eval mode.
+
+    Args:
+        best: ``(val_mape, epoch, state)`` to beat; fine-tuning passes its starting point.
+    Returns:
+        ``((val_mape, best_epoch, state), epochs_run)``.
+    """
+    yt = torch.tensor(y, dtype=torch.float32).unsqueeze(1)
+    train_idx = np.asarray(train_idx)
     epoch = 0
-    for epoch in range(1, recipe.max_epochs + 1):
+    for epoch in range(1, max_epochs + 1):
         model.train()
-        for b, e, part in _batches(data, emb, train_idx, recipe.batch_size, rng):
+        for b, e, part in _batches(data, emb, train_idx, batch_size, rng):
             z = model(b.x, b.edge_index, b.batch, scaler.static(b.static), scaler.emb(e), b.agg)
             loss = loss_fn(z, scaler.y(yt[part]))
             opt.zero_grad(set_to_none=True)
@@ -177,13 +195,12 @@ def fit(data: list[Data], y: np.ndarray, emb: torch.Tensor | None, train_idx, va
             break
         if val < best[0]:
             best = (val, epoch, {k: v.clone() for k, v in model.state_dict().items()})
-        elif epoch - best[1] >= recipe.patience:
+        elif epoch - best[1] >= patience:
             break
     if best[2] is not None:
         model.load_state_dict(best[2])
     model.eval()
-    return {"model": model, "scaler": scaler, "val_mape": best[0], "best_epoch": best[1],
-            "epochs": epoch, "seconds": time.perf_counter() - t0}
+    return best, epoch
 
 
 def fit_task(data_ref, y: np.ndarray, emb_ref, train_idx, val_idx, test_idx, recipe: Recipe,
@@ -211,4 +228,4 @@ def recipe_with(name: str, **overrides) -> Recipe:
 
 
 __all__ = ["SEEDS", "Recipe", "RECIPES", "mape", "rmse", "prepare", "embed", "random_encoder",
-           "fit", "fit_task", "recipe_with"]
+           "fit", "train_epochs", "fit_task", "recipe_with"]

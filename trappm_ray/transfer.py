@@ -14,7 +14,7 @@ import torch
 
 from .labeled import load_examples
 from .predictor import Predictor
-from .regress import Recipe, _batches, _predict, embed, fit, mape, prepare
+from .regress import Recipe, _predict, embed, fit, mape, prepare, train_epochs
 from .splits import split
 
 
@@ -22,27 +22,15 @@ def fine_tune(pred: Predictor, target: str, data, emb, y: np.ndarray, train_idx,
               epochs: int = 40, lr: float = 5e-4, patience: int = 10) -> list:
     """Fine-tuned copies of ``pred``'s heads for ``target`` (best validation epoch of each)."""
     heads = []
-    yt = torch.tensor(y, dtype=torch.float32).unsqueeze(1)
     for k, (head, sc) in enumerate(zip(pred.heads[target], pred.scalers[target])):
         head = copy.deepcopy(head)
         opt = torch.optim.Adam(head.parameters(), lr=lr)
-        rng = np.random.default_rng(k)
-        best = (mape(_predict(head, sc, data, emb, val_idx), y[val_idx]), 0, copy.deepcopy(head.state_dict()))
-        for epoch in range(1, epochs + 1):
-            head.train()
-            for b, e, part in _batches(data, emb, np.asarray(train_idx), 16, rng):
-                z = head(b.x, b.edge_index, b.batch, sc.static(b.static), sc.emb(e), b.agg)
-                loss = torch.nn.functional.huber_loss(z, sc.y(yt[part]))
-                opt.zero_grad(set_to_none=True)
-                loss.backward()
-                opt.step()
-            val = mape(_predict(head, sc, data, emb, val_idx), y[val_idx])
-            if val < best[0]:
-                best = (val, epoch, copy.deepcopy(head.state_dict()))
-            elif epoch - best[1] >= patience:
-                break
-        head.load_state_dict(best[2])
-        heads.append(head.eval())
+        start = (mape(_predict(head, sc, data, emb, val_idx), y[val_idx]), 0,
+                 copy.deepcopy(head.state_dict()))
+        train_epochs(head, sc, data, emb, y, train_idx, val_idx, opt,
+                     torch.nn.functional.huber_loss, 16, epochs, patience,
+                     np.random.default_rng(k), best=start)
+        heads.append(head)
     return heads
 
 
