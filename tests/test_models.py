@@ -124,3 +124,21 @@ def test_regressor_paper_sizes():
     reg = Regressor(113, 6, emb_dim=512)
     assert reg.fc1.in_features == 512 + 512 + 6 and reg.fc2.out_features == 512
     assert reg.out.out_features == 1 and reg.dropout == 0.05
+
+
+def test_batch_affine_regressor_is_affine_in_batch_size(batch):
+    reg = Regressor(IN_DIM, STATIC_DIM, hidden=16, fc=16, dropout=0.0, batch_affine=True).eval()
+    reg.set_target_scale(0.7, 1.5)
+    with pytest.raises(ValueError):
+        reg(batch.x, batch.edge_index, batch.batch, batch.static)  # log_samples missing
+    with torch.no_grad():
+        y = [torch.exp(0.7 * reg(batch.x, batch.edge_index, batch.batch, batch.static,
+                                 log_samples=torch.full((3, 1), float(b)).log()))
+             for b in (1, 2, 3, 8)]
+    step = y[1] - y[0]
+    assert (step > 0).all()
+    assert torch.allclose(y[2] - y[1], step, rtol=1e-4)  # the same per-sample part every step
+    assert torch.allclose(y[3] - y[0], 7 * step, rtol=1e-4)
+    assert "y_std" in reg.state_dict()  # the scale travels with the saved weights
+    with pytest.raises(ValueError):
+        Regressor(IN_DIM, STATIC_DIM, out_dim=2, batch_affine=True)

@@ -3,6 +3,7 @@ import json
 
 import pytest
 import torch
+from torch_geometric.data import Batch
 
 from tests.onnx_builders import cnn_model
 from tests.predictor_builders import random_predictor
@@ -25,12 +26,20 @@ def test_predict_graphs_gives_every_target_and_spread(graphs):
         assert all(row[t] > 0 for t in pred.targets)
 
 
+def test_graph_data_batches_keep_each_graphs_batch_size(graphs):
+    # PyG offsets attributes named like "batch" when batching; log_samples must stay as is
+    batch = Batch.from_data_list([P.graph_data(g, "v2") for g in graphs * 2])
+    assert torch.allclose(batch.log_samples.exp().squeeze(1), torch.tensor([1.0, 4.0, 1.0, 4.0]))
+
+
 def test_save_load_round_trip(tmp_path, graphs):
     pred = random_predictor()
     uri = P.register(pred, str(tmp_path), "cpu")
     assert uri.endswith("v0001")
     again = P.Predictor.load(uri)
     assert again.manifest["version"] == "v0001" and again.targets == pred.targets
+    assert again.heads["train_memory_mb"][0].batch_affine
+    assert not again.heads["train_step_ms"][0].batch_affine
     for a, b in zip(again.predict_graphs(graphs), pred.predict_graphs(graphs)):
         assert a == pytest.approx(b)
     assert P.register(random_predictor(seed=1), str(tmp_path), "cpu").endswith("v0002")
@@ -66,3 +75,14 @@ def test_load_refuses_weights_that_do_not_fit(tmp_path):
     path.write_text(json.dumps({**manifest, "seeds": [7, 8]}))  # tensors are under seeds 1, 2
     with pytest.raises(P.PredictorError, match="do not fit"):
         P.Predictor.load(uri)
+
+
+@pytest.mark.parametrize("device", ["cpu", pytest.param("cuda", marks=pytest.mark.skipif(
+    not torch.cuda.is_available(), reason="no CUDA device"))])
+def test_predictor_predicts_the_same_on_another_device(graphs, device):
+    expected = random_predictor().predict_graphs(graphs)
+    moved = random_predictor().to(device)
+    assert moved.compute.type == device
+    assert all(p.device.type == device for h in moved.heads["train_step_ms"] for p in h.parameters())
+    for a, b in zip(moved.predict_graphs(graphs), expected):
+        assert a == pytest.approx(b, rel=1e-4)

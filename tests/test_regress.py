@@ -8,7 +8,8 @@ from tests.label_builders import SLUG, make_labeled_dir
 from trappm_ray.baselines import analytic_memory_mb, fit_analytic, fit_mlp, fit_xgboost, static_matrix
 from trappm_ray.labeled import load_examples
 from trappm_ray.models import GraphEncoder
-from trappm_ray.regress import RECIPES, embed, fit, fit_task, mape, prepare, random_encoder, recipe_with
+from trappm_ray.regress import (RECIPES, embed, fit, fit_task, for_target, mape, prepare, random_encoder,
+                                recipe_with)
 from trappm_ray.splits import split
 
 
@@ -29,18 +30,25 @@ def test_examples_join_labels_to_graphs(examples):
     assert examples.data[0].static.shape == (1, 9)
 
 
-def test_gnn_regressor_learns_and_beats_the_mean(examples):
+@pytest.mark.parametrize("batch_affine", [False, True])
+def test_gnn_regressor_learns_and_beats_the_mean(examples, batch_affine):
     data = prepare(examples.data)
-    y = examples.column("train_step_ms")
+    y = examples.column("train_step_ms")  # the synthetic memory labels hardly vary
     tr, va, te = split(examples.rows, "random", 1337)
     enc = GraphEncoder(data[0].x.size(1), (16, 8), 0.0)
-    out = fit(data, y, embed(enc, data), tr, va, recipe_with("trappm-ray", max_epochs=60, patience=60,
-                                                               hidden=16, fc=32), 1337)
-    res = fit_task(data, y, embed(enc, data), tr, va, te, recipe_with("trappm-ray", max_epochs=60,
-                                                                       patience=60, hidden=16, fc=32), 1337)
+    recipe = recipe_with("trappm-ray", max_epochs=60, patience=60, hidden=16, fc=32,
+                         batch_affine=batch_affine)
+    out = fit(data, y, embed(enc, data), tr, va, recipe, 1337)
+    res = fit_task(data, y, embed(enc, data), tr, va, te, recipe, 1337)
     constant = mape(np.full(len(te), np.exp(np.log(y[tr]).mean())), y[te])
     assert out["best_epoch"] >= 1 and out["val_mape"] < 0.5 * constant
     assert len(res["pred"]) == len(te) and mape(res["pred"], y[te]) < 0.5 * constant
+
+
+def test_batch_affine_output_only_for_memory_targets():
+    assert for_target(RECIPES["trappm-ray"], "train_memory_mb").batch_affine
+    assert not for_target(RECIPES["trappm-ray"], "train_step_ms").batch_affine
+    assert not for_target(RECIPES["trappm-published"], "train_memory_mb").batch_affine
 
 
 def test_published_recipe_runs_on_v1_features(labeled):

@@ -106,14 +106,11 @@ class PredictActor:
                  max_file_bytes: int, use_gpu: bool):
         from .predict import PredictOptions, device_of, load_predictor, model_version
 
-        self.predictor = load_predictor(predictor)
-        self.compute = "cpu"
-        if use_gpu and hasattr(self.predictor, "to"):  # only once Predictor can move devices
-            import torch
+        import torch
 
-            if torch.cuda.is_available():
-                self.predictor.to("cuda")
-                self.compute = "cuda"
+        self.predictor = load_predictor(predictor)
+        self.compute = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
+        self.predictor.to(self.compute)
         self.opts = PredictOptions(batch_size, resolution)
         self.version = model_version(self.predictor)
         self.device = str(device_of(self.predictor).get("slug", ""))

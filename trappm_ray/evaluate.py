@@ -20,7 +20,8 @@ from . import predictor as P
 from .baselines import STATIC_MODELS, fit_static_task, static_matrix
 from .labeled import default_slug, load_examples
 from .pretrain import load_encoder
-from .regress import RECIPES, SEEDS, embed, fit_task, mape, prepare, random_encoder, recipe_with, rmse
+from .regress import (RECIPES, SEEDS, embed, fit_task, for_target, mape, prepare, random_encoder,
+                      recipe_with, rmse)
 from .regress_job import DEFAULT_ENCODER, available_targets, data_hash
 from .splits import split
 
@@ -136,7 +137,7 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
                 if model in STATIC_MODELS:
                     ref = static.remote(refs["x"], y, ok(tr), ok(va), ok(te), model, seed)
                 else:
-                    rec = recipe_with(model, max_epochs=cfg.max_epochs or None)
+                    rec = for_target(recipe_with(model, max_epochs=cfg.max_epochs or None), target)
                     emb = refs["emb:v1"] if rec.feature_set == "trappm-v1" else refs[f"emb:{rec.embedding}"]
                     ref = gnn.remote(refs[rec.feature_set], y, emb, ok(tr), ok(va), ok(te), rec, seed)
                 jobs[ref] = (kind, model, target, ok(te))

@@ -85,6 +85,11 @@ class Scaler:
     def y_inverse(self, z: torch.Tensor) -> torch.Tensor:
         return torch.exp(z * self.y_std + self.y_mean)
 
+    def to(self, device: torch.device | str) -> Scaler:
+        for name in ("static_mean", "static_std", "emb_mean", "emb_std"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
     def state(self) -> dict[str, torch.Tensor]:
         return {"static_mean": self.static_mean, "static_std": self.static_std,
                 "emb_mean": self.emb_mean, "emb_std": self.emb_std,
@@ -97,11 +102,14 @@ class Scaler:
 
 
 def graph_data(graph: Graph, feature_set: str) -> Data:
-    """A featurized graph as a PyG ``Data`` (``static`` is ``[1, static_dim]``)."""
+    """A featurized graph as a PyG ``Data`` (``static`` is ``[1, static_dim]``, ``log_samples``
+    ``[1, 1]`` the natural log of the batch size the graph was exported with; not named
+    ``*batch*``, since PyG offsets such attributes like a node-to-graph index when batching)."""
     fs = features.get(feature_set)
     return Data(x=torch.from_numpy(features.node_features(graph, fs)),
                 edge_index=torch.from_numpy(features.edge_index(graph, fs)),
                 static=torch.from_numpy(features.static_features(graph, fs)).unsqueeze(0),
+                log_samples=torch.tensor([[float(np.log(graph.static["batch_size"]))]]),
                 num_nodes=graph.num_nodes)
 
 
@@ -123,7 +131,8 @@ class Predictor:
 
     Args:
         manifest: the registry manifest (see module docstring); must name ``feature_set``,
-            ``targets``, ``seeds``, ``head`` (hidden, fc, dropout) and ``encoder`` (or None).
+            ``targets``, ``seeds``, ``head`` (hidden, fc, dropout, and the targets predicted
+            as ``batch_affine``) and ``encoder`` (or None).
         encoder: the frozen pretrained encoder, or None for a predictor without embedding.
         heads: target -> one :class:`Regressor` per seed.
         scalers: target -> one :class:`Scaler` per seed (each fitted on that seed's rows).
@@ -132,8 +141,23 @@ class Predictor:
     def __init__(self, manifest: dict, encoder: GraphEncoder | None,
                  heads: dict[str, list[Regressor]], scalers: dict[str, list[Scaler]]):
         self.manifest, self.encoder, self.heads, self.scalers = manifest, encoder, heads, scalers
-        for model in ([encoder] if encoder is not None else []) + [h for hs in heads.values() for h in hs]:
+        self.compute = torch.device("cpu")
+        for model in self._networks():
             model.eval()
+
+    def _networks(self) -> list[torch.nn.Module]:
+        return ([self.encoder] if self.encoder is not None else []) + [
+            h for hs in self.heads.values() for h in hs]
+
+    def to(self, device: torch.device | str) -> Predictor:
+        """Run predictions on ``device`` (e.g. ``cuda`` in a GPU batch actor); returns self."""
+        self.compute = torch.device(device)
+        for model in self._networks():
+            model.to(self.compute)
+        for scalers in self.scalers.values():
+            for sc in scalers:
+                sc.to(self.compute)
+        return self
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -146,7 +170,8 @@ class Predictor:
     @torch.no_grad()
     def predict_data(self, data: Sequence[Data], emb: torch.Tensor | None = None) -> dict[str, np.ndarray]:
         """Per target: ``[G, S]`` predictions (graphs x seeds) in the target's unit."""
-        batch = Batch.from_data_list(list(data))
+        batch = Batch.from_data_list(list(data)).to(self.compute)
+        emb = None if emb is None else emb.to(self.compute)
         if emb is None and self.encoder is not None:
             emb = pooled_embedding(self.encoder, batch.x, batch.edge_index, batch.batch,
                                    batch.num_graphs)
@@ -154,9 +179,9 @@ class Predictor:
         out = {}
         for target, heads in self.heads.items():
             cols = [sc.y_inverse(h(batch.x, batch.edge_index, batch.batch, sc.static(batch.static),
-                                   sc.emb(emb), agg).double())
+                                   sc.emb(emb), agg, batch.log_samples).double())
                     for h, sc in zip(heads, self.scalers[target])]
-            out[target] = torch.cat(cols, 1).numpy()
+            out[target] = torch.cat(cols, 1).cpu().numpy()
         return out
 
     def predict_graphs(self, graphs: Sequence[Graph], chunk: int = 64) -> list[dict[str, float]]:
@@ -238,7 +263,8 @@ class Predictor:
             heads[target], scalers[target] = [], []
             for seed in manifest["seeds"]:
                 head = Regressor(fs.node_dim, fs.static_dim, emb_dim, spec["hidden"], spec["fc"],
-                                 spec["dropout"])
+                                 spec["dropout"],
+                                 batch_affine=target in spec.get("batch_affine", ()))
                 head.load_state_dict(part(f"head.{target}.{seed}."))
                 heads[target].append(head)
                 scalers[target].append(Scaler.from_state(part(f"scaler.{target}.{seed}.")))

@@ -17,9 +17,8 @@ import torch
 from . import predictor as P
 from . import storage
 from .labeled import GRAPHS_FILE, default_slug, join_graphs, load_examples, ok_labels
-from .models import Regressor
 from .pretrain import load_encoder
-from .regress import SEEDS, embed, fit_task, prepare, recipe_with
+from .regress import SEEDS, build_regressor, embed, fit_task, for_target, prepare, recipe_with
 from .splits import split
 
 DEFAULT_ENCODER = "artifacts/pretrain/gae-v2-cpu/encoder.pt"
@@ -107,8 +106,8 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
         ok = np.flatnonzero(np.isfinite(y) & (y > 0))
         for seed in cfg.seeds:
             tr, va, _ = split([examples.rows[i] for i in ok], "none", seed)
-            jobs[task.remote(data_ref, y, emb_ref, ok[tr], ok[va], np.empty(0, np.int64), recipe,
-                             seed, keep_model=True)] = (target, seed)
+            jobs[task.remote(data_ref, y, emb_ref, ok[tr], ok[va], np.empty(0, np.int64),
+                             for_target(recipe, target), seed, keep_model=True)] = (target, seed)
     results = {}
     for ref, key in jobs.items():
         results[key] = ray.get(ref)
@@ -121,8 +120,7 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
     for target in targets:
         heads[target] = []
         for seed in cfg.seeds:
-            head = Regressor(fs.x.size(1), fs.static.size(1), emb_dim, recipe.hidden, recipe.fc,
-                             recipe.dropout)
+            head = build_regressor(fs, emb_dim, for_target(recipe, target))
             head.load_state_dict(results[(target, seed)]["state"])
             heads[target].append(head)
         scalers[target] = [results[(target, seed)]["scaler"] for seed in cfg.seeds]
@@ -131,7 +129,8 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
     manifest = {
         "feature_set": recipe.feature_set, "targets": list(targets), "seeds": list(cfg.seeds),
         "units": {t: P.TARGETS[t][1] for t in targets},
-        "head": {"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout},
+        "head": {"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout,
+                 "batch_affine": [t for t in targets if for_target(recipe, t).batch_affine]},
         "recipe": {"name": cfg.recipe, **asdict(recipe)},
         "encoder": None if encoder is None else {
             "in_dim": encoder.in_dim, "dims": list(encoder.dims), "dropout": encoder.dropout,
