@@ -142,11 +142,11 @@ class Regressor(nn.Module):
             drawing those masks is ~17% of a CPU training step.
         out_dim: number of outputs (one model per target in the paper).
         batch_affine: predict ``fixed + per_sample * batch_size`` instead of one value. Memory
-            and time are close to affine in the batch size for a fixed architecture (a least
-            squares line per architecture fits this project's CPU memory labels within 1.6%
-            and step time within 6.7%), so the network predicts the two log-scale coefficients
-            and the batch size enters explicitly; needs ``log_samples`` in :meth:`forward` and
-            :meth:`set_target_scale` before training.
+            is close to affine in the batch size for a fixed architecture (a least squares line
+            per architecture fits this project's CPU memory labels within 1.6%), so the network
+            predicts the value at a reference batch size and the share of it that grows with
+            the batch; needs ``log_samples`` in :meth:`forward` and :meth:`set_target_scale`
+            before training.
     """
 
     def __init__(self, in_dim: int, static_dim: int, emb_dim: int = 0, hidden: int = 512,
