@@ -9,6 +9,9 @@ Examples (from the repository root)::
         --archs mobilenetv3_small_050,resnet18 --resolutions 64 --batch-sizes 1,2,4,8
     # on a GPU cluster (one task per GPU), writing to S3:
     python jobs/collect_labels.py --out s3://bucket/labels --device cuda --ray-address auto
+    # re-measure the sweeps whose timings were taken beside other work, on an idle machine:
+    .venv/bin/python jobs/collect_labels.py --out data/labels --device cpu --per-family 20 \
+        --corpus artifacts/corpus --remeasure-load-above 1.5
     # merge part files into <out>/<device>/labels.parquet without measuring:
     .venv/bin/python jobs/collect_labels.py --out data/labels --compact-only
 
@@ -50,6 +53,8 @@ def parse_args(argv=None) -> tuple[label_job.LabelJobConfig, bool]:
     p.add_argument("--corpus", default=None, help="only measure what has graphs in this corpus")
     p.add_argument("--max-params", type=int, default=d.max_params)
     p.add_argument("--per-family", type=int, default=d.per_family)
+    p.add_argument("--remeasure-load-above", type=float, default=None,
+                   help="re-run sweeps with ok rows measured above this 1-minute load average")
     p.add_argument("--compact-only", action="store_true", help="only merge parts, measure nothing")
     a = vars(p.parse_args(argv))
     compact_only = a.pop("compact_only")

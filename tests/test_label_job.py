@@ -31,6 +31,18 @@ def test_done_sweeps_counts_oom_and_skips_as_finished():
     assert label_job.done_sweeps(table, dataclasses.replace(cfg, optimizer="sgd")) == set()
 
 
+def test_done_sweeps_can_ignore_rows_measured_under_load():
+    cfg = label_job.LabelJobConfig(out="unused", batch_sizes=(1, 2))
+    rows = [_row("a", 1), _row("a", 2), _row("b", 1), _row("b", 2), _row("c", 1), _row("c", 2, "oom")]
+    for r, load in zip(rows, (0.9, 1.2, 0.5, 2.4, 0.3, 3.0)):
+        r["load_avg_before"] = r["load_avg_after"] = load
+    table = pa.Table.from_pylist(rows, schema=label_job.SCHEMA)
+    assert label_job.done_sweeps(table, cfg) == {("a", 32), ("b", 32), ("c", 32)}
+    # b's batch 2 was measured under load; c's loaded row is an OOM, which load does not change
+    relaxed = dataclasses.replace(cfg, remeasure_load_above=1.5)
+    assert label_job.done_sweeps(table, relaxed) == {("a", 32), ("c", 32)}
+
+
 def test_compact_keeps_latest_row_per_key(tmp_path):
     out, slug = str(tmp_path), "test-cpu-t1"
     label_job.write_rows(out, slug, [_row("a", 1, ms=5.0), _row("a", 2)])

@@ -55,6 +55,9 @@ class LabelJobConfig:
         corpus: a graph corpus (``jobs/build_dataset.py`` output); when set, only sweeps whose
             (arch, resolution) has graphs there are measured, so every label row joins a graph.
         max_params, per_family, per_other_family, other_families: the default plan (see there).
+        remeasure_load_above: treat stored ok rows measured with a 1-minute load average above
+            this as missing, so their sweeps run again (compaction keeps the newer rows). Timings
+            taken beside other work read about 20% slow on the 2-core machine (docs/labels.md).
     """
 
     out: str
@@ -79,6 +82,7 @@ class LabelJobConfig:
     per_family: int = 15
     per_other_family: int = 3
     other_families: tuple[str, ...] = PLAN_OTHER_FAMILIES
+    remeasure_load_above: float | None = None
 
 
 def _coverage_order(items: list) -> list:
@@ -185,10 +189,14 @@ def compact(out: str, slug: str) -> str | None:
 
 def done_sweeps(table: pa.Table, cfg: LabelJobConfig) -> set[tuple[str, int]]:
     """(arch, resolution) sweeps already complete: every configured batch size has a row, or a
-    smaller batch size stopped the sweep (oom, timeout, crash, skipped_slow)."""
+    smaller batch size stopped the sweep (oom, timeout, crash, skipped_slow). With
+    ``cfg.remeasure_load_above``, ok rows measured under a higher load do not count."""
+    limit = cfg.remeasure_load_above
     seen: dict[tuple[str, int], dict[int, str]] = {}
     for r in table.to_pylist():
-        if r["dtype"] == cfg.dtype and r["optimizer"] == cfg.optimizer:
+        loaded = (limit is not None and r["status"] == "ok"
+                  and max(r["load_avg_before"] or 0.0, r["load_avg_after"] or 0.0) > limit)
+        if r["dtype"] == cfg.dtype and r["optimizer"] == cfg.optimizer and not loaded:
             seen.setdefault((r["arch"], r["resolution"]), {})[r["batch_size"]] = r["status"]
     done = set()
     for key, got in seen.items():
