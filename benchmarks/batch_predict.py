@@ -4,8 +4,8 @@
                                                  [--onnx PATH[,PATH]] [--json PATH]
 
 Inputs: ``--copies`` files under a temporary directory, cycling over the given ONNX files
-(default: the cached ResNet-101 skeleton); each file gets a distinct name, so every run
-predicts every file. The job (``trappm_ray.batch_predict.run``, batch size 32, its default of
+(default: the ResNet-101 skeleton, exported on first use); each file gets a distinct name, so
+every run predicts every file. The job (``trappm_ray.batch_predict.run``, batch size 32, its default of
 4 files per actor call) runs once with 1 actor and once with 2, each into an empty output
 directory, on one private local Ray cluster with 2 CPUs (a warm-up job runs first, so Ray
 itself is up). models/s = files / the job's wall time from ``run`` to return, actor startup
@@ -21,26 +21,21 @@ import shutil
 import tempfile
 from pathlib import Path
 
-from bench_predictor import bench_predictor
+from bench_predictor import add_common_args, bench_predictor, resnet101
 
-ROOT = Path(__file__).resolve().parents[1]
-ONNX = ROOT / "artifacts" / "bench" / "resnet101_224.onnx"
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=96)
-    ap.add_argument("--predictor", default="default")
-    ap.add_argument("--random", action="store_true", help="untrained predictor (timing only)")
-    ap.add_argument("--onnx", default=str(ONNX))
-    ap.add_argument("--json", default=None)
+    add_common_args(ap)
     args = ap.parse_args()
     from trappm_ray.batch_predict import BatchPredictConfig, run
     from trappm_ray.ray_init import ensure_ray
 
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))
     predictor = bench_predictor(args.predictor, args.random)
-    sources = [Path(p) for p in args.onnx.split(",")]
+    sources = [resnet101(Path(p)) for p in args.onnx.split(",")]
     src = work / "in"
     src.mkdir()
     for i in range(args.copies):

@@ -22,10 +22,8 @@ import statistics  # noqa: E402
 import time  # noqa: E402
 from pathlib import Path  # noqa: E402
 
-from bench_predictor import bench_predictor  # noqa: E402
+from bench_predictor import add_common_args, bench_predictor, resnet101  # noqa: E402
 
-ROOT = Path(__file__).resolve().parents[1]
-ONNX = ROOT / "artifacts" / "bench" / "resnet101_224.onnx"
 TARGET_MS = 50.0
 
 
@@ -35,23 +33,11 @@ def ms(times: list[float]) -> dict:
             "min": 1e3 * s[0]}
 
 
-def resnet101(path: Path) -> Path:
-    if not path.exists():
-        from trappm_ray.zoo import export_skeleton
-
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_bytes(export_skeleton("resnet101", 224).onnx_bytes)
-    return path
-
-
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--repeat", type=int, default=30)
-    ap.add_argument("--predictor", default=None)
-    ap.add_argument("--random", action="store_true", help="untrained predictor (timing only)")
-    ap.add_argument("--onnx", default=str(ONNX))
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--json", default=None)
+    add_common_args(ap, predictor=None)
     args = ap.parse_args()
     os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
     import torch

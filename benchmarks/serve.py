@@ -23,10 +23,8 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from bench_predictor import bench_predictor
+from bench_predictor import add_common_args, bench_predictor, resnet101
 
-ROOT = Path(__file__).resolve().parents[1]
-ONNX = ROOT / "artifacts" / "bench" / "resnet101_224.onnx"
 
 
 def pct(values: list[float], q: float) -> float:
@@ -70,17 +68,14 @@ def main() -> None:
     ap.add_argument("--concurrency", type=int, default=8)
     ap.add_argument("--replicas", type=int, default=1)
     ap.add_argument("--batch-size", type=int, default=32)
-    ap.add_argument("--predictor", default="default")
-    ap.add_argument("--random", action="store_true", help="untrained predictor (timing only)")
-    ap.add_argument("--onnx", default=str(ONNX))
-    ap.add_argument("--json", default=None)
+    add_common_args(ap)
     args = ap.parse_args()
     from trappm_ray import predict as P
     from trappm_ray.ray_init import ensure_ray
     from trappm_ray.serve import ServeSettings, TrappmPredictor
 
     predictor = bench_predictor(args.predictor, args.random)
-    body = Path(args.onnx).read_bytes()
+    body = resnet101(Path(args.onnx)).read_bytes()
 
     # direct baseline, in this process, one call at a time
     pred = P.load_predictor(predictor)

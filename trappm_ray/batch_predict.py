@@ -126,7 +126,7 @@ class PredictActor:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from . import errors
-        from .predict import predict_many
+        from .predict import REPORTED, predict_many
 
         start = time.perf_counter()
         rows: dict[str, dict] = {}
@@ -148,7 +148,7 @@ class PredictActor:
                    "throughput_samples_s": r.throughput_samples_s,
                    "smallest_profile": r.smallest_profile,
                    **{k: r.graph.get(k) for k in ("nodes", "macs", "params")}}
-            for t in ("train_step_ms", "train_memory_mb", "inference_ms", "train_power_w"):
+            for t in REPORTED:
                 if (e := getattr(r, t)) is not None:
                     row.update({t: e.value, f"{t}_low": e.low, f"{t}_high": e.high})
             rows[path] = row
