@@ -187,6 +187,11 @@ def compact(out: str, slug: str) -> str | None:
     return uri
 
 
+def row_load(row: dict) -> float:
+    """The higher of a row's 1-minute load averages before and after its measurement."""
+    return max(row["load_avg_before"] or 0.0, row["load_avg_after"] or 0.0)
+
+
 def done_sweeps(table: pa.Table, cfg: LabelJobConfig) -> set[tuple[str, int]]:
     """(arch, resolution) sweeps already complete: every configured batch size has a row, or a
     smaller batch size stopped the sweep (oom, timeout, crash, skipped_slow). With
@@ -194,8 +199,7 @@ def done_sweeps(table: pa.Table, cfg: LabelJobConfig) -> set[tuple[str, int]]:
     limit = cfg.remeasure_load_above
     seen: dict[tuple[str, int], dict[int, str]] = {}
     for r in table.to_pylist():
-        loaded = (limit is not None and r["status"] == "ok"
-                  and max(r["load_avg_before"] or 0.0, r["load_avg_after"] or 0.0) > limit)
+        loaded = limit is not None and r["status"] == "ok" and row_load(r) > limit
         if r["dtype"] == cfg.dtype and r["optimizer"] == cfg.optimizer and not loaded:
             seen.setdefault((r["arch"], r["resolution"]), {})[r["batch_size"]] = r["status"]
     done = set()
@@ -336,4 +340,4 @@ def summarize(table: pa.Table) -> str:
 
 
 __all__ = ["LabelJobConfig", "SCHEMA", "PLAN_OTHER_FAMILIES", "default_plan", "conform", "read_rows", "compact",
-           "done_sweeps", "device_slugs", "write_rows", "run_label_job", "summarize"]
+           "done_sweeps", "row_load", "device_slugs", "write_rows", "run_label_job", "summarize"]

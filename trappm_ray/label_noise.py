@@ -14,10 +14,6 @@ from . import label_job, labels
 LABELS = ("train_step_ms", "inference_ms", "mem_peak_rss_mb", "mem_above_baseline_mb")
 
 
-def _load(row: dict) -> float:
-    return max(row["load_avg_before"] or 0.0, row["load_avg_after"] or 0.0)
-
-
 def remeasure(out: str, slug: str, n: int = 20, seed: int = 0) -> dict:
     """Re-measure ``n`` stored ok rows of ``<out>/<slug>``.
 
@@ -32,7 +28,7 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0) -> dict:
         differences as fractions; each row keeps its stored load average.
     """
     rows = sorted((r for r in label_job.read_rows(out, slug).to_pylist() if r["status"] == "ok"),
-                  key=_load)
+                  key=label_job.row_load)
     quiet = rows[: max(n, len(rows) // 2)]
     sample = random.Random(seed).sample(quiet, min(n, len(quiet)))
     info = labels.device_info(sample[0]["device"]) if sample else None
@@ -47,7 +43,7 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0) -> dict:
                 if new.get(k) is not None and row.get(k)}
         results.append({"arch": row["arch"], "resolution": row["resolution"],
                         "batch_size": row["batch_size"], "status": new["status"],
-                        "stored_load_avg": _load(row),
+                        "stored_load_avg": label_job.row_load(row),
                         **{f"{k}_stored": row[k] for k in LABELS},
                         **{f"{k}_new": new.get(k) for k in LABELS}, "rel_diff": diff})
     summary = {}
