@@ -37,6 +37,9 @@ TINY = {
     # CPU labels (uploaded with the working dir) stand in; the encoder is step 3's.
     "jobs/train_regressors.py": ["--labels", "data/labels", "--targets", "train_step_ms",
                                  "--seeds", "1337", "--max-epochs", "1"],
+    # No second device here: the committed CPU labels stand in for the new device's
+    # (NEW_DEVICE is set to their slug below).
+    "jobs/transfer_predictor.py": ["--labels", "data/labels", "--epochs", "1"],
 }
 
 
@@ -222,7 +225,7 @@ def serve_until_running(env: dict, cmd: str, timeout: float = 900) -> str:
 def test_cluster_journey_on_local_head(head, s3_prefix):
     from trappm_ray import storage
 
-    env = {**head, "STORE": s3_prefix}
+    env = {**head, "STORE": s3_prefix, "NEW_DEVICE": "intel-r-xeon-r-processor-t1"}
     for cmd in readme_journey():
         if kind(cmd) == "setup":
             continue
@@ -249,6 +252,10 @@ def test_cluster_journey_on_local_head(head, s3_prefix):
             result = _last_json(out)
             assert result["uri"].startswith(f"{s3_prefix}/predictors/"), result
             env["PREDICTOR"] = result["uri"]  # what the README tells users to set
+        elif job == "jobs/transfer_predictor.py":
+            result = _last_json(out)
+            assert result["uri"].startswith(f"{s3_prefix}/predictors/"), result
+            assert result["source"]["source"] == env["PREDICTOR"], result
         elif job == "jobs/batch_predict.py":
             summary = _last_json(out)  # the corpus's one skeleton, predicted
             assert (summary["files"], summary["ok"], summary["errors"]) == (1, 1, 0), summary

@@ -5,10 +5,11 @@ import pytest
 from tests.label_builders import SLUG, make_labeled_dir
 from trappm_ray.labeled import load_examples
 from trappm_ray.models import GraphEncoder
-from trappm_ray.predictor import Predictor
+from trappm_ray.predictor import Predictor, register
 from trappm_ray.regress import embed, fit, prepare, recipe_with
 from trappm_ray.splits import split
-from trappm_ray.transfer import transfer_markdown, transfer_table
+from trappm_ray.transfer import (TransferConfig, transfer_markdown, transfer_predictor,
+                                 transfer_table)
 
 RECIPE = recipe_with("trappm-ray", max_epochs=40, patience=40, hidden=16, fc=32)
 
@@ -29,7 +30,9 @@ def source(tmp_path_factory):
         heads.append(out["model"])
         scalers.append(out["scaler"])
     manifest = {"feature_set": "v2", "targets": ["train_step_ms"], "seeds": [0, 1],
-                "head": {"hidden": 16, "fc": 32, "dropout": 0.05}}
+                "head": {"hidden": 16, "fc": 32, "dropout": 0.05, "batch_affine": ["train_step_ms"]},
+                "encoder": {"in_dim": enc.in_dim, "dims": list(enc.dims), "dropout": 0.0},
+                "device": {"slug": SLUG}}
     return root, Predictor(manifest, enc, {"train_step_ms": heads}, {"train_step_ms": scalers})
 
 
@@ -42,3 +45,27 @@ def test_fine_tuning_adapts_to_the_slower_device(source):
     assert np.isfinite(r["scratch"][12])
     md = transfer_markdown(table, SLUG, "slow-device")
     assert "fine-tuned n=12" in md[2] and md[-1].startswith("| train_step_ms |")
+
+
+def test_transfer_job_registers_an_adapted_predictor(source, ray_session, tmp_path):
+    root, pred = source
+    registry = str(tmp_path / "registry")
+    src_uri = register(pred, registry, SLUG)
+    out = transfer_predictor(TransferConfig(labels=root, device="slow-device", source=src_uri,
+                                            registry=registry, epochs=20), progress=lambda _: None)
+    assert out["uri"].endswith("slow-device/v0001")
+    assert out["val_mape"]["train_step_ms"] < 0.5 * out["val_mape_source_as_is"]["train_step_ms"]
+    assert sorted(out["targets_left_out"]) == ["inference_ms", "train_memory_mb"]
+    adapted = Predictor.load(out["uri"])
+    assert adapted.manifest["device"]["slug"] == "slow-device"
+    assert adapted.manifest["transfer"]["source"] == src_uri
+    graphs = [d for d in load_examples(root, "slow-device", targets=("train_step_ms",)).data]
+    ratio = (adapted.predict_data(graphs[:6])["train_step_ms"].mean()
+             / pred.predict_data(graphs[:6])["train_step_ms"].mean())
+    assert 2.0 < ratio < 3.1  # the second device is 2.5x slower
+
+
+def test_transfer_job_needs_the_new_device(source):
+    root, _ = source
+    with pytest.raises(ValueError, match="required"):
+        transfer_predictor(TransferConfig(labels=root, source=""))
