@@ -8,8 +8,8 @@ from tests.label_builders import SLUG, make_labeled_dir
 from trappm_ray.baselines import analytic_memory_mb, fit_analytic, fit_mlp, fit_xgboost, static_matrix
 from trappm_ray.labeled import load_examples
 from trappm_ray.models import GraphEncoder
-from trappm_ray.regress import (RECIPES, embed, fit, fit_task, for_target, mape, prepare, random_encoder,
-                                recipe_with)
+from trappm_ray.regress import (RECIPES, embed, fit, fit_task, for_target, mape, pack_graphs, prepare,
+                                random_encoder, recipe_with, unpack_graphs)
 from trappm_ray.splits import split
 
 
@@ -39,10 +39,22 @@ def test_gnn_regressor_learns_and_beats_the_mean(examples, batch_affine):
     recipe = recipe_with("trappm-ray", max_epochs=60, patience=60, hidden=16, fc=32,
                          batch_affine=batch_affine)
     out = fit(data, y, embed(enc, data), tr, va, recipe, 1337)
-    res = fit_task(data, y, embed(enc, data), tr, va, te, recipe, 1337)
+    res = fit_task(pack_graphs(data), y, embed(enc, data), tr, va, te, recipe, 1337)
     constant = mape(np.full(len(te), np.exp(np.log(y[tr]).mean())), y[te])
     assert out["best_epoch"] >= 1 and out["val_mape"] < 0.5 * constant
     assert len(res["pred"]) == len(te) and mape(res["pred"], y[te]) < 0.5 * constant
+
+
+def test_packed_graphs_unpack_to_the_same_graphs(examples):
+    data = prepare(examples.data[:5])
+    packed = pack_graphs(data)
+    assert all(isinstance(v, np.ndarray) for v in packed.values())
+    back = unpack_graphs(packed)
+    assert len(back) == 5
+    for a, b in zip(data, back):
+        assert a.num_nodes == b.num_nodes and set(a.keys()) == set(b.keys())
+        for k in ("x", "agg", "edge_index", "static", "log_samples"):
+            assert torch.equal(a[k], b[k]), k
 
 
 def test_batch_affine_output_only_for_memory_targets():

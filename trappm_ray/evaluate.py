@@ -20,8 +20,8 @@ from . import predictor as P
 from .baselines import STATIC_MODELS, fit_static_task, static_matrix
 from .labeled import default_slug, load_examples
 from .pretrain import load_encoder
-from .regress import (RECIPES, SEEDS, embed, fit_task, for_target, mape, prepare, random_encoder,
-                      recipe_with, rmse)
+from .regress import (RECIPES, SEEDS, embed, fit_task, for_target, mape, pack_graphs, prepare,
+                      random_encoder, recipe_with, rmse)
 from .regress_job import DEFAULT_ENCODER, available_targets, data_hash
 from .splits import split
 
@@ -107,16 +107,16 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     ex2 = load_examples(cfg.labels, slug, "v2", targets)
     rows = ex2.rows
     data2 = prepare(ex2.data)
-    ex2.data = []  # the graphs live in the object store from here on: one copy, not three
+    ex2.data = []  # the graphs live in the object store from here on, shared by the tasks
     enc, _ = load_encoder(cfg.encoder)
-    refs = {"v2": ray.put(data2), "x": ray.put(static_matrix(data2)),
+    refs = {"v2": ray.put(pack_graphs(data2)), "x": ray.put(static_matrix(data2)),
             "emb:pretrained": ray.put(embed(enc, data2)),
             "emb:random": ray.put(embed(random_encoder(enc), data2)), "emb:none": None}
     del data2
     if "trappm-published" in cfg.models:
         data1 = prepare(load_examples(cfg.labels, slug, "trappm-v1", targets).data)
         enc1, _ = load_encoder(cfg.encoder_v1)
-        refs["trappm-v1"], refs["emb:v1"] = ray.put(data1), ray.put(embed(enc1, data1))
+        refs["trappm-v1"], refs["emb:v1"] = ray.put(pack_graphs(data1)), ray.put(embed(enc1, data1))
         del data1
     gnn, static = ray.remote(num_cpus=1)(fit_task), ray.remote(num_cpus=1)(fit_static_task)
     families = sorted({r["family"] for r in rows})

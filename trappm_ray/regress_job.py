@@ -18,7 +18,8 @@ from . import predictor as P
 from . import storage
 from .labeled import GRAPHS_FILE, default_slug, join_graphs, load_examples, ok_labels
 from .pretrain import load_encoder
-from .regress import SEEDS, build_regressor, embed, fit_task, for_target, prepare, recipe_with
+from .regress import (SEEDS, build_regressor, embed, fit_task, for_target, pack_graphs, prepare,
+                      recipe_with)
 from .splits import split
 
 DEFAULT_ENCODER = "artifacts/pretrain/gae-v2-cpu/encoder.pt"
@@ -98,7 +99,7 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
     if encoder is not None and enc_meta["feature_set"] != recipe.feature_set:
         raise ValueError(f"encoder {cfg.encoder} uses {enc_meta['feature_set']} features, "
                          f"recipe {cfg.recipe} {recipe.feature_set}")
-    data_ref, emb_ref = ray.put(data), ray.put(embed(encoder, data))
+    data_ref, emb_ref = ray.put(pack_graphs(data)), ray.put(embed(encoder, data))
     task = ray.remote(num_cpus=1)(fit_task)
     jobs = {}
     for target in targets:

@@ -20,7 +20,8 @@ import torch
 from . import predictor as P
 from .labeled import load_examples, ok_labels
 from .predictor import Predictor, Scaler
-from .regress import Recipe, _predict, embed, fit, mape, prepare, train_epochs
+from .regress import (Recipe, _predict, embed, fit, mape, pack_graphs, prepare, train_epochs,
+                      unpack_graphs)
 from .splits import split
 
 
@@ -151,7 +152,7 @@ class TransferConfig:
 
 def _fine_tune_task(head, sc, data, emb, y, train_idx, val_idx, epochs, lr, patience, seed):
     torch.set_num_threads(1)  # Ray runs one task per CPU
-    out = fine_tune_head(head, sc, data, emb, y, train_idx, val_idx, epochs, lr, patience, seed)
+    out = fine_tune_head(head, sc, unpack_graphs(data), emb, y, train_idx, val_idx, epochs, lr, patience, seed)
     return {**out, "head": out["head"].state_dict()}
 
 
@@ -183,7 +184,7 @@ def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
                          f"{list(source.targets)}")
     ex = load_examples(cfg.labels, cfg.device, source.feature_set, tuple(targets))
     data = prepare(ex.data)
-    data_ref, emb_ref = ray.put(data), ray.put(embed(source.encoder, data))
+    data_ref, emb_ref = ray.put(pack_graphs(data)), ray.put(embed(source.encoder, data))
     task = ray.remote(num_cpus=1)(_fine_tune_task)
     jobs = {}
     for target in targets:
