@@ -7,6 +7,7 @@ import pyarrow.compute as pc
 
 from . import labels as L
 from . import storage
+from .label_job import row_load
 from .labeled import GRAPHS_FILE, KEY, compact_labels
 
 
@@ -32,7 +33,7 @@ def datasheet(labels_dir: str, slug: str) -> str:
         graph_keys = set(zip(*(g.column(k).to_pylist() for k in KEY)))
     joined = sum(tuple(r[k] for k in KEY) in graph_keys for r in ok)
     first = rows[0] if rows else {}
-    busy = [r for r in ok if (r["load_avg_before"] or 0) > (r["logical_cpus"] or 1) * 0.75]
+    busy = [r for r in ok if row_load(r) > (r["logical_cpus"] or 1) * 0.75]
     out = [
         f"# Labels datasheet: `{slug}`",
         "",
@@ -62,8 +63,9 @@ def datasheet(labels_dir: str, slug: str) -> str:
         f"{_set(ok, 'resolution')}",
         f"* duplicate keys {sum(n > 1 for n in keys.values())}; ok rows joined to a graph in "
         f"`{GRAPHS_FILE}`: {joined} of {len(ok)}",
-        f"* ok rows measured while the machine's 1-minute load average exceeded 75% of its CPUs: "
-        f"{len(busy)} (candidates for re-measurement; `load_avg_before`/`load_avg_after`)",
+        f"* ok rows whose 1-minute load average before or after the measurement exceeded 75% of "
+        f"the machine's CPUs: {len(busy)} (candidates for `jobs/collect_labels.py "
+        "--remeasure-load-above`; see `load_avg_before`/`load_avg_after`)",
         "",
         "| family | archs | ok rows | batch sizes | resolutions | train step ms | inference ms | "
         "memory above baseline MB |",

@@ -173,22 +173,27 @@ class _Published:
 
 
 def _batches(data: list[Data], emb: torch.Tensor | None, idx: np.ndarray, size: int,
-             rng: np.random.Generator | None):
-    order = rng.permutation(idx) if rng is not None else idx
-    for i in range(0, len(order), size):
-        part = order[i:i + size]
-        yield Batch.from_data_list([data[j] for j in part]), (None if emb is None else emb[part]), part
+             rng: np.random.Generator | None) -> list[tuple[Batch, torch.Tensor | None, np.ndarray]]:
+    """``idx`` in mini-batches of ``size`` graphs (in random order when ``rng`` is given), each
+    collated once: training reuses them every epoch in a new order, since collating anew each
+    epoch made an epoch about 25% slower on CPU."""
+    order = rng.permutation(idx) if rng is not None else np.asarray(idx)
+    return [(Batch.from_data_list([data[j] for j in part]), None if emb is None else emb[part], part)
+            for part in (order[i:i + size] for i in range(0, len(order), size))]
 
 
-def _predict(model: Regressor, scaler, data, emb, idx, size: int = 64) -> np.ndarray:
+def _predict(model: Regressor, scaler, data, emb, idx, size: int = 64,
+             batches: list | None = None) -> np.ndarray:
+    """Predictions for ``idx`` (or for the graphs of ``batches`` of :func:`_batches`, in order)."""
     model.eval()
-    out = np.empty(len(idx))
+    batches = _batches(data, emb, idx, size, None) if batches is None else batches
+    out = []
     with torch.no_grad():
-        for k, (b, e, _) in enumerate(_batches(data, emb, np.asarray(idx), size, None)):
+        for b, e, _ in batches:
             z = model(b.x, b.edge_index, b.batch, scaler.static(b.static), scaler.emb(e), b.agg,
                       b.log_samples)
-            out[k * size:k * size + b.num_graphs] = scaler.y_inverse(z.double()).squeeze(1).numpy()
-    return out
+            out.append(scaler.y_inverse(z.double()).squeeze(1).numpy())
+    return np.concatenate(out) if out else np.empty(0)
 
 
 def fit(data: list[Data], y: np.ndarray, emb: torch.Tensor | None, train_idx, val_idx,
@@ -240,22 +245,24 @@ def train_epochs(model: Regressor, scaler, data, emb, y: np.ndarray, train_idx, 
         ``((val_mape, best_epoch, state), epochs_run)``.
     """
     yt = torch.tensor(y, dtype=torch.float32).unsqueeze(1)
-    train_idx = np.asarray(train_idx)
+    train = _batches(data, emb, np.asarray(train_idx), batch_size, rng)
+    val = _batches(data, emb, np.asarray(val_idx), 64, None)
     epoch = 0
     for epoch in range(1, max_epochs + 1):
         model.train()
-        for b, e, part in _batches(data, emb, train_idx, batch_size, rng):
+        for k in rng.permutation(len(train)):
+            b, e, part = train[k]
             z = model(b.x, b.edge_index, b.batch, scaler.static(b.static), scaler.emb(e), b.agg,
                       b.log_samples)
             loss = loss_fn(z, scaler.y(yt[part]))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        val = mape(_predict(model, scaler, data, emb, val_idx), y[val_idx])
-        if not np.isfinite(val):
+        score = mape(_predict(model, scaler, data, emb, val_idx, batches=val), y[val_idx])
+        if not np.isfinite(score):
             break
-        if val < best[0]:
-            best = (val, epoch, {k: v.clone() for k, v in model.state_dict().items()})
+        if score < best[0]:
+            best = (score, epoch, {k: v.clone() for k, v in model.state_dict().items()})
         elif epoch - best[1] >= patience:
             break
     if best[2] is not None:
