@@ -2,8 +2,10 @@
 
 Examples (from the repository root)::
 
-    # background collection on this CPU machine, default plan, stop launching after 2 h:
-    .venv/bin/python jobs/collect_labels.py --out data/labels --device cpu --time-budget-min 120
+    # background collection on this CPU machine, default plan, stop launching after 2 h,
+    # each measurement waiting until nothing else runs (load average <= 1.5 on 2 cores):
+    .venv/bin/python jobs/collect_labels.py --out data/labels --device cpu --time-budget-min 120 \
+        --max-load 1.5
     # smoke run: two small models, one resolution
     .venv/bin/python jobs/collect_labels.py --out /tmp/labels-smoke \
         --archs mobilenetv3_small_050,resnet18 --resolutions 64 --batch-sizes 1,2,4,8
@@ -11,7 +13,7 @@ Examples (from the repository root)::
     python jobs/collect_labels.py --out s3://bucket/labels --device cuda --ray-address auto
     # re-measure the sweeps whose timings were taken beside other work, on an idle machine:
     .venv/bin/python jobs/collect_labels.py --out data/labels --device cpu --per-family 20 \
-        --corpus artifacts/corpus --remeasure-load-above 1.5
+        --corpus artifacts/corpus --remeasure-load-above 1.5 --max-load 1.5
     # merge part files into <out>/<device>/labels.parquet without measuring:
     .venv/bin/python jobs/collect_labels.py --out data/labels --compact-only
 
@@ -55,6 +57,10 @@ def parse_args(argv=None) -> tuple[label_job.LabelJobConfig, bool]:
     p.add_argument("--per-family", type=int, default=d.per_family)
     p.add_argument("--remeasure-load-above", type=float, default=None,
                    help="re-run sweeps with ok rows measured above this 1-minute load average")
+    p.add_argument("--max-load", type=float, default=None,
+                   help="wait before each measurement until the 1-minute load average is at most "
+                        "this (a measurement alone makes ~1.0)")
+    p.add_argument("--max-load-wait-s", type=float, default=d.max_load_wait_s)
     p.add_argument("--compact-only", action="store_true", help="only merge parts, measure nothing")
     a = vars(p.parse_args(argv))
     compact_only = a.pop("compact_only")

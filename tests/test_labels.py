@@ -89,3 +89,17 @@ def test_device_info():
             labels.device_info("cuda")
     else:
         assert labels.device_info("cuda")["driver"] != "cpu"
+
+
+def test_wait_for_load_waits_until_quiet_or_gives_up(monkeypatch):
+    loads = iter([3.0, 2.2, 1.4, 9.0])
+    monkeypatch.setattr(labels.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    slept = []
+    monkeypatch.setattr(labels.time, "sleep", slept.append)
+    labels.wait_for_load(1.5, max_wait_s=60, poll_s=5)
+    assert slept == [5, 5]  # 3.0 and 2.2 are too busy, 1.4 is quiet
+    monkeypatch.setattr(labels.os, "getloadavg", lambda: (4.0, 0.0, 0.0))
+    clock = iter(range(0, 1000, 10))
+    monkeypatch.setattr(labels.time, "monotonic", lambda: next(clock))
+    waited = labels.wait_for_load(1.5, max_wait_s=30, poll_s=5)
+    assert waited >= 30 and len(slept) == 2 + 2  # gave up after 30 s of a busy machine

@@ -58,6 +58,9 @@ class LabelJobConfig:
         remeasure_load_above: treat stored ok rows measured with a 1-minute load average above
             this as missing, so their sweeps run again (compaction keeps the newer rows). Timings
             taken beside other work read about 20% slow on the 2-core machine (docs/labels.md).
+        max_load: before each measurement, wait until the node's 1-minute load average is at
+            most this (a measurement alone makes about 1.0), for up to ``max_load_wait_s``; then
+            measure anyway, its load recorded. None = never wait.
     """
 
     out: str
@@ -83,6 +86,8 @@ class LabelJobConfig:
     per_other_family: int = 3
     other_families: tuple[str, ...] = PLAN_OTHER_FAMILIES
     remeasure_load_above: float | None = None
+    max_load: float | None = None
+    max_load_wait_s: float = 1800.0
 
 
 def _coverage_order(items: list) -> list:
@@ -221,7 +226,8 @@ def _sweep_task(arch: str, resolution: int, cfg: LabelJobConfig) -> list[dict]:
                         device=cfg.device, dtype=cfg.dtype, optimizer=cfg.optimizer,
                         warmup=cfg.warmup, steps=cfg.steps, threads=cfg.threads,
                         max_timed_seconds=cfg.max_timed_seconds, memory_cap_mb=cap,
-                        timeout_s=cfg.timeout_s)
+                        timeout_s=cfg.timeout_s, max_load=cfg.max_load,
+                        max_load_wait_s=cfg.max_load_wait_s)
 
 
 def _task_options(cfg: LabelJobConfig, ray) -> tuple[dict, int]:

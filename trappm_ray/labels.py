@@ -409,8 +409,19 @@ def measure(spec: MeasureSpec, info: dict | None = None) -> dict:
     return row
 
 
+def wait_for_load(max_load: float, max_wait_s: float, poll_s: float = 5.0) -> float:
+    """Sleep until the 1-minute load average is at most ``max_load`` or ``max_wait_s`` passed;
+    the seconds waited. Timings taken beside other work read slow (docs/labels.md), so a
+    measurement waits for the machine to quieten rather than record a busy one."""
+    start = time.monotonic()
+    while os.getloadavg()[0] > max_load and time.monotonic() - start < max_wait_s:
+        time.sleep(poll_s)
+    return time.monotonic() - start
+
+
 def sweep(arch: str, resolution: int, batch_sizes, *, max_step_s: float | None = None,
-          info: dict | None = None, on_row=None, **spec_kwargs) -> list[dict]:
+          info: dict | None = None, on_row=None, max_load: float | None = None,
+          max_load_wait_s: float = 1800.0, **spec_kwargs) -> list[dict]:
     """Measure ``batch_sizes`` in increasing order, stopping at the first OOM (as the paper did),
     timeout or crash. An "error" (e.g. BatchNorm rejecting batch 1) moves on to the next size.
 
@@ -421,6 +432,8 @@ def sweep(arch: str, resolution: int, batch_sizes, *, max_step_s: float | None =
             one, exceeds this many seconds is not measured; it and all larger sizes get rows
             with status "skipped_slow".
         info: ``device_info`` to reuse. on_row: optional callback called with each row.
+        max_load: before each measurement, wait (at most ``max_load_wait_s``) until the
+            1-minute load average is at most this; None = never wait.
         **spec_kwargs: further ``MeasureSpec`` fields (dtype, optimizer, device, warmup, ...).
     Returns:
         The rows, one per batch size measured, failed or skipped.
@@ -434,6 +447,8 @@ def sweep(arch: str, resolution: int, batch_sizes, *, max_step_s: float | None =
             row = base_row(spec, info)
             row.update(status="skipped_slow", error=f"projected step {projected_s:.1f} s > {max_step_s} s")
         else:
+            if max_load is not None:
+                wait_for_load(max_load, max_load_wait_s)
             row = measure(spec, info)
         rows.append(row)
         if on_row:
@@ -446,4 +461,5 @@ def sweep(arch: str, resolution: int, batch_sizes, *, max_step_s: float | None =
 
 
 __all__ = ["MeasureSpec", "COLUMNS", "KEY", "STATUSES", "HARNESS_VERSION", "CPU_DEFAULTS",
-           "CUDA_DEFAULTS", "device_info", "device_slug", "slugify", "base_row", "measure", "sweep"]
+           "CUDA_DEFAULTS", "device_info", "device_slug", "slugify", "base_row", "measure",
+           "wait_for_load", "sweep"]
