@@ -65,6 +65,17 @@ def data_hash(labels: str, slug: str) -> str:
     return h.hexdigest()[:16]
 
 
+def label_provenance(labels: str, slug: str, examples) -> dict:
+    """The manifest's ``device`` and ``data`` entries for a predictor fitted on ``examples``."""
+    rows = ok_labels(labels, slug).to_pylist()
+    return {"device": {"slug": slug, "name": rows[0]["device_name"], "threads": rows[0]["threads"],
+                       "torch": rows[0]["torch_version"]},
+            "data": {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
+                     "families": sorted({r["family"] for r in examples.rows}),
+                     "sha256_16": data_hash(labels, slug),
+                     "label_dates": [min(r["date"] for r in rows), max(r["date"] for r in rows)]}}
+
+
 def available_targets(labels: str, slug: str) -> tuple[str, ...]:
     t = ok_labels(labels, slug)
     return tuple(name for name, (col, _) in P.TARGETS.items()
@@ -125,7 +136,6 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
             head.load_state_dict(results[(target, seed)]["state"])
             heads[target].append(head)
         scalers[target] = [results[(target, seed)]["scaler"] for seed in cfg.seeds]
-    label_rows = ok_labels(cfg.labels, slug).to_pylist()
     val = {t: float(np.mean([results[(t, s)]["val_mape"] for s in cfg.seeds])) for t in targets}
     manifest = {
         "feature_set": recipe.feature_set, "targets": list(targets), "seeds": list(cfg.seeds),
@@ -136,12 +146,7 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
         "encoder": None if encoder is None else {
             "in_dim": encoder.in_dim, "dims": list(encoder.dims), "dropout": encoder.dropout,
             "pretrained": {k: enc_meta.get(k) for k in ("epoch", "loss", "corpus", "max_graphs")}},
-        "device": {"slug": slug, "name": label_rows[0]["device_name"],
-                   "threads": label_rows[0]["threads"], "torch": label_rows[0]["torch_version"]},
-        "data": {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
-                 "families": sorted({r["family"] for r in examples.rows}),
-                 "sha256_16": data_hash(cfg.labels, slug),
-                 "label_dates": [min(r["date"] for r in label_rows), max(r["date"] for r in label_rows)]},
+        **label_provenance(cfg.labels, slug, examples),
         "metrics": {"val_mape_mean_over_seeds": val},
         "code_version": P.code_version(), "torch": torch.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
@@ -166,4 +171,4 @@ def ship(uri: str) -> None:
 
 
 __all__ = ["RegressConfig", "DEFAULT_ENCODER", "train_predictor", "available_targets", "ship",
-           "data_hash"]
+           "data_hash", "label_provenance"]

@@ -18,7 +18,7 @@ import numpy as np
 import torch
 
 from . import predictor as P
-from .labeled import load_examples, ok_labels
+from .labeled import load_examples
 from .predictor import Predictor, Scaler
 from .regress import (Recipe, _predict, embed, fit, mape, pack_graphs, prepare, train_epochs,
                       unpack_graphs)
@@ -152,7 +152,8 @@ class TransferConfig:
 
 def _fine_tune_task(head, sc, data, emb, y, train_idx, val_idx, epochs, lr, patience, seed):
     torch.set_num_threads(1)  # Ray runs one task per CPU
-    out = fine_tune_head(head, sc, unpack_graphs(data), emb, y, train_idx, val_idx, epochs, lr, patience, seed)
+    out = fine_tune_head(head, sc, unpack_graphs(data), emb, y, train_idx, val_idx, epochs, lr,
+                         patience, seed)
     return {**out, "head": out["head"].state_dict()}
 
 
@@ -170,7 +171,7 @@ def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
     import ray
 
     from .ray_init import ensure_ray
-    from .regress_job import available_targets, data_hash
+    from .regress_job import available_targets, label_provenance
 
     if not cfg.device:
         raise ValueError("--device: the new device's slug under --labels is required")
@@ -208,17 +209,11 @@ def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
         after[target] = float(np.mean([o["val_mape"] for o in outs]))
         progress(f"{target}: val MAPE {before[target]:.1f}% as is -> {after[target]:.1f}% "
                  f"fine-tuned (best epochs {[o['best_epoch'] for o in outs]})")
-    rows = ok_labels(cfg.labels, cfg.device).to_pylist()
     m = source.manifest
     manifest = {
         **{k: m[k] for k in ("feature_set", "seeds", "head", "recipe", "encoder") if k in m},
         "targets": targets, "units": {t: P.TARGETS[t][1] for t in targets},
-        "device": {"slug": cfg.device, "name": rows[0]["device_name"],
-                   "threads": rows[0]["threads"], "torch": rows[0]["torch_version"]},
-        "data": {"labels": len(ex), "architectures": len({r["arch"] for r in ex.rows}),
-                 "families": sorted({r["family"] for r in ex.rows}),
-                 "sha256_16": data_hash(cfg.labels, cfg.device),
-                 "label_dates": [min(r["date"] for r in rows), max(r["date"] for r in rows)]},
+        **label_provenance(cfg.labels, cfg.device, ex),
         "metrics": {"val_mape_mean_over_seeds": after, "val_mape_source_as_is": before},
         "transfer": {"source": cfg.source or "default", "source_device": m.get("device", {}).get("slug"),
                      "source_version": m.get("version"), "epochs": cfg.epochs, "lr": cfg.lr},
