@@ -58,9 +58,10 @@ class LabelJobConfig:
         remeasure_load_above: treat stored ok rows measured with a 1-minute load average above
             this as missing, so their sweeps run again (compaction keeps the newer rows). Timings
             taken beside other work read about 20% slow on the 2-core machine (docs/labels.md).
-        max_load: before each measurement, wait until the node's 1-minute load average is at
-            most this (a measurement alone makes about 1.0), for up to ``max_load_wait_s``; then
-            measure anyway, its load recorded. None = never wait.
+        max_load: before each measurement, wait until the node is quiet
+            (:func:`labels.wait_for_load`: load average at most this, a measurement alone making
+            about 1.0), for up to ``max_load_wait_s``; then measure anyway, its load recorded.
+            None = never wait.
     """
 
     out: str

@@ -445,8 +445,8 @@ def sweep(arch: str, resolution: int, batch_sizes, *, max_step_s: float | None =
             one, exceeds this many seconds is not measured; it and all larger sizes get rows
             with status "skipped_slow".
         info: ``device_info`` to reuse. on_row: optional callback called with each row.
-        max_load: before each measurement, wait (at most ``max_load_wait_s``) until the
-            1-minute load average is at most this; None = never wait.
+        max_load: before each measurement, wait (at most ``max_load_wait_s``) until the machine
+            is quiet by :func:`wait_for_load`; None = never wait.
         **spec_kwargs: further ``MeasureSpec`` fields (dtype, optimizer, device, warmup, ...).
     Returns:
         The rows, one per batch size measured, failed or skipped.
