@@ -1,7 +1,9 @@
 """Re-measure 20 stored labels and print the median and worst relative difference per label.
 
-    .venv/bin/python jobs/label_noise.py --out data/labels --slug intel-r-xeon-r-processor-t1
-Run it alone on the machine (no label collection at the same time).
+    taskset -c 1 .venv/bin/python jobs/label_noise.py --out data/labels \
+        --slug intel-r-xeon-r-processor-t1 --max-load 1.5
+Run it alone on the machine (no label collection at the same time). --max-load draws from rows
+measured at most that busy and waits before each re-measurement until the machine is as quiet.
 """
 import argparse
 import json
@@ -14,6 +16,7 @@ if __name__ == "__main__":
     p.add_argument("--slug", required=True)
     p.add_argument("-n", type=int, default=20)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--max-load", type=float, default=None)
     args = p.parse_args()
-    result = remeasure(args.out, args.slug, args.n, args.seed)
+    result = remeasure(args.out, args.slug, args.n, args.seed, args.max_load)
     print(json.dumps(result, indent=1))

@@ -27,3 +27,20 @@ def test_remeasure_reports_relative_differences(tmp_path, monkeypatch):
     assert abs(s["train_step_ms"]["worst"] - 0.25) < 1e-9
     assert s["mem_peak_rss_mb"]["worst"] == 0.0
     assert abs(s["mem_above_baseline_mb"]["median"] - 0.2) < 1e-9
+
+
+def test_max_load_draws_only_quiet_rows_and_waits(tmp_path, monkeypatch):
+    out = str(tmp_path)
+    rows = [_row(f"quiet{i}", 100.0, load=1.0) for i in range(2)]
+    rows += [_row(f"busy{i}", 100.0, load=2.0 + i) for i in range(6)]
+    label_job.write_rows(out, "cpu-t1", rows)
+    waits = []
+    monkeypatch.setattr(labels, "device_info", lambda device: {"device": device})
+    monkeypatch.setattr(labels, "wait_for_load", lambda limit, max_wait: waits.append(limit) or 0.0)
+    monkeypatch.setattr(labels, "measure", lambda spec, info: {
+        "status": "ok", "train_step_ms": 100.0, "inference_ms": 50.0,
+        "mem_peak_rss_mb": 500.0, "mem_above_baseline_mb": 50.0})
+    result = label_noise.remeasure(out, "cpu-t1", n=2, max_load=1.5)
+    # the quieter half alone (4 rows) would include busy ones
+    assert sorted(r["arch"] for r in result["rows"]) == ["quiet0", "quiet1"]
+    assert waits == [1.5, 1.5]

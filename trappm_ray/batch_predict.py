@@ -3,14 +3,16 @@
 One row per input file (schema :data:`SCHEMA`): ``status`` ``ok`` with the predictions, or
 ``error`` with the error code and one-line message; a bad file never fails the job. The driver
 only lists paths; reading, featurizing and the ensemble run in a Ray Data actor pool (each actor
-loads the predictor once). Rows go to ``DST/*.parquet``, new files per run; a re-run skips the
-paths that already have a row for the same predictor version.
+loads the predictor once). The driver streams the rows back and writes them to ``DST/*.parquet``
+as they come, ``rows_per_file`` at a time, so a job that dies keeps what it finished; a re-run
+skips the paths that already have a row for the same predictor version.
 """
 from __future__ import annotations
 
 import math
 import os
 import time
+import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
@@ -42,6 +44,7 @@ class BatchPredictConfig:
         actors: size of the actor pool.
         gpu: give each actor a GPU; None = when the cluster has one.
         rows_per_batch: files per actor call (one ensemble pass).
+        rows_per_file: rows per output parquet file (written as soon as they are predicted).
         max_file_mb: larger files become error rows without being read.
         ray_address: an existing cluster; None = a private local one.
         num_cpus: CPUs of a local cluster (None = all).
@@ -55,6 +58,7 @@ class BatchPredictConfig:
     actors: int = 1
     gpu: bool | None = None
     rows_per_batch: int = 4
+    rows_per_file: int = 1000
     max_file_mb: float = 512.0
     ray_address: str | None = None
     num_cpus: int | None = None
@@ -164,7 +168,6 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
     Raises:
         FileNotFoundError: ``src`` is not a directory; PredictorError: no predictor.
     """
-    from .graph_data import arrow_filesystem
     from .predict import load_predictor, model_version
     from .ray_init import ensure_ray
 
@@ -192,14 +195,29 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
                                        resolution=cfg.resolution,
                                        max_file_bytes=int(cfg.max_file_mb * 2**20),
                                        use_gpu=use_gpu),
-            num_cpus=1, num_gpus=1 if use_gpu else 0).materialize()
-        filesystem, path = arrow_filesystem(cfg.dst)
-        if filesystem is None:
-            path = os.path.abspath(path)
-            os.makedirs(path, exist_ok=True)
-        ds.write_parquet(path, filesystem=filesystem)
-        status = [r["status"] for r in ds.select_columns(["status"]).take_all()]
-        summary.ok, summary.errors = status.count("ok"), status.count("error")
+            num_cpus=1, num_gpus=1 if use_gpu else 0)
+        # One streaming pass: a separate write_parquet over a materialized dataset is a second
+        # Ray Data job (measured ~2.5 s fixed cost per run) and writes nothing until the end.
+        run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
+        pending: list[pa.Table] = []
+        written = 0
+
+        def flush() -> None:
+            nonlocal written
+            table = pa.concat_tables(pending)
+            storage.write_table(table, storage.join(cfg.dst, f"part-{run_id}-{written:05d}.parquet"))
+            status = table.column("status").to_pylist()
+            summary.ok += status.count("ok")
+            summary.errors += status.count("error")
+            pending.clear()
+            written += 1
+
+        for table in ds.iter_batches(batch_size=None, batch_format="pyarrow"):
+            pending.append(table)
+            if sum(t.num_rows for t in pending) >= cfg.rows_per_file:
+                flush()
+        if pending:
+            flush()
     summary.seconds = time.perf_counter() - start
     return summary
 

@@ -14,7 +14,8 @@ from . import label_job, labels
 LABELS = ("train_step_ms", "inference_ms", "mem_peak_rss_mb", "mem_above_baseline_mb")
 
 
-def remeasure(out: str, slug: str, n: int = 20, seed: int = 0) -> dict:
+def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
+              max_load: float | None = None) -> dict:
     """Re-measure ``n`` stored ok rows of ``<out>/<slug>``.
 
     Args:
@@ -22,6 +23,9 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0) -> dict:
         n: rows to re-measure, drawn with ``seed`` from the quieter half of the stored rows
             (by 1-minute load average while they were measured: timings taken under load are
             not a fair reference).
+        max_load: draw only from rows measured at a load of at most this (when at least ``n``
+            are), and wait before each re-measurement until the machine is that quiet
+            (:func:`labels.wait_for_load`, up to 30 minutes).
 
     Returns:
         ``{"rows": [...], "summary": {label: {"median": ..., "worst": ...}}}``, relative
@@ -30,6 +34,8 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0) -> dict:
     rows = sorted((r for r in label_job.read_rows(out, slug).to_pylist() if r["status"] == "ok"),
                   key=label_job.row_load)
     quiet = rows[: max(n, len(rows) // 2)]
+    if max_load is not None and sum(label_job.row_load(r) <= max_load for r in rows) >= n:
+        quiet = [r for r in rows if label_job.row_load(r) <= max_load]
     sample = random.Random(seed).sample(quiet, min(n, len(quiet)))
     info = labels.device_info(sample[0]["device"]) if sample else None
     results = []
@@ -38,6 +44,8 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0) -> dict:
             arch=row["arch"], batch_size=row["batch_size"], resolution=row["resolution"],
             dtype=row["dtype"], optimizer=row["optimizer"], device=row["device"],
             warmup=row["warmup"], steps=row["steps"], threads=row["threads"])
+        if max_load is not None:
+            labels.wait_for_load(max_load, 1800.0)
         new = labels.measure(spec, info)
         diff = {k: abs(new[k] - row[k]) / row[k] for k in LABELS
                 if new.get(k) is not None and row.get(k)}
