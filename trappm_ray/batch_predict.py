@@ -44,7 +44,7 @@ class BatchPredictConfig:
         actors: size of the actor pool.
         gpu: give each actor a GPU; None = when the cluster has one.
         rows_per_batch: files per actor call (one ensemble pass).
-        rows_per_file: rows per output parquet file (written as soon as they are predicted).
+        rows_per_file: rows per output parquet file, about (whole blocks are written as they come).
         max_file_mb: larger files become error rows without being read.
         ray_address: an existing cluster; None = a private local one.
         num_cpus: CPUs of a local cluster (None = all).
