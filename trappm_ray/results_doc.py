@@ -12,7 +12,7 @@ MODEL_NOTES = {
     "trappm-ray": "this project: v2 features, log-scaled target, pretrained frozen encoder",
     "trappm-published": "the published recipe: trappm-v1 features, raw target + MSE, static "
                         "features z-scored within each graph, v1-pretrained encoder. Its node "
-                        "features are unscaled (MACs up to ~1e10) and the labels span two to three "
+                        "features are unscaled and the labels span two to three "
                         "orders of magnitude, so on these labels its fits do not converge: even the "
                         "best-validation epoch predicts with an RMSE above the labels' range",
     "nnlqp": "NNLQP-style supervised GNN: trappm-ray without the pretrained embedding",
