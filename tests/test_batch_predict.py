@@ -7,7 +7,8 @@ import pytest
 import onnx_builders as B
 from predictor_builders import random_predictor
 from trappm_ray import storage
-from trappm_ray.batch_predict import SCHEMA, BatchPredictConfig, done_paths, list_onnx, run
+from trappm_ray.batch_predict import (SCHEMA, BatchPredictConfig, _grouped, done_paths, list_onnx,
+                                      run)
 
 
 @pytest.fixture(scope="module")
@@ -49,6 +50,15 @@ def check_rows(rows: list[dict], inputs: dict[str, str]) -> None:
         assert r["train_memory_mb"] > 0 and r["inference_ms"] > 0 and r["batch_size"] == 2
         assert r["model_version"].startswith("random@") and r["compute"] == "cpu"
     assert by_path[inputs["good_cnn"]]["nodes"] == 5
+
+
+def test_grouped_writes_whole_blocks_of_at_least_rows():
+    import pyarrow as pa
+
+    tables = [pa.table({"x": list(range(n))}) for n in (2, 2, 3)]
+    assert [t.num_rows for t in _grouped(tables, 3)] == [4, 3]
+    assert [t.num_rows for t in _grouped(tables, 100)] == [7]
+    assert list(_grouped([], 3)) == []
 
 
 def test_list_and_done_paths(tmp_path):
