@@ -12,9 +12,9 @@ MODEL_NOTES = {
     "trappm-ray": "this project: v2 features, log-scaled target, pretrained frozen encoder",
     "trappm-published": "the published recipe: trappm-v1 features, raw target + MSE, static "
                         "features z-scored within each graph, v1-pretrained encoder. Its node "
-                        "features are unscaled and the labels span two to three "
-                        "orders of magnitude, so on these labels its fits do not converge: even the "
-                        "best-validation epoch predicts with an RMSE above the labels' range",
+                        "features are unscaled and its MSE is on raw targets that span two to "
+                        "three orders of magnitude; on these labels even its best-validation "
+                        "epoch is off by hundreds to thousands of percent",
     "nnlqp": "NNLQP-style supervised GNN: trappm-ray without the pretrained embedding",
     "random-encoder": "ablation: trappm-ray with a frozen randomly initialised encoder",
     "mlp": "MLP on the 9 static features (log target)",
