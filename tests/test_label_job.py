@@ -31,6 +31,16 @@ def test_done_sweeps_counts_oom_and_skips_as_finished():
     assert label_job.done_sweeps(table, dataclasses.replace(cfg, optimizer="sgd")) == set()
 
 
+def test_done_sweeps_remeasures_what_a_smaller_step_limit_skipped():
+    cfg = label_job.LabelJobConfig(out="unused", batch_sizes=(1, 2, 4), max_step_s=5.0)
+    rows = [_row("a", 1, ms=3000.0), _row("a", 2, "skipped_slow"), _row("a", 4, "skipped_slow")]
+    rows[1]["error"], rows[2]["error"] = "projected step 6.0 s > 5.0 s", "projected step 12.0 s > 5.0 s"
+    table = pa.Table.from_pylist(rows, schema=label_job.SCHEMA)
+    assert label_job.done_sweeps(table, cfg) == {("a", 32)}
+    assert label_job.done_sweeps(table, dataclasses.replace(cfg, max_step_s=8.0)) == set()
+    assert label_job.done_sweeps(table, dataclasses.replace(cfg, max_step_s=None)) == set()
+
+
 def test_done_sweeps_can_ignore_rows_measured_under_load():
     cfg = label_job.LabelJobConfig(out="unused", batch_sizes=(1, 2))
     rows = [_row("a", 1), _row("a", 2), _row("b", 1), _row("b", 2), _row("c", 1), _row("c", 2, "oom")]

@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import time
 import uuid
 from dataclasses import dataclass
@@ -198,14 +199,24 @@ def row_load(row: dict) -> float:
     return max(row["load_avg_before"] or 0.0, row["load_avg_after"] or 0.0)
 
 
+def _still_too_slow(row: dict, max_step_s: float | None) -> bool:
+    """Whether a skipped_slow row's projected step (in its error text) still exceeds the limit."""
+    match = re.match(r"projected step ([0-9.]+) s", row["error"] or "")
+    return match is None or (max_step_s is not None and float(match.group(1)) > max_step_s)
+
+
 def done_sweeps(table: pa.Table, cfg: LabelJobConfig) -> set[tuple[str, int]]:
     """(arch, resolution) sweeps already complete: every configured batch size has a row, or a
     smaller batch size stopped the sweep (oom, timeout, crash, skipped_slow). With
-    ``cfg.remeasure_load_above``, ok rows measured under a higher load do not count."""
+    ``cfg.remeasure_load_above``, ok rows measured under a higher load do not count; a
+    skipped_slow row whose projected step fits ``cfg.max_step_s`` does not count either, so a
+    re-run with a larger limit measures what a smaller one skipped."""
     limit = cfg.remeasure_load_above
     seen: dict[tuple[str, int], dict[int, str]] = {}
     for r in table.to_pylist():
         loaded = limit is not None and r["status"] == "ok" and row_load(r) > limit
+        if r["status"] == "skipped_slow" and not _still_too_slow(r, cfg.max_step_s):
+            continue
         if r["dtype"] == cfg.dtype and r["optimizer"] == cfg.optimizer and not loaded:
             seen.setdefault((r["arch"], r["resolution"]), {})[r["batch_size"]] = r["status"]
     done = set()
