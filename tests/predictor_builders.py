@@ -14,7 +14,7 @@ def random_predictor(targets=("train_step_ms", "train_memory_mb", "inference_ms"
     fs = features.get(feature_set)
     encoder = GraphEncoder(fs.node_dim, encoder_dims, 0.0) if encoder_dims else None
     emb = encoder.out_dim if encoder is not None else 0
-    heads = {t: [Regressor(fs.node_dim, fs.static_dim, emb, hidden, fc, 0.0,
+    heads = {t: [Regressor(fs.node_dim, fs.static_dim, emb, hidden, fc, 0.0, node_dropout=False,
                            batch_affine=t in batch_affine) for _ in seeds] for t in targets}
     for t in batch_affine:
         for head in heads.get(t, ()):
@@ -23,7 +23,8 @@ def random_predictor(targets=("train_step_ms", "train_memory_mb", "inference_ms"
                           torch.ones(emb), 4.6, 0.1) for _ in seeds] for t in targets}
     manifest = {"name": "random", "feature_set": fs.name, "targets": list(targets),
                 "seeds": list(seeds),
-                "head": {"hidden": hidden, "fc": fc, "dropout": 0.0, "batch_affine": list(batch_affine)},
+                "head": {"hidden": hidden, "fc": fc, "dropout": 0.0, "node_dropout": False,
+                         "batch_affine": list(batch_affine)},
                 "encoder": ({"in_dim": fs.node_dim, "dims": list(encoder_dims), "dropout": 0.0}
                             if encoder is not None else None),
                 "device": {"slug": "test-device", "name": "test"}}

@@ -40,6 +40,7 @@ def test_save_load_round_trip(tmp_path, graphs):
     assert again.manifest["version"] == "v0001" and again.targets == pred.targets
     assert again.heads["train_memory_mb"][0].batch_affine
     assert not again.heads["train_step_ms"][0].batch_affine
+    assert not again.heads["train_step_ms"][0].node_dropout  # as trained: fine-tuning keeps it
     for a, b in zip(again.predict_graphs(graphs), pred.predict_graphs(graphs)):
         assert a == pytest.approx(b)
     assert P.register(random_predictor(seed=1), str(tmp_path), "cpu").endswith("v0002")

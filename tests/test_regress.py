@@ -8,6 +8,7 @@ from tests.label_builders import SLUG, make_labeled_dir
 from trappm_ray.baselines import analytic_memory_mb, fit_analytic, fit_mlp, fit_xgboost, static_matrix
 from trappm_ray.labeled import load_examples
 from trappm_ray.models import GraphEncoder
+from trappm_ray.node_classes import CLASS_KEYS
 from trappm_ray.regress import (RECIPES, embed, fit, fit_task, for_target, mape, pack_graphs, prepare,
                                 random_encoder, recipe_with, unpack_graphs)
 from trappm_ray.splits import split
@@ -53,7 +54,7 @@ def test_packed_graphs_unpack_to_the_same_graphs(examples):
     assert len(back) == 5
     for a, b in zip(data, back):
         assert a.num_nodes == b.num_nodes and set(a.keys()) == set(b.keys())
-        for k in ("x", "agg", "edge_index", "static", "log_samples"):
+        for k in ("x", "agg", "edge_index", "static", "log_samples", *CLASS_KEYS):
             assert torch.equal(a[k], b[k]), k
 
 

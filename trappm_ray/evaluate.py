@@ -114,7 +114,8 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
             "emb:random": ray.put(embed(random_encoder(enc), data2)), "emb:none": None}
     del data2
     if "trappm-published" in cfg.models:
-        data1 = prepare(load_examples(cfg.labels, slug, "trappm-v1", targets).data)
+        # the published recipe drops out single nodes, so it cannot run on node classes
+        data1 = prepare(load_examples(cfg.labels, slug, "trappm-v1", targets).data, classes=False)
         enc1, _ = load_encoder(cfg.encoder_v1)
         refs["trappm-v1"], refs["emb:v1"] = ray.put(pack_graphs(data1)), ray.put(embed(enc1, data1))
         del data1

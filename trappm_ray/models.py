@@ -185,20 +185,41 @@ class Regressor(nn.Module):
             agg: ``neighbor_mean(x, edge_index)`` when cached; computed here when None.
             log_samples: ``[B, 1]`` natural log of each graph's batch size (``batch_affine``).
         """
-        drop = lambda t: nn.functional.dropout(t, self.dropout, self.training)  # noqa: E731
-        node_drop = drop if self.node_dropout else (lambda t: t)
-        num_graphs = static.size(0)
+        node_drop = self._drop if self.node_dropout else (lambda t: t)
         agg = neighbor_mean(x, edge_index) if agg is None else agg
         h = node_drop((self.conv1.lin_l(agg) + self.conv1.lin_r(x)).relu())  # = conv1(x, edge_index)
         h = node_drop(self.conv2(h, edge_index).relu())
-        parts = [pygnn.global_add_pool(h, batch, num_graphs)]
+        pooled = pygnn.global_add_pool(h, batch, static.size(0))
+        return self.readout(pooled, static, emb, log_samples)
+
+    def forward_classes(self, c, static: Tensor, emb: Tensor | None = None,
+                        log_samples: Tensor | None = None) -> Tensor:
+        """:meth:`forward` computed on node classes (a :class:`~trappm_ray.node_classes.ClassBatch`):
+        the same predictions at a fraction of the cost. Needs ``node_dropout`` off."""
+        if self.node_dropout:
+            raise ValueError("per-node dropout cannot run on node classes")
+        h1 = (self.conv1.lin_l(c.agg) + self.conv1.lin_r(c.x)).relu()
+        mean = scatter(h1[c.src] * c.weight.unsqueeze(1), c.dst, 0, dim_size=c.root.size(0),
+                       reduce="sum")
+        h2 = (self.conv2.lin_l(mean) + self.conv2.lin_r(h1[c.root])).relu()
+        pooled = scatter(h2 * c.count.unsqueeze(1), c.graph, 0, dim_size=c.num_graphs, reduce="sum")
+        return self.readout(pooled, static, emb, log_samples)
+
+    def _drop(self, t: Tensor) -> Tensor:
+        return nn.functional.dropout(t, self.dropout, self.training)
+
+    def readout(self, pooled: Tensor, static: Tensor, emb: Tensor | None,
+                log_samples: Tensor | None) -> Tensor:
+        """The FC layers on ``[pooled nodes, embedding, static]`` of each graph."""
+        num_graphs = static.size(0)
+        parts = [pooled]
         if self.emb_dim:
             if emb is None or emb.shape != (num_graphs, self.emb_dim):
                 raise ValueError(f"expected emb of shape {(num_graphs, self.emb_dim)}")
             parts.append(emb)
         parts.append(static)
-        h = drop(self.fc1(torch.cat(parts, 1)).relu())
-        h = drop(self.fc2(h).relu())
+        h = self._drop(self.fc1(torch.cat(parts, 1)).relu())
+        h = self._drop(self.fc2(h).relu())
         out = self.out(h)
         if not self.batch_affine:
             return out

@@ -258,12 +258,14 @@ class Predictor:
             encoder.load_state_dict(part("encoder."))
         emb_dim = encoder.out_dim if encoder is not None else 0
         spec = manifest["head"]
+        # manifests before "node_dropout" was in "head" have it in their recipe
+        node_dropout = spec.get("node_dropout", manifest.get("recipe", {}).get("node_dropout", False))
         heads, scalers = {}, {}
         for target in manifest["targets"]:
             heads[target], scalers[target] = [], []
             for seed in manifest["seeds"]:
                 head = Regressor(fs.node_dim, fs.static_dim, emb_dim, spec["hidden"], spec["fc"],
-                                 spec["dropout"],
+                                 spec["dropout"], node_dropout=node_dropout,
                                  batch_affine=target in spec.get("batch_affine", ()))
                 head.load_state_dict(part(f"head.{target}.{seed}."))
                 heads[target].append(head)

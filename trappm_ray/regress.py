@@ -19,6 +19,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from .models import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
+from .node_classes import CLASS_KEYS, ClassBatch, node_classes
 from .predictor import Scaler
 
 SEEDS = (1337, 1338, 1339, 1340, 1341)
@@ -93,17 +94,26 @@ def rmse(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.sqrt(np.mean((pred - true) ** 2)))
 
 
-def prepare(data: list[Data]) -> list[Data]:
-    """Copies of ``data`` carrying the cached first-layer aggregation ``agg``."""
+def prepare(data: list[Data], classes: bool = True) -> list[Data]:
+    """Copies of ``data`` carrying the cached first-layer aggregation ``agg`` and, with
+    ``classes``, the node classes that training runs on (:mod:`trappm_ray.node_classes`)."""
     out = []
     for d in data:
         d = d.clone()
         d.agg = neighbor_mean(d.x, d.edge_index)
+        if classes:
+            for k, v in node_classes(d.x, d.agg, d.edge_index).items():
+                d[k] = v
         out.append(d)
     return out
 
 
-_NODE_KEYS = ("x", "agg")
+# which count each per-graph array's rows follow (any other key: one row per graph)
+_LEVELS = {"x": "node", "agg": "node", "edge_index": "edge", "u_x": "u1", "u_agg": "u1",
+           "u_root": "u2", "u_count": "u2", "u_src": "ue", "u_dst": "ue", "u_weight": "ue"}
+_LEVEL_SIZE = {"node": lambda d: d.num_nodes, "edge": lambda d: d.edge_index.size(1),
+               "u1": lambda d: d.u_x.size(0), "u2": lambda d: d.u_root.size(0),
+               "ue": lambda d: d.u_src.size(0)}
 
 
 def pack_graphs(data: list[Data]) -> dict[str, np.ndarray]:
@@ -114,9 +124,8 @@ def pack_graphs(data: list[Data]) -> dict[str, np.ndarray]:
     one private copy of the dataset per worker).
     """
     keys = [k for k in data[0].keys() if k != "num_nodes"]
-    nodes = np.array([0] + [d.num_nodes for d in data]).cumsum()
-    edges = np.array([0] + [d.edge_index.size(1) for d in data]).cumsum()
-    out = {"node_offsets": nodes, "edge_offsets": edges}
+    out = {f"{level}_offsets": np.array([0] + [size(d) for d in data]).cumsum()
+           for level, size in _LEVEL_SIZE.items() if any(_LEVELS.get(k) == level for k in keys)}
     for k in keys:
         dim = 1 if k == "edge_index" else 0
         out[k] = torch.cat([d[k] for d in data], dim).numpy()
@@ -128,12 +137,14 @@ def unpack_graphs(packed: dict[str, np.ndarray]) -> list[Data]:
     with warnings.catch_warnings():  # read-only shared memory: nothing here writes to it
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         t = {k: torch.from_numpy(v) for k, v in packed.items() if not k.endswith("_offsets")}
-    nodes, edges = packed["node_offsets"], packed["edge_offsets"]
+    nodes = packed["node_offsets"]
     out = []
     for i in range(len(nodes) - 1):
-        d = {k: (v[:, edges[i]:edges[i + 1]] if k == "edge_index"
-                 else v[nodes[i]:nodes[i + 1]] if k in _NODE_KEYS else v[i:i + 1])
-             for k, v in t.items()}
+        d = {}
+        for k, v in t.items():
+            level = _LEVELS.get(k)
+            lo, hi = (i, i + 1) if level is None else packed[f"{level}_offsets"][i:i + 2]
+            d[k] = v[:, lo:hi] if k == "edge_index" else v[lo:hi]
         out.append(Data(**d, num_nodes=int(nodes[i + 1] - nodes[i])))
     return out
 
@@ -144,7 +155,7 @@ def embed(encoder: GraphEncoder | None, data: list[Data], chunk: int = 64) -> to
         return None
     parts = []
     for i in range(0, len(data), chunk):
-        b = Batch.from_data_list(data[i:i + chunk])
+        b = Batch.from_data_list(data[i:i + chunk], exclude_keys=list(CLASS_KEYS))
         parts.append(pooled_embedding(encoder, b.x, b.edge_index, b.batch, b.num_graphs))
     return torch.cat(parts)
 
@@ -172,13 +183,41 @@ class _Published:
         return z
 
 
+@dataclass
+class _ClassInputs:
+    """A mini-batch as node classes, with the per-graph inputs of the readout."""
+
+    classes: ClassBatch
+    static: torch.Tensor
+    log_samples: torch.Tensor
+
+
+def _collate(graphs: list[Data], classes: bool):
+    if not classes:
+        return Batch.from_data_list(graphs)
+    return _ClassInputs(ClassBatch.collate(graphs), torch.cat([g.static for g in graphs]),
+                        torch.cat([g.log_samples for g in graphs]))
+
+
+def _uses_classes(model: Regressor, data: list[Data]) -> bool:
+    """Run on node classes (same result, several times faster) where the model allows it."""
+    return not model.node_dropout and "u_x" in data[0]
+
+
+def _forward(model: Regressor, scaler, b, e) -> torch.Tensor:
+    static, emb = scaler.static(b.static), scaler.emb(e)
+    if isinstance(b, _ClassInputs):
+        return model.forward_classes(b.classes, static, emb, b.log_samples)
+    return model(b.x, b.edge_index, b.batch, static, emb, b.agg, b.log_samples)
+
+
 def _batches(data: list[Data], emb: torch.Tensor | None, idx: np.ndarray, size: int,
-             rng: np.random.Generator | None) -> list[tuple[Batch, torch.Tensor | None, np.ndarray]]:
+             rng: np.random.Generator | None, classes: bool = False) -> list[tuple]:
     """``idx`` in mini-batches of ``size`` graphs (in random order when ``rng`` is given), each
-    collated once: training reuses them every epoch in a new order, since collating anew each
-    epoch made an epoch about 25% slower on CPU."""
+    collated once (as node classes with ``classes``): training reuses them every epoch in a new
+    order, since collating anew each epoch made an epoch about 25% slower on CPU."""
     order = rng.permutation(idx) if rng is not None else np.asarray(idx)
-    return [(Batch.from_data_list([data[j] for j in part]), None if emb is None else emb[part], part)
+    return [(_collate([data[j] for j in part], classes), None if emb is None else emb[part], part)
             for part in (order[i:i + size] for i in range(0, len(order), size))]
 
 
@@ -186,13 +225,12 @@ def _predict(model: Regressor, scaler, data, emb, idx, size: int = 64,
              batches: list | None = None) -> np.ndarray:
     """Predictions for ``idx`` (or for the graphs of ``batches`` of :func:`_batches`, in order)."""
     model.eval()
-    batches = _batches(data, emb, idx, size, None) if batches is None else batches
+    if batches is None:
+        batches = _batches(data, emb, idx, size, None, _uses_classes(model, data))
     out = []
     with torch.no_grad():
         for b, e, _ in batches:
-            z = model(b.x, b.edge_index, b.batch, scaler.static(b.static), scaler.emb(e), b.agg,
-                      b.log_samples)
-            out.append(scaler.y_inverse(z.double()).squeeze(1).numpy())
+            out.append(scaler.y_inverse(_forward(model, scaler, b, e).double()).squeeze(1).numpy())
     return np.concatenate(out) if out else np.empty(0)
 
 
@@ -245,16 +283,15 @@ def train_epochs(model: Regressor, scaler, data, emb, y: np.ndarray, train_idx, 
         ``((val_mape, best_epoch, state), epochs_run)``.
     """
     yt = torch.tensor(y, dtype=torch.float32).unsqueeze(1)
-    train = _batches(data, emb, np.asarray(train_idx), batch_size, rng)
-    val = _batches(data, emb, np.asarray(val_idx), 64, None)
+    classes = _uses_classes(model, data)
+    train = _batches(data, emb, np.asarray(train_idx), batch_size, rng, classes)
+    val = _batches(data, emb, np.asarray(val_idx), 64, None, classes)
     epoch = 0
     for epoch in range(1, max_epochs + 1):
         model.train()
         for k in rng.permutation(len(train)):
             b, e, part = train[k]
-            z = model(b.x, b.edge_index, b.batch, scaler.static(b.static), scaler.emb(e), b.agg,
-                      b.log_samples)
-            loss = loss_fn(z, scaler.y(yt[part]))
+            loss = loss_fn(_forward(model, scaler, b, e), scaler.y(yt[part]))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()

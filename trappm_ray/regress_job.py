@@ -141,6 +141,7 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
         "feature_set": recipe.feature_set, "targets": list(targets), "seeds": list(cfg.seeds),
         "units": {t: P.TARGETS[t][1] for t in targets},
         "head": {"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout,
+                 "node_dropout": recipe.node_dropout,
                  "batch_affine": [t for t in targets if for_target(recipe, t).batch_affine]},
         "recipe": {"name": cfg.recipe, **asdict(recipe)},
         "encoder": None if encoder is None else {
