@@ -1,8 +1,9 @@
 """A datasheet of a device's committed labels: what is in it, how it was measured, its gaps."""
 from __future__ import annotations
 
-from collections import Counter
+from collections import Counter, defaultdict
 
+import numpy as np
 import pyarrow.compute as pc
 
 from . import labels as L
@@ -18,6 +19,28 @@ def _set(rows, key) -> list:
 def _range(values) -> str:
     values = [v for v in values if v is not None]
     return f"{min(values):.0f}-{max(values):.0f}" if values else "-"
+
+
+def neighbour_errors(ok_rows: list[dict], column: str) -> np.ndarray:
+    """Relative errors (%) of predicting each row from its two neighbours in batch size.
+
+    Within each (architecture, resolution) sweep, every row except the smallest and largest
+    batch is interpolated linearly in log(batch size) -> log(value) from the rows just below and
+    above. How far a label sits off that line is a floor for any predictor that sees the
+    architecture and the batch size but not what makes a kernel faster at one batch size than
+    at the next.
+    """
+    sweeps = defaultdict(list)
+    for r in ok_rows:
+        if r[column] is not None and r[column] > 0:
+            sweeps[(r["arch"], r["resolution"])].append((r["batch_size"], r[column]))
+    errors = []
+    for points in sweeps.values():
+        b, v = np.log(np.array(sorted(points), dtype=float)).T
+        t = (b[1:-1] - b[:-2]) / (b[2:] - b[:-2])
+        guess = v[:-2] + t * (v[2:] - v[:-2])
+        errors += list(np.abs(np.exp(guess - v[1:-1]) - 1) * 100)
+    return np.array(errors)
 
 
 def datasheet(labels_dir: str, slug: str) -> str:
@@ -79,6 +102,16 @@ def datasheet(labels_dir: str, slug: str) -> str:
             f"{','.join(map(str, sorted({r['resolution'] for r in fr})))} | "
             f"{_range(r['train_step_ms'] for r in fr)} | {_range(r['inference_ms'] for r in fr)} | "
             f"{_range(r['mem_above_baseline_mb'] for r in fr)} |")
+    out += ["", "## How smooth the labels are in batch size", "",
+            "Each ok row that has a smaller and a larger batch size of the same architecture and "
+            "resolution, interpolated from those two neighbours (linear in log batch size and "
+            "log value; `datasheet.neighbour_errors`). The error says how irregular a target is "
+            "from one batch size to the next, beyond measurement noise (docs/labels.md).", "",
+            "| label | rows | median error % | mean error % |", "|---|---|---|---|"]
+    for column in ("train_step_ms", "inference_ms", "mem_above_baseline_mb"):
+        err = neighbour_errors(ok, column)
+        if len(err):
+            out.append(f"| `{column}` | {len(err)} | {np.median(err):.1f} | {err.mean():.1f} |")
     stopped = table.filter(pc.not_equal(pc.field("status"), "ok")).to_pylist()
     if stopped:
         out += ["", "## Rows that are not measurements", "",
@@ -88,4 +121,4 @@ def datasheet(labels_dir: str, slug: str) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["datasheet"]
+__all__ = ["datasheet", "neighbour_errors"]
