@@ -63,4 +63,6 @@ def test_evaluate_writes_every_split_and_model(setup, ray_session, tmp_path):
     assert json.loads((tmp_path / "results.json").read_text())["meta"]["examples"] == 54
     md = (tmp_path / "results.md").read_text()
     assert "Leave one family out" in md and "| **mean over families** |" in md
+    assert report["meta"]["neighbour_interpolation"]["train_step_ms"]["rows"] == 36
+    assert "neighbouring batch sizes" in md
     assert (tmp_path / "results" / "pred_vs_actual_train_step_ms.png").stat().st_size > 1000

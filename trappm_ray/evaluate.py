@@ -18,6 +18,7 @@ import numpy as np
 
 from . import predictor as P
 from .baselines import STATIC_MODELS, fit_static_task, static_matrix
+from .datasheet import neighbour_errors
 from .labeled import default_slug, load_examples
 from .pretrain import load_encoder
 from .regress import (RECIPES, SEEDS, embed, fit_task, for_target, mape, pack_graphs, prepare,
@@ -94,6 +95,17 @@ def _metrics(rows, y, preds: list[tuple[np.ndarray, np.ndarray]]) -> dict:
     return {"families": fam, "mean": mean}
 
 
+def neighbour_summary(rows: list[dict], targets) -> dict:
+    """Per target, the error of interpolating each row from its neighbouring batch sizes
+    (:func:`~trappm_ray.datasheet.neighbour_errors`): how irregular the labels themselves are."""
+    out = {}
+    for target in targets:
+        err = neighbour_errors(rows, target)
+        if len(err):
+            out[target] = {"rows": len(err), "median": float(np.median(err)), "mean": float(err.mean())}
+    return out
+
+
 def evaluate(cfg: EvalConfig, progress=print) -> dict:
     """Run every (split instance, model, target) as a Ray task; write and return the results."""
     import ray
@@ -166,6 +178,7 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
                  "families": families, "targets": list(targets), "data_sha256_16": data_hash(cfg.labels, slug),
                  "code_version": P.code_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                  "wall_s": round(time.perf_counter() - t0, 1),
+                 "neighbour_interpolation": neighbour_summary(rows, targets),
                  "config": {k: v for k, v in asdict(cfg).items() if k not in ("out", "ray_address")},
                  "recipes": {m: asdict(RECIPES[m]) for m in cfg.models if m in RECIPES}},
         "results": results,

@@ -57,6 +57,16 @@ def _table(split_res: dict, target: str) -> list[str]:
     return lines
 
 
+def _neighbour_line(summary: dict | None) -> list[str]:
+    if not summary:
+        return []
+    parts = [f"`{t}` {s['mean']:.1f}% mean / {s['median']:.1f}% median ({s['rows']} rows)"
+             for t, s in summary.items()]
+    return ["* how irregular the labels are: a row interpolated from the same architecture's two "
+            "neighbouring batch sizes (log-log line; it sees labels of the row's own architecture, "
+            "so it is a yardstick, not a model) misses by " + "; ".join(parts)]
+
+
 def write_markdown(report: dict, path: str, plots: list[str], out_dir: str) -> None:
     meta, results = report["meta"], report["results"]
     cfg = meta["config"]
@@ -78,6 +88,7 @@ def write_markdown(report: dict, path: str, plots: list[str], out_dir: str) -> N
            "leave-one-family-out: not run; ")
         + "GNN epochs capped at "
         f"{cfg['max_epochs'] or 'the recipe default'}",
+        *_neighbour_line(meta.get("neighbour_interpolation")),
         "* cells: MAPE % (RMSE in the target's unit); per-family values are means over the seeds "
         "whose test set holds that family; the last row is the mean over families (the paper's "
         "average); bold = lowest mean MAPE",
