@@ -56,7 +56,8 @@ def datasheet(labels_dir: str, slug: str) -> str:
         graph_keys = set(zip(*(g.column(k).to_pylist() for k in KEY)))
     joined = sum(tuple(r[k] for k in KEY) in graph_keys for r in ok)
     first = rows[0] if rows else {}
-    busy = [r for r in ok if row_load(r) > (r["logical_cpus"] or 1) * 0.75]
+    # a measurement alone loads the node by about its thread count
+    busy = [r for r in ok if row_load(r) > (r["threads"] or 1) + 0.5]
     out = [
         f"# Labels datasheet: `{slug}`",
         "",
@@ -86,8 +87,8 @@ def datasheet(labels_dir: str, slug: str) -> str:
         f"{_set(ok, 'resolution')}",
         f"* duplicate keys {sum(n > 1 for n in keys.values())}; ok rows joined to a graph in "
         f"`{GRAPHS_FILE}`: {joined} of {len(ok)}",
-        f"* ok rows whose 1-minute load average before or after the measurement exceeded 75% of "
-        f"the machine's CPUs: {len(busy)} (candidates for `jobs/collect_labels.py "
+        f"* ok rows whose 1-minute load average before or after the measurement exceeded the "
+        f"measurement's threads + 0.5: {len(busy)} (candidates for `jobs/collect_labels.py "
         "--remeasure-load-above`; see `load_avg_before`/`load_avg_after`)",
         "",
         "| family | archs | ok rows | batch sizes | resolutions | train step ms | inference ms | "

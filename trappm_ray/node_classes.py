@@ -28,7 +28,10 @@ import numpy as np
 import torch
 from torch import Tensor
 
-CLASS_KEYS = ("u_x", "u_agg", "u_root", "u_count", "u_src", "u_dst", "u_weight")
+# the count each class field's rows follow: first-layer classes, second-layer classes, class edges
+CLASS_LEVELS = {"u_x": "u1", "u_agg": "u1", "u_root": "u2", "u_count": "u2",
+                "u_src": "ue", "u_dst": "ue", "u_weight": "ue"}
+CLASS_KEYS = tuple(CLASS_LEVELS)
 
 
 def node_classes(x: Tensor, agg: Tensor, edge_index: Tensor) -> dict[str, Tensor]:
@@ -100,4 +103,4 @@ class ClassBatch:
                    num_graphs=len(graphs))
 
 
-__all__ = ["CLASS_KEYS", "node_classes", "ClassBatch"]
+__all__ = ["CLASS_KEYS", "CLASS_LEVELS", "node_classes", "ClassBatch"]

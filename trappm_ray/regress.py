@@ -19,7 +19,7 @@ import torch
 from torch_geometric.data import Batch, Data
 
 from .models import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
-from .node_classes import CLASS_KEYS, ClassBatch, node_classes
+from .node_classes import CLASS_KEYS, CLASS_LEVELS, ClassBatch, node_classes
 from .predictor import Scaler
 
 SEEDS = (1337, 1338, 1339, 1340, 1341)
@@ -40,6 +40,8 @@ class Recipe:
         node_dropout: dropout on node embeddings too (published), not only on the FC layers.
         lr, batch_size, max_epochs, patience: Adam learning rate, graphs per step, epoch cap,
             and epochs without validation improvement before stopping.
+        huber_delta: the Huber loss's delta on the z-scored log target (``log`` scaling): below
+            it the loss is squared error, above it absolute error.
         batch_affine: predict ``fixed + per_sample * batch_size`` (both parts from the graph)
             for the targets in :data:`BATCH_AFFINE_TARGETS` (see
             :class:`~trappm_ray.models.Regressor`); the published recipe predicts the value.
@@ -56,6 +58,7 @@ class Recipe:
     batch_size: int = 32
     max_epochs: int = 60
     patience: int = 10
+    huber_delta: float = 1.0
     batch_affine: bool = True
 
 
@@ -109,8 +112,7 @@ def prepare(data: list[Data], classes: bool = True) -> list[Data]:
 
 
 # which count each per-graph array's rows follow (any other key: one row per graph)
-_LEVELS = {"x": "node", "agg": "node", "edge_index": "edge", "u_x": "u1", "u_agg": "u1",
-           "u_root": "u2", "u_count": "u2", "u_src": "ue", "u_dst": "ue", "u_weight": "ue"}
+_LEVELS = {"x": "node", "agg": "node", "edge_index": "edge", **CLASS_LEVELS}
 _LEVEL_SIZE = {"node": lambda d: d.num_nodes, "edge": lambda d: d.edge_index.size(1),
                "u1": lambda d: d.u_x.size(0), "u2": lambda d: d.u_root.size(0),
                "ue": lambda d: d.u_src.size(0)}
@@ -264,7 +266,7 @@ def fit(data: list[Data], y: np.ndarray, emb: torch.Tensor | None, train_idx, va
         log_samples = torch.cat([data[i].log_samples for i in train_idx])
         model.set_target_scale(scaler.y_std, float(log_samples.mean()))
     opt = torch.optim.Adam(model.parameters(), lr=recipe.lr)
-    loss_fn = torch.nn.HuberLoss(delta=1.0) if recipe.scaling == "log" else torch.nn.MSELoss()
+    loss_fn = torch.nn.HuberLoss(delta=recipe.huber_delta) if recipe.scaling == "log" else torch.nn.MSELoss()
     best, epoch = train_epochs(model, scaler, data, emb, y, train_idx, val_idx, opt, loss_fn,
                                recipe.batch_size, recipe.max_epochs, recipe.patience, rng)
     return {"model": model, "scaler": scaler, "val_mape": best[0], "best_epoch": best[1],

@@ -111,6 +111,9 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
         raise ValueError(f"encoder {cfg.encoder} uses {enc_meta['feature_set']} features, "
                          f"recipe {cfg.recipe} {recipe.feature_set}")
     data_ref, emb_ref = ray.put(pack_graphs(data)), ray.put(embed(encoder, data))
+    example = examples.data[0]
+    examples.data = []  # the graphs live in the object store from here on, shared by the tasks
+    del data
     task = ray.remote(num_cpus=1)(fit_task)
     jobs = {}
     for target in targets:
@@ -127,12 +130,11 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
         progress(f"{key[0]} seed {key[1]}: val MAPE {r['val_mape']:.2f}% at epoch "
                  f"{r['best_epoch']}/{r['epochs']} ({r['seconds']:.0f} s)")
     emb_dim = 0 if encoder is None else encoder.out_dim
-    fs = examples.data[0]
     heads, scalers = {}, {}
     for target in targets:
         heads[target] = []
         for seed in cfg.seeds:
-            head = build_regressor(fs, emb_dim, for_target(recipe, target))
+            head = build_regressor(example, emb_dim, for_target(recipe, target))
             head.load_state_dict(results[(target, seed)]["state"])
             heads[target].append(head)
         scalers[target] = [results[(target, seed)]["scaler"] for seed in cfg.seeds]
