@@ -2,7 +2,7 @@
 
     .venv/bin/python benchmarks/recipe_variants.py [--target train_step_ms] [--seeds 1337,1338]
         [--split random] [--variants "hidden=128,fc=256;huber_delta=0.2"] [--ensemble 1]
-        [--json PATH]
+        [--by-load] [--json PATH]
 
 Each variant is ``field=value`` overrides of :class:`~trappm_ray.regress.Recipe` joined by
 commas; variants are separated by semicolons. Every (variant, seed) is one Ray task fitting the
@@ -12,7 +12,10 @@ Prints per variant the test MAPE (mean over families, as ``docs/results.md`` rep
 seed, its mean, the ratio to the baseline's mean, and the mean fit time. With ``--ensemble K``
 each (variant, seed) also fits K-1 more regressors on the same split with other initialisations
 (init seeds ``seed + 100 k``) and is scored on the mean of the K predictions, as the shipped
-predictor averages its heads; the single-model MAPE is printed beside it.
+predictor averages its heads; the single-model MAPE is printed beside it. ``--by-load`` also
+splits each variant's test rows by the load their label was measured under (quiet: 1-minute load
+average at most the measurement's threads + 0.5) and prints MAPE and median signed error of each
+part: a model fitted on mostly loaded rows over-predicts the quiet ones.
 """
 from __future__ import annotations
 
@@ -41,13 +44,15 @@ def main() -> None:
     p.add_argument("--split", default="random")
     p.add_argument("--variants", default=DEFAULT_VARIANTS)
     p.add_argument("--ensemble", type=int, default=1)
+    p.add_argument("--by-load", action="store_true")
     p.add_argument("--json", default="")
     args = p.parse_args()
 
     import ray
 
     from trappm_ray.evaluate import _metrics
-    from trappm_ray.labeled import default_slug, load_examples
+    from trappm_ray.label_job import measured_busy
+    from trappm_ray.labeled import default_slug, load_examples, ok_labels
     from trappm_ray.pretrain import load_encoder
     from trappm_ray.ray_init import ensure_ray
     from trappm_ray.regress import RECIPES, Recipe, embed, fit_task, for_target, pack_graphs, prepare
@@ -61,7 +66,11 @@ def main() -> None:
                                      for v in args.variants.split(";") if v.strip()}
     seeds = [int(s) for s in args.seeds.split(",")]
     ensure_ray(None)
-    ex = load_examples(args.labels, default_slug(args.labels), "v2", (args.target,))
+    slug = default_slug(args.labels)
+    ex = load_examples(args.labels, slug, "v2", (args.target,))
+    quiet_at = {(r["arch"], r["resolution"], r["batch_size"]): not measured_busy(r)
+                for r in ok_labels(args.labels, slug).to_pylist()}
+    quiet = np.array([quiet_at[(r["arch"], r["resolution"], r["batch_size"])] for r in ex.rows])
     data = prepare(ex.data)
     y = ex.column(args.target)
     enc, _ = load_encoder(DEFAULT_ENCODER)
@@ -82,6 +91,9 @@ def main() -> None:
         r["mape"][seed] = score(te, np.mean([x["pred"] for x in rs], 0))
         r["single"][seed] = score(te, rs[0]["pred"])
         r["seconds"] += [x["seconds"] for x in rs]
+        err = np.mean([x["pred"] for x in rs], 0) / y[te] - 1
+        for part, m in (("quiet", quiet[te]), ("loaded", ~quiet[te])):
+            r.setdefault(part, []).append((100 * np.abs(err[m]).mean(), 100 * np.median(err[m]), int(m.sum())))
     ref_mean = np.mean(list(out["baseline"]["mape"].values()))
     print(f"{args.target}, {args.split} split, {len(ex)} examples; test MAPE % (mean over families)")
     if args.ensemble > 1:
@@ -92,6 +104,13 @@ def main() -> None:
         print(f"{name:48s} " + " ".join(f"{r['mape'][s]:7.2f}" for s in seeds)
               + f" {mean:7.2f} {mean / ref_mean:6.3f} {np.mean(list(r['single'].values())):7.2f}"
               + f" {np.mean(r['seconds']):6.0f}")
+    if args.by_load:
+        print("by the load each test label was measured under: MAPE % (mean over rows), median signed"
+              " error %, rows (per seed)")
+        for name, r in out.items():
+            print(f"{name:48s} " + "  ".join(
+                f"{part} {np.mean([v[0] for v in r[part]]):5.1f} {np.mean([v[1] for v in r[part]]):+5.1f}"
+                f" {'/'.join(str(v[2]) for v in r[part])}" for part in ("quiet", "loaded")))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"target": args.target, "split": args.split, "examples": len(ex), "results": out},

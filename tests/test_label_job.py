@@ -53,6 +53,16 @@ def test_done_sweeps_can_ignore_rows_measured_under_load():
     assert label_job.done_sweeps(table, relaxed) == {("a", 32), ("c", 32)}
 
 
+def test_measured_busy_allows_for_the_measurements_own_threads():
+    one, two = _row("a", 1), _row("a", 2)
+    two["threads"] = 2
+    for r in (one, two):
+        r["load_avg_before"], r["load_avg_after"] = 0.4, 2.2  # a two-thread run alone ends near 2
+    assert label_job.measured_busy(one) and not label_job.measured_busy(two)
+    two["load_avg_before"] = 2.6
+    assert label_job.measured_busy(two)
+
+
 def test_compact_keeps_latest_row_per_key(tmp_path):
     out, slug = str(tmp_path), "test-cpu-t1"
     label_job.write_rows(out, slug, [_row("a", 1, ms=5.0), _row("a", 2)])

@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 
 from . import labels as L
 from . import storage
-from .label_job import row_load
+from .label_job import measured_busy
 from .labeled import GRAPHS_FILE, KEY, compact_labels
 
 
@@ -56,8 +56,7 @@ def datasheet(labels_dir: str, slug: str) -> str:
         graph_keys = set(zip(*(g.column(k).to_pylist() for k in KEY)))
     joined = sum(tuple(r[k] for k in KEY) in graph_keys for r in ok)
     first = rows[0] if rows else {}
-    # a measurement alone loads the node by about its thread count
-    busy = [r for r in ok if row_load(r) > (r["threads"] or 1) + 0.5]
+    busy = [r for r in ok if measured_busy(r)]
     out = [
         f"# Labels datasheet: `{slug}`",
         "",

@@ -199,6 +199,12 @@ def row_load(row: dict) -> float:
     return max(row["load_avg_before"] or 0.0, row["load_avg_after"] or 0.0)
 
 
+def measured_busy(row: dict) -> bool:
+    """Whether other work ran beside a row's measurement: its load exceeded the load the
+    measurement makes alone (about its thread count) by more than half a CPU."""
+    return row_load(row) > (row["threads"] or 1) + 0.5
+
+
 def _still_too_slow(row: dict, max_step_s: float | None) -> bool:
     """Whether a skipped_slow row's projected step (in its error text) still exceeds the limit."""
     match = re.match(r"projected step ([0-9.]+) s", row["error"] or "")
@@ -358,4 +364,4 @@ def summarize(table: pa.Table) -> str:
 
 
 __all__ = ["LabelJobConfig", "SCHEMA", "PLAN_OTHER_FAMILIES", "default_plan", "conform", "read_rows", "compact",
-           "done_sweeps", "row_load", "device_slugs", "write_rows", "run_label_job", "summarize"]
+           "done_sweeps", "row_load", "measured_busy", "device_slugs", "write_rows", "run_label_job", "summarize"]
