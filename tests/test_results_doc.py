@@ -15,6 +15,12 @@ def test_command_lists_only_the_non_default_fields():
     assert command(_as_json(cfg)) == "python jobs/evaluate.py --splits random,arch --baseline-seeds 1"
 
 
+def test_command_reads_the_config_as_evaluate_passes_it():
+    cfg = replace(EvalConfig(), arch_seeds=2, split_targets=("train_step_ms",))
+    assert command(asdict(cfg)) == command(_as_json(cfg)) == \
+        "python jobs/evaluate.py --arch-seeds 2 --split-targets train_step_ms"
+
+
 def test_command_round_trips_through_the_job_parser():
     from trappm_ray.config_cli import parse_config
 

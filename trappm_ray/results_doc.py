@@ -29,11 +29,12 @@ def command(config: dict) -> str:
 
     from .evaluate import EvalConfig
 
-    default = asdict(EvalConfig())
+    listed = lambda v: list(v) if isinstance(v, tuple) else v  # noqa: E731 - JSON has lists
+    default = {k: listed(v) for k, v in asdict(EvalConfig()).items()}
     flags = []
     for key, value in config.items():
-        if key in default and value != (list(default[key]) if isinstance(default[key], tuple)
-                                        else default[key]):
+        value = listed(value)
+        if key in default and value != default[key]:
             text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
             flags.append(f"--{key.replace('_', '-')} {text}")
     return " ".join(["python jobs/evaluate.py", *flags])
@@ -61,7 +62,7 @@ def _neighbour_line(summary: dict | None) -> list[str]:
     if not summary:
         return []
     parts = [f"`{t}` {s['mean']:.1f}% mean / {s['median']:.1f}% median ({s['rows']} rows)"
-             for t, s in summary.items()]
+             for t, s in sorted(summary.items())]  # the JSON report sorts its keys
     return ["* how irregular the labels are: a row interpolated from the same architecture's two "
             "neighbouring batch sizes (log-log line; it sees labels of the row's own architecture, "
             "so it is a yardstick, not a model) misses by " + "; ".join(parts)]
@@ -112,7 +113,7 @@ def write_markdown(report: dict, path: str, plots: list[str], out_dir: str) -> N
             out.append(f"| {kind} | {model} | {sum(r['train_s'] for r in by_target.values()):.0f} |")
     if plots:
         out += ["", "## Predicted vs measured (trappm-ray, random split, test rows of all seeds)", ""]
-        out += [f"![{os.path.basename(p)}]({os.path.relpath(p, out_dir)})" for p in plots]
+        out += [f"![{os.path.basename(p)}]({os.path.relpath(p, out_dir)})" for p in sorted(plots)]
     if report.get("transfer"):
         out += ["", "## Transfer learning", ""] + report["transfer"]["markdown"]
     with open(path, "w") as f:
