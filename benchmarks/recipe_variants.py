@@ -88,10 +88,11 @@ def main() -> None:
     for (name, seed), (refs, te) in jobs.items():
         rs = ray.get(refs)
         r = out.setdefault(name, {"mape": {}, "single": {}, "seconds": []})
-        r["mape"][seed] = score(te, np.mean([x["pred"] for x in rs], 0))
+        pred = np.mean([x["pred"] for x in rs], 0)
+        r["mape"][seed] = score(te, pred)
         r["single"][seed] = score(te, rs[0]["pred"])
         r["seconds"] += [x["seconds"] for x in rs]
-        err = np.mean([x["pred"] for x in rs], 0) / y[te] - 1
+        err = pred / y[te] - 1
         for part, m in (("quiet", quiet[te]), ("loaded", ~quiet[te])):
             r.setdefault(part, []).append((100 * np.abs(err[m]).mean(), 100 * np.median(err[m]), int(m.sum())))
     ref_mean = np.mean(list(out["baseline"]["mape"].values()))
