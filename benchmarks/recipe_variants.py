@@ -50,12 +50,11 @@ def main() -> None:
 
     import ray
 
-    from trappm_ray.evaluate import _metrics
+    from trappm_ray.evaluate import _metrics, load_prepared
     from trappm_ray.label_job import measured_busy
-    from trappm_ray.labeled import default_slug, load_examples, ok_labels
-    from trappm_ray.pretrain import load_encoder
+    from trappm_ray.labeled import default_slug, ok_labels
     from trappm_ray.ray_init import ensure_ray
-    from trappm_ray.regress import RECIPES, Recipe, embed, fit_task, for_target, pack_graphs, prepare
+    from trappm_ray.regress import RECIPES, Recipe, embed, fit_task, for_target, pack_graphs
     from trappm_ray.regress_job import DEFAULT_ENCODER
     from trappm_ray.splits import split
 
@@ -67,13 +66,11 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     ensure_ray(None)
     slug = default_slug(args.labels)
-    ex = load_examples(args.labels, slug, "v2", (args.target,))
+    ex, data, enc = load_prepared(args.labels, slug, (args.target,), DEFAULT_ENCODER)
     quiet_at = {(r["arch"], r["resolution"], r["batch_size"]): not measured_busy(r)
                 for r in ok_labels(args.labels, slug).to_pylist()}
     quiet = np.array([quiet_at[(r["arch"], r["resolution"], r["batch_size"])] for r in ex.rows])
-    data = prepare(ex.data)
     y = ex.column(args.target)
-    enc, _ = load_encoder(DEFAULT_ENCODER)
     data_ref, emb_ref = ray.put(pack_graphs(data)), ray.put(embed(enc, data))
     del data
     task = ray.remote(num_cpus=1)(fit_task)

@@ -1,9 +1,12 @@
 """The labels datasheet: contents, joins, and how smooth each label is in batch size."""
 import numpy as np
+import pyarrow as pa
 import pytest
 
 from tests.label_builders import SLUG, make_labeled_dir
+from trappm_ray import storage
 from trappm_ray.datasheet import datasheet, neighbour_errors
+from trappm_ray.label_job import SCHEMA
 
 
 def _row(arch, batch, value, resolution=64):
@@ -22,6 +25,14 @@ def test_neighbour_errors_zero_on_a_power_law_and_exact_on_a_kink():
 
 def test_datasheet_reports_counts_joins_and_smoothness(tmp_path):
     root = make_labeled_dir(str(tmp_path))
+    # one row of one sweep measured next to other work makes that whole sweep "loaded"
+    uri = storage.join(root, SLUG, "labels.parquet")
+    rows = storage.read_table(uri).to_pylist()
+    rows[0]["load_avg_before"] = 3.0
+    storage.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), uri)
     text = datasheet(root, SLUG)
     assert "54 rows, 54 ok" in text and "joined to a graph in `graphs.parquet`: 54 of 54" in text
-    assert "| `train_step_ms` | 36 |" in text  # 9 sweeps of 6 batch sizes: 4 interior rows each
+    assert "exceeded the measurement's threads + 0.5: 1 " in text
+    # 9 sweeps of 6 batch sizes: 4 interior rows each; 8 quiet sweeps and 1 loaded
+    assert "| `train_step_ms` | all | 36 |" in text
+    assert "| `train_step_ms` | quiet | 32 |" in text and "| `train_step_ms` | loaded | 4 |" in text

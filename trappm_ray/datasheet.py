@@ -106,12 +106,20 @@ def datasheet(labels_dir: str, slug: str) -> str:
             "Each ok row that has a smaller and a larger batch size of the same architecture and "
             "resolution, interpolated from those two neighbours (linear in log batch size and "
             "log value; `datasheet.neighbour_errors`). The error says how irregular a target is "
-            "from one batch size to the next, beyond measurement noise (docs/labels.md).", "",
-            "| label | rows | median error % | mean error % |", "|---|---|---|---|"]
+            "from one batch size to the next, beyond measurement noise (docs/labels.md). A "
+            "sweep is *loaded* when any of its rows was measured busy (above); the quiet sweeps "
+            "show what the harness reads on a quiet machine.", "",
+            "| label | sweeps | rows | median error % | mean error % |", "|---|---|---|---|---|"]
+    loaded = {(r["arch"], r["resolution"]) for r in busy}
+    groups = {"all": ok,
+              "quiet": [r for r in ok if (r["arch"], r["resolution"]) not in loaded],
+              "loaded": [r for r in ok if (r["arch"], r["resolution"]) in loaded]}
     for column in ("train_step_ms", "inference_ms", "mem_above_baseline_mb"):
-        err = neighbour_errors(ok, column)
-        if len(err):
-            out.append(f"| `{column}` | {len(err)} | {np.median(err):.1f} | {err.mean():.1f} |")
+        for group, group_rows in groups.items():
+            err = neighbour_errors(group_rows, column)
+            if len(err):
+                out.append(f"| `{column}` | {group} | {len(err)} | {np.median(err):.1f} | "
+                           f"{err.mean():.1f} |")
     stopped = table.filter(pc.not_equal(pc.field("status"), "ok")).to_pylist()
     if stopped:
         out += ["", "## Rows that are not measurements", "",

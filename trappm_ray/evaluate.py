@@ -106,6 +106,17 @@ def neighbour_summary(rows: list[dict], targets) -> dict:
     return out
 
 
+def load_prepared(labels: str, slug: str, targets, encoder: str):
+    """The v2 examples of ``slug``, their prepared graphs and the frozen encoder, as every
+    regressor experiment starts: ``(examples, prepared graphs, encoder)``. The examples keep
+    their rows but drop their raw graphs, which the prepared ones replace."""
+    ex = load_examples(labels, slug, "v2", targets)
+    data = prepare(ex.data)
+    ex.data = []
+    enc, _ = load_encoder(encoder)
+    return ex, data, enc
+
+
 def evaluate(cfg: EvalConfig, progress=print) -> dict:
     """Run every (split instance, model, target) as a Ray task; write and return the results."""
     import ray
@@ -116,11 +127,8 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     ensure_ray(cfg.ray_address or None)
     slug = cfg.device or default_slug(cfg.labels)
     targets = cfg.targets or available_targets(cfg.labels, slug)
-    ex2 = load_examples(cfg.labels, slug, "v2", targets)
-    rows = ex2.rows
-    data2 = prepare(ex2.data)
-    ex2.data = []  # the graphs live in the object store from here on, shared by the tasks
-    enc, _ = load_encoder(cfg.encoder)
+    ex2, data2, enc = load_prepared(cfg.labels, slug, targets, cfg.encoder)
+    rows = ex2.rows  # the graphs live in the object store from here on, shared by the tasks
     refs = {"v2": ray.put(pack_graphs(data2)), "x": ray.put(static_matrix(data2)),
             "emb:pretrained": ray.put(embed(enc, data2)),
             "emb:random": ray.put(embed(random_encoder(enc), data2)), "emb:none": None}
