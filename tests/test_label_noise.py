@@ -27,6 +27,8 @@ def test_remeasure_reports_relative_differences(tmp_path, monkeypatch):
     assert abs(s["train_step_ms"]["worst"] - 0.25) < 1e-9
     assert s["mem_peak_rss_mb"]["worst"] == 0.0
     assert abs(s["mem_above_baseline_mb"]["median"] - 0.2) < 1e-9
+    assert abs(s["train_step_ms"]["ratio_median"] - 0.925) < 1e-9  # (1.10 + 0.75) / 2
+    assert result["measured_on"] == {"device": "cpu"} and result["rows"][0]["stored_date"]
 
 
 def test_max_load_draws_only_quiet_rows_and_waits(tmp_path, monkeypatch):

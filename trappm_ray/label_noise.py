@@ -28,8 +28,11 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
             (:func:`labels.wait_for_load`, up to 30 minutes).
 
     Returns:
-        ``{"rows": [...], "summary": {label: {"median": ..., "worst": ...}}}``, relative
-        differences as fractions; each row keeps its stored load average.
+        ``{"measured_on": ..., "rows": [...], "summary": {label: {"median": ..., "worst": ...,
+        "ratio_median": ...}}}``: where the re-measurement ran (:func:`labels.device_info`),
+        absolute relative differences as fractions and the median of new / stored (below 1:
+        faster now, a bias rather than noise when the rows agree on it); each row keeps its
+        stored load average and machine.
     """
     rows = sorted((r for r in label_job.read_rows(out, slug).to_pylist() if r["status"] == "ok"),
                   key=label_job.row_load)
@@ -52,11 +55,13 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
         results.append({"arch": row["arch"], "resolution": row["resolution"],
                         "batch_size": row["batch_size"], "status": new["status"],
                         "stored_load_avg": label_job.row_load(row),
+                        "stored_machine_id": row.get("machine_id"), "stored_date": row["date"],
                         **{f"{k}_stored": row[k] for k in LABELS},
                         **{f"{k}_new": new.get(k) for k in LABELS}, "rel_diff": diff})
     summary = {}
     for k in LABELS:
         d = [r["rel_diff"][k] for r in results if k in r["rel_diff"]]
         if d:
-            summary[k] = {"median": median(d), "worst": max(d), "n": len(d)}
-    return {"rows": results, "summary": summary}
+            ratio = median(r[f"{k}_new"] / r[f"{k}_stored"] for r in results if k in r["rel_diff"])
+            summary[k] = {"median": median(d), "worst": max(d), "ratio_median": ratio, "n": len(d)}
+    return {"measured_on": info, "rows": results, "summary": summary}
