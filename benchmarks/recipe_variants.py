@@ -66,7 +66,7 @@ def main() -> None:
     seeds = [int(s) for s in args.seeds.split(",")]
     ensure_ray(None)
     slug = default_slug(args.labels)
-    ex, data, enc = load_prepared(args.labels, slug, (args.target,), DEFAULT_ENCODER)
+    ex, data, enc, _ = load_prepared(args.labels, slug, (args.target,), DEFAULT_ENCODER)
     quiet_at = {(r["arch"], r["resolution"], r["batch_size"]): not measured_busy(r)
                 for r in ok_labels(args.labels, slug).to_pylist()}
     quiet = np.array([quiet_at[(r["arch"], r["resolution"], r["batch_size"])] for r in ex.rows])

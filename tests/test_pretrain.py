@@ -38,6 +38,9 @@ def test_config_from_flags():
 def _check_encoder(result, corpus, epoch):
     encoder, meta = load_encoder(result.encoder)
     assert meta["epoch"] == epoch and meta["dims"] == [32, 16] and meta["feature_set"] == "v2"
+    # the sidecar holds the run's config: the command that regenerates this encoder
+    cfg = meta["config"]
+    assert cfg["dims"] == [32, 16] and cfg["epochs"] >= epoch and "ray_address" not in cfg
     row = pq.read_table(graph_files(corpus)[0]).to_pylist()[0]
     d = row_to_data(row)
     with torch.no_grad():

@@ -1,8 +1,10 @@
 """docs/results.md names the exact command that regenerates it."""
 from dataclasses import asdict, replace
 
+from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate import EvalConfig
-from trappm_ray.results_doc import command
+from trappm_ray.pretrain import PretrainConfig
+from trappm_ray.results_doc import command, regenerate_lines
 
 
 def _as_json(cfg: EvalConfig) -> dict:
@@ -22,8 +24,20 @@ def test_command_reads_the_config_as_evaluate_passes_it():
 
 
 def test_command_round_trips_through_the_job_parser():
-    from trappm_ray.config_cli import parse_config
-
     cfg = replace(EvalConfig(), arch_seeds=2, split_targets=("train_step_ms", "train_memory_mb"))
     argv = command(_as_json(cfg)).split()[2:]
     assert parse_config(EvalConfig, argv) == cfg
+
+
+def test_regenerate_lines_rebuild_corpus_and_encoders_from_their_sidecars():
+    v2 = replace(PretrainConfig(), name="gae-v2-cpu", dims=(128, 64), epochs=8, max_graphs=8000)
+    sidecar = {"config": asdict(v2), "dims": [128, 64], "epoch": 8, "max_graphs": 8000}
+    meta = {"config": asdict(replace(EvalConfig(), arch_seeds=2)),
+            "encoders": {"v2": sidecar, "trappm-v1": {"dims": [64], "epoch": 5, "max_graphs": 40}}}
+    lines = regenerate_lines(meta)
+    assert lines[1] == "python jobs/build_dataset.py --out artifacts/corpus"
+    assert lines[2] == ("python jobs/pretrain_gae.py --dims 128,64 --epochs 8 --name gae-v2-cpu "
+                        "--max-graphs 8000")
+    assert lines[3].startswith("# trappm-v1 encoder: its sidecar does not record")
+    assert lines[4] == "python jobs/evaluate.py --arch-seeds 2"
+    assert parse_config(PretrainConfig, lines[2].split()[2:]) == v2

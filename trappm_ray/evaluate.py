@@ -109,12 +109,13 @@ def neighbour_summary(rows: list[dict], targets) -> dict:
 def load_prepared(labels: str, slug: str, targets, encoder: str):
     """The v2 examples of ``slug``, their prepared graphs and the frozen encoder, as every
     regressor experiment starts: ``(examples, prepared graphs, encoder)``. The examples keep
-    their rows but drop their raw graphs, which the prepared ones replace."""
+    their rows but drop their raw graphs, which the prepared ones replace. The fourth item is
+    the encoder's sidecar (how it was pretrained)."""
     ex = load_examples(labels, slug, "v2", targets)
     data = prepare(ex.data)
     ex.data = []
-    enc, _ = load_encoder(encoder)
-    return ex, data, enc
+    enc, enc_meta = load_encoder(encoder)
+    return ex, data, enc, enc_meta
 
 
 def evaluate(cfg: EvalConfig, progress=print) -> dict:
@@ -127,7 +128,8 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     ensure_ray(cfg.ray_address or None)
     slug = cfg.device or default_slug(cfg.labels)
     targets = cfg.targets or available_targets(cfg.labels, slug)
-    ex2, data2, enc = load_prepared(cfg.labels, slug, targets, cfg.encoder)
+    ex2, data2, enc, enc_meta = load_prepared(cfg.labels, slug, targets, cfg.encoder)
+    encoders = {"v2": enc_meta}
     rows = ex2.rows  # the graphs live in the object store from here on, shared by the tasks
     refs = {"v2": ray.put(pack_graphs(data2)), "x": ray.put(static_matrix(data2)),
             "emb:pretrained": ray.put(embed(enc, data2)),
@@ -136,7 +138,7 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     if "trappm-published" in cfg.models:
         # the published recipe drops out single nodes, so it cannot run on node classes
         data1 = prepare(load_examples(cfg.labels, slug, "trappm-v1", targets).data, classes=False)
-        enc1, _ = load_encoder(cfg.encoder_v1)
+        enc1, encoders["trappm-v1"] = load_encoder(cfg.encoder_v1)
         refs["trappm-v1"], refs["emb:v1"] = ray.put(pack_graphs(data1)), ray.put(embed(enc1, data1))
         del data1
     gnn, static = ray.remote(num_cpus=1)(fit_task), ray.remote(num_cpus=1)(fit_static_task)
@@ -188,7 +190,8 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
                  "wall_s": round(time.perf_counter() - t0, 1),
                  "neighbour_interpolation": neighbour_summary(rows, targets),
                  "config": {k: v for k, v in asdict(cfg).items() if k not in ("out", "ray_address")},
-                 "recipes": {m: asdict(RECIPES[m]) for m in cfg.models if m in RECIPES}},
+                 "recipes": {m: asdict(RECIPES[m]) for m in cfg.models if m in RECIPES},
+                 "encoders": encoders},
         "results": results,
     }
     if cfg.transfer_to:

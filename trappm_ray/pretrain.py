@@ -276,6 +276,8 @@ def save_encoder(checkpoint, cfg: PretrainConfig, result: PretrainResult) -> str
             "dropout": trained["dropout"], "epoch": int(state["epoch"]),
             "loss": result.final_loss, "corpus": cfg.corpus, "max_graphs": cfg.max_graphs,
             "checkpoint": result.checkpoint,
+            # the whole run config, so that the encoder can be regenerated from its sidecar
+            "config": {k: v for k, v in asdict(cfg).items() if k != "ray_address"},
             "torch": torch.__version__, "saved_at": datetime.now(timezone.utc).isoformat()}
     buf = io.BytesIO()
     torch.save(state["encoder"], buf)

@@ -23,21 +23,41 @@ MODEL_NOTES = {
 }
 
 
-def command(config: dict) -> str:
-    """The ``jobs/evaluate.py`` command line that reproduces ``config`` (non-default fields)."""
+def command(config: dict, script: str = "jobs/evaluate.py", cls=None) -> str:
+    """The ``script`` command line that reproduces ``config`` (its non-default fields), where
+    ``cls`` is the script's config dataclass (default: :class:`~trappm_ray.evaluate.EvalConfig`)."""
     from dataclasses import asdict
 
     from .evaluate import EvalConfig
 
     listed = lambda v: list(v) if isinstance(v, tuple) else v  # noqa: E731 - JSON has lists
-    default = {k: listed(v) for k, v in asdict(EvalConfig()).items()}
+    default = {k: listed(v) for k, v in asdict((cls or EvalConfig)()).items()}
     flags = []
     for key, value in config.items():
         value = listed(value)
         if key in default and value != default[key]:
             text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
             flags.append(f"--{key.replace('_', '-')} {text}")
-    return " ".join(["python jobs/evaluate.py", *flags])
+    return " ".join([f"python {script}", *flags])
+
+
+def regenerate_lines(meta: dict) -> list[str]:
+    """How to rebuild the results from a fresh checkout: corpus, encoders (from the config each
+    encoder's sidecar recorded), then the evaluation."""
+    from .pretrain import PretrainConfig
+
+    encoders = meta.get("encoders", {})
+    corpora = sorted({e["config"]["corpus"] for e in encoders.values() if "config" in e})
+    lines = ["```bash"]
+    lines += [f"python jobs/build_dataset.py --out {c}" for c in corpora]
+    for name, enc in encoders.items():
+        if "config" in enc:
+            lines.append(command(enc["config"], "jobs/pretrain_gae.py", PretrainConfig))
+        else:
+            lines.append(f"# {name} encoder: its sidecar does not record how it was pretrained "
+                         f"({enc.get('max_graphs')} graphs, {enc.get('epoch')} epochs, dims "
+                         f"{enc.get('dims')})")
+    return lines + [command(meta["config"]), "```"]
 
 
 def _cell(m: dict | None) -> str:
@@ -98,6 +118,8 @@ def write_markdown(report: dict, path: str, plots: list[str], out_dir: str) -> N
         "",
     ]
     out += [f"* `{m}`: {MODEL_NOTES.get(m, '')}" for m in cfg["models"]]
+    out += ["", "To regenerate everything from a fresh checkout (each command resumes):", "",
+            *regenerate_lines(meta)]
     for kind in ("random", "arch", "family"):
         if kind not in results:
             continue
