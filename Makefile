@@ -1,11 +1,18 @@
 # Two commands on a fresh machine:  make demo   (main job end to end)   make test   (tests)
-.PHONY: setup demo test test-slow bench corpus
+# The committed results and shipped predictor, from scratch (each step resumes):
+#   make results     corpus -> both encoders -> docs/results.{md,json}
+#   make predictor   corpus -> v2 encoder -> trappm_ray/predictors/default
+.PHONY: setup demo test test-slow bench corpus encoders predictor results
+
+PY = .venv/bin/python
+PRETRAIN = $(PY) jobs/pretrain_gae.py --corpus artifacts/corpus --storage artifacts/pretrain \
+	--dims 128,64,64,64 --num-workers 1 --cache true
 
 setup:
 	bash scripts/setup.sh
 
 demo: setup
-	.venv/bin/python jobs/demo.py
+	$(PY) jobs/demo.py
 
 test:
 	bash scripts/test.sh
@@ -14,7 +21,20 @@ test-slow:
 	bash scripts/test.sh -m slow
 
 bench: setup
-	.venv/bin/python benchmarks/featurize.py
+	$(PY) benchmarks/featurize.py
 
 corpus: setup
-	.venv/bin/python jobs/build_dataset.py --out artifacts/corpus
+	$(PY) jobs/build_dataset.py --out artifacts/corpus
+
+encoders: corpus
+	$(PRETRAIN) --name gae-v2-cpu --max-graphs 8000 --epochs 8
+	$(PRETRAIN) --name gae-v1-cpu --feature-set trappm-v1 --max-graphs 4000 --epochs 5
+
+predictor: encoders
+	$(PY) jobs/train_regressors.py --ship true
+
+results: encoders
+	$(PY) jobs/evaluate.py --arch-seeds 2 --baseline-seeds 1 \
+		--split-targets train_step_ms,train_memory_mb \
+		--transfer-predictor trappm_ray/predictors/default \
+		--transfer-to intel-r-xeon-r-processor-t2
