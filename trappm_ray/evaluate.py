@@ -107,10 +107,10 @@ def neighbour_summary(rows: list[dict], targets) -> dict:
 
 
 def load_prepared(labels: str, slug: str, targets, encoder: str):
-    """The v2 examples of ``slug``, their prepared graphs and the frozen encoder, as every
-    regressor experiment starts: ``(examples, prepared graphs, encoder)``. The examples keep
-    their rows but drop their raw graphs, which the prepared ones replace. The fourth item is
-    the encoder's sidecar (how it was pretrained)."""
+    """What every regressor experiment starts from: ``(examples, prepared graphs, frozen
+    encoder, encoder sidecar)`` for the v2 examples of ``slug``. The examples keep their rows
+    and drop their raw graphs, which the prepared ones replace; the sidecar says how the encoder
+    was pretrained."""
     ex = load_examples(labels, slug, "v2", targets)
     data = prepare(ex.data)
     ex.data = []
@@ -130,7 +130,8 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     targets = cfg.targets or available_targets(cfg.labels, slug)
     ex2, data2, enc, enc_meta = load_prepared(cfg.labels, slug, targets, cfg.encoder)
     encoders = {"v2": enc_meta}
-    rows = ex2.rows  # the graphs live in the object store from here on, shared by the tasks
+    rows = ex2.rows
+    # the graphs live in the object store from here on, shared by the tasks
     refs = {"v2": ray.put(pack_graphs(data2)), "x": ray.put(static_matrix(data2)),
             "emb:pretrained": ray.put(embed(enc, data2)),
             "emb:random": ray.put(embed(random_encoder(enc), data2)), "emb:none": None}
