@@ -26,6 +26,7 @@ def test_measure_tiny_model_on_cpu():
     assert row["mem_peak_rss_mb"] > row["mem_baseline_mb"]
     assert row["mem_above_baseline_mb"] == pytest.approx(row["mem_peak_rss_mb"] - row["mem_baseline_mb"])
     assert row["params"] > 0 and row["family"] == "test"
+    assert 0 < row["ref_step_ms"] < 5000 and row["harness_version"] == labels.HARNESS_VERSION
     for col in PROVENANCE:
         assert row[col] is not None, col
     assert row["device"] == "cpu" and row["cuda"] == "cpu" and row["device_slug"].endswith("-t1")

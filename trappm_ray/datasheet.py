@@ -75,7 +75,9 @@ def datasheet(labels_dir: str, slug: str) -> str:
         f"{_set(rows, 'optimizer')}, warm-up {_set(rows, 'warmup')}, "
         f"timed steps {_set(rows, 'steps')} (fewer when a step is slow; "
         "see `train_steps_timed`)",
-        f"* measured {min(_set(rows, 'date'), default='-')} to {max(_set(rows, 'date'), default='-')}",
+        f"* measured {min(_set(rows, 'date'), default='-')} to {max(_set(rows, 'date'), default='-')} "
+        f"on machine(s) {_set(rows, 'machine_id')}; reference step (`ref_step_ms`) "
+        f"{_range(r['ref_step_ms'] for r in ok)} ms",
         "",
         "## Contents",
         "",

@@ -21,14 +21,16 @@ import os
 import re
 import resource
 import signal
+import statistics
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
-HARNESS_VERSION = "1"
+HARNESS_VERSION = "2"  # 2: ref_step_ms
 CPU_DEFAULTS = (2, 10)  # (warm-up, timed) steps: a CPU step takes 0.05-3 s; 5+50 is GPU-sized
 CUDA_DEFAULTS = (5, 50)  # the paper's policy
 MIN_TIMED_STEPS = 3
+REF_STEPS = 10  # timed steps of the reference network (labels.ref_step_ms)
 STATUSES = ("ok", "oom", "error", "crashed", "timeout", "skipped_slow")
 _PRELOAD = ["torch", "timm", "trappm_ray.zoo", "trappm_ray.labels"]
 _SPREAD = ("", "_p10", "_p90", "_min", "_max")
@@ -43,7 +45,7 @@ COLUMNS: dict[str, str] = {
     "mem_peak_rss_mb": _F, "mem_above_baseline_mb": _F, "mem_baseline_mb": _F, "memory_cap_mb": _F,
     "cuda_max_allocated_mb": _F, "cuda_max_reserved_mb": _F, "nvml_used_mb": _F,
     "power_w_mean": _F, "power_w_max": _F, "params": _I, "threads": _I, "cores": _S, "logical_cpus": _I,
-    "load_avg_before": _F, "load_avg_after": _F, "wall_s": _F,
+    "load_avg_before": _F, "load_avg_after": _F, "ref_step_ms": _F, "wall_s": _F,
     "device_name": _S, "driver": _S, "cuda": _S, "torch_version": _S, "timm_version": _S,
     "exporter": _S, "machine_id": _S, "warmup": _I, "steps": _I, "date": _S, "harness_version": _S,
 }
@@ -258,6 +260,32 @@ def _cpu_baseline(spec: MeasureSpec, torch) -> float:
     return _status_mb("VmRSS")
 
 
+def _reference_step_ms(spec: MeasureSpec, torch) -> float:
+    """Median train step (ms) of one fixed small CNN (batch 8, 3x64x64, Adam, float32), timed
+    in the measuring process right after the model: how fast the machine ran at that moment.
+
+    A VM of the same CPU model, or other work on a neighbouring core, shifts every timing by
+    ~20% here (docs/labels.md); rows whose references differ were taken at different speeds,
+    whatever their device slug says.
+    """
+    nn = torch.nn
+    torch.manual_seed(0)
+    dev = torch.device(spec.device)
+    net = nn.Sequential(nn.Conv2d(3, 32, 3, padding=1), nn.BatchNorm2d(32), nn.ReLU(),
+                        nn.Conv2d(32, 64, 3, stride=2, padding=1), nn.BatchNorm2d(64), nn.ReLU(),
+                        nn.AdaptiveAvgPool2d(1), nn.Flatten(), nn.Linear(64, 10)).to(dev)
+    opt = torch.optim.Adam(net.parameters())
+    x, y = torch.randn(8, 3, 64, 64, device=dev), torch.randint(0, 10, (8,), device=dev)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        torch.nn.functional.cross_entropy(net(x), y).backward()
+        opt.step()
+
+    ref = replace(spec, warmup=2, steps=REF_STEPS, max_timed_seconds=None)
+    return statistics.median(_time_steps(step, ref, torch))
+
+
 def _measure_in_child(spec: MeasureSpec) -> dict:
     """The measurement proper; runs inside the fresh child process."""
     import torch
@@ -317,6 +345,7 @@ def _measure_in_child(spec: MeasureSpec) -> dict:
     with torch.no_grad(), amp():
         times = _time_steps(logits, spec, torch)
     out.update(_spread("inference_ms", times), inference_steps_timed=len(times))
+    out["ref_step_ms"] = _reference_step_ms(spec, torch)  # last: it must not touch the memory peaks
     return out
 
 
