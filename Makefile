@@ -24,7 +24,7 @@ bench: setup
 	$(PY) benchmarks/featurize.py
 
 corpus: setup
-	$(PY) jobs/build_dataset.py --out artifacts/corpus
+	$(PY) jobs/build_dataset.py --out artifacts/corpus --labels data/labels
 
 encoders: corpus
 	$(PRETRAIN) --name gae-v2-cpu --max-graphs 8000 --epochs 8

@@ -68,3 +68,21 @@ def test_select_architectures_covers_paper_families():
     archs = dataset.select_architectures(other_per_family=1)
     fams = {zoo.family_of(a) for a in archs}
     assert set(zoo.PAPER_FAMILIES) <= fams and len(archs) > 400
+
+
+def test_labeled_architectures_are_exported_whatever_their_size(ray_session, tmp_path):
+    from trappm_ray import label_job
+
+    labels = str(tmp_path / "labels")
+    label_job.write_rows(labels, "cpu-t1", [{"arch": "test_vit", "resolution": 32, "batch_size": 1,
+                                             "status": "ok", "device_slug": "cpu-t1"}])
+    out = str(tmp_path / "corpus")
+    cfg = DatasetConfig(out=out, archs=("test_resnet",), resolutions=(32,), batch_sizes=(1,),
+                        max_params=1)
+    build(cfg, progress=lambda *_: None)
+    manifest = {e["task"]: e for e in dataset.read_manifest(out)}
+    assert manifest["test_resnet@32"]["status"] == "skipped" and "test_vit@32" not in manifest
+    again = build(DatasetConfig(**{**cfg.__dict__, "labels": labels}), progress=lambda *_: None)
+    manifest = {e["task"]: e for e in dataset.read_manifest(out)}
+    assert again.ran == 1 and manifest["test_vit@32"]["status"] == "ok"  # too large, but labeled
+    assert manifest["test_resnet@32"]["status"] == "skipped"

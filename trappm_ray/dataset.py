@@ -49,6 +49,9 @@ class DatasetConfig:
             size: a 300M-parameter ViT takes ~30 s to export on one core, a ResNet-50 ~2 s).
         exempt_families: families exported whatever their size, because every member is above
             ``max_params`` (VGG: 133M+) and the family would otherwise be missing.
+        labels: a label store (``jobs/collect_labels.py --out``): its architectures join the
+            selection and are exported whatever their size, so that every label has a graph
+            (empty = none).
         keep_onnx: also store the skeletons.
         retry_failed: re-run tasks whose manifest entry is an error.
         ray_address: an existing cluster (None starts a local one).
@@ -63,6 +66,7 @@ class DatasetConfig:
     max_archs: int = 0
     max_params: int = 50_000_000
     exempt_families: tuple[str, ...] = ("vgg",)
+    labels: str = ""
     keep_onnx: bool = True
     retry_failed: bool = False
     ray_address: str | None = None
@@ -209,17 +213,25 @@ class BuildSummary:
     stage_s: dict = field(default_factory=dict)
 
 
-def _limit(arch: str, cfg: DatasetConfig) -> float:
+def labeled_architectures(labels: str) -> set[str]:
+    """Every architecture with a stored label row, any device, under a label store."""
+    from .label_job import device_slugs, read_rows
+
+    return {a for slug in device_slugs(labels) for a in read_rows(labels, slug).column("arch").to_pylist()}
+
+
+def _limit(arch: str, cfg: DatasetConfig, labeled: set[str]) -> float:
     from . import zoo
 
-    return float("inf") if zoo.family_of(arch) in cfg.exempt_families else cfg.max_params
+    exempt = zoo.family_of(arch) in cfg.exempt_families or arch in labeled
+    return float("inf") if exempt else cfg.max_params
 
 
-def _is_done(entry: dict | None, cfg: DatasetConfig) -> bool:
+def _is_done(entry: dict | None, cfg: DatasetConfig, labeled: set[str]) -> bool:
     if entry is None:
         return False
     if entry["status"] == "skipped":  # too large then; a higher limit now makes it work to do
-        return entry.get("params_torch", 0) > _limit(entry["arch"], cfg)
+        return entry.get("params_torch", 0) > _limit(entry["arch"], cfg, labeled)
     return entry["status"] == "ok" or not cfg.retry_failed
 
 
@@ -229,9 +241,11 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
     archs = list(cfg.archs) or select_architectures(cfg.other_per_family)
     if cfg.max_archs:
         archs = archs[: cfg.max_archs]
+    labeled = labeled_architectures(cfg.labels) if cfg.labels else set()
+    archs += sorted(labeled - set(archs))
     entries = {e["task"]: e for e in read_manifest(cfg.out)}
     todo = [(a, r) for a in interleave_families(archs) for r in cfg.resolutions
-            if not _is_done(entries.get(task_name(a, r)), cfg)]
+            if not _is_done(entries.get(task_name(a, r)), cfg, labeled)]
     progress(f"{len(archs)} architectures x {len(cfg.resolutions)} resolutions: "
              f"{len(entries)} tasks recorded, {len(todo)} to run -> {cfg.out}")
     if todo:
@@ -240,7 +254,7 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
         # Workers are recycled every few tasks: exported models leave allocator caches behind.
         task = ray.remote(num_cpus=cfg.task_cpus, max_calls=8, max_retries=1)(build_shard)
         pending = {task.remote(a, r, tuple(cfg.batch_sizes), cfg.out, cfg.keep_onnx,
-                               _limit(a, cfg)): (a, r)
+                               _limit(a, cfg, labeled)): (a, r)
                    for a, r in todo}
         finished = 0
         while pending:

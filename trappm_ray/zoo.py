@@ -104,6 +104,9 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
 
     if max_params is not None and (n := count_params(arch, resolution)) > max_params:
         raise ValueError(f"{arch} has {n:,} parameters, above the zoo's limit of {max_params:,}")
+    # Seeded: an export in a Ray worker that has already exported other models would otherwise
+    # draw other random weights, and a rare coincidence among them changes the graph by a node.
+    torch.manual_seed(0)
     model = create_model(arch, resolution).eval()
     params = sum(p.numel() for p in model.parameters())
     with torch.no_grad():
