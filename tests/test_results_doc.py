@@ -30,14 +30,15 @@ def test_command_round_trips_through_the_job_parser():
 
 
 def test_regenerate_lines_rebuild_corpus_and_encoders_from_their_sidecars():
-    v2 = replace(PretrainConfig(), name="gae-v2-cpu", dims=(128, 64), epochs=8, max_graphs=8000)
+    v2 = replace(PretrainConfig(), name="gae-v2-cpu", dims=(128, 64), epochs=8, max_graphs=8000,
+                 cache=True)
     sidecar = {"config": asdict(v2), "dims": [128, 64], "epoch": 8, "max_graphs": 8000}
     meta = {"config": asdict(replace(EvalConfig(), arch_seeds=2)),
             "encoders": {"v2": sidecar, "trappm-v1": {"dims": [64], "epoch": 5, "max_graphs": 40}}}
     lines = regenerate_lines(meta)
-    assert lines[1] == "python jobs/build_dataset.py --out artifacts/corpus"
+    assert lines[1] == "python jobs/build_dataset.py --out artifacts/corpus --labels data/labels"
     assert lines[2] == ("python jobs/pretrain_gae.py --dims 128,64 --epochs 8 --name gae-v2-cpu "
-                        "--max-graphs 8000")
+                        "--max-graphs 8000 --cache true")
     assert lines[3].startswith("# trappm-v1 encoder: its sidecar does not record")
     assert lines[4] == "python jobs/evaluate.py --arch-seeds 2"
     assert parse_config(PretrainConfig, lines[2].split()[2:]) == v2

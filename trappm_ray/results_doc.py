@@ -36,7 +36,8 @@ def command(config: dict, script: str = "jobs/evaluate.py", cls=None) -> str:
     for key, value in config.items():
         value = listed(value)
         if key in default and value != default[key]:
-            text = ",".join(map(str, value)) if isinstance(value, list) else str(value)
+            text = (",".join(map(str, value)) if isinstance(value, list)
+                    else str(value).lower() if isinstance(value, bool) else str(value))
             flags.append(f"--{key.replace('_', '-')} {text}")
     return " ".join([f"python {script}", *flags])
 
@@ -49,7 +50,9 @@ def regenerate_lines(meta: dict) -> list[str]:
     encoders = meta.get("encoders", {})
     corpora = sorted({e["config"]["corpus"] for e in encoders.values() if "config" in e})
     lines = ["```bash"]
-    lines += [f"python jobs/build_dataset.py --out {c}" for c in corpora]
+    # the corpus must hold a graph for every label: --labels exports the labeled architectures
+    lines += [f"python jobs/build_dataset.py --out {c} --labels {meta['config']['labels']}"
+              for c in corpora]
     for name, enc in encoders.items():
         if "config" in enc:
             lines.append(command(enc["config"], "jobs/pretrain_gae.py", PretrainConfig))
