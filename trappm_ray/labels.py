@@ -262,11 +262,12 @@ def _cpu_baseline(spec: MeasureSpec, torch) -> float:
 
 def _reference_step_ms(spec: MeasureSpec, torch) -> float:
     """Median train step (ms) of one fixed small CNN (batch 8, 3x64x64, Adam, float32), timed
-    in the measuring process right after the model: how fast the machine ran at that moment.
+    in the measuring process right after the model: how fast the machine ran at that moment
+    (and, by 18-30 ms across models, what state the model left; benchmarks/label_reference.py).
 
     A VM of the same CPU model, or other work on a neighbouring core, shifts every timing by
-    ~20% here (docs/labels.md); rows whose references differ were taken at different speeds,
-    whatever their device slug says.
+    ~20% here (docs/labels.md): when two rows of one configuration have different references,
+    they were taken at different speeds, whatever their device slug says.
     """
     nn = torch.nn
     torch.manual_seed(0)
