@@ -346,7 +346,10 @@ def _measure_in_child(spec: MeasureSpec) -> dict:
     with torch.no_grad(), amp():
         times = _time_steps(logits, spec, torch)
     out.update(_spread("inference_ms", times), inference_steps_timed=len(times))
-    out["ref_step_ms"] = _reference_step_ms(spec, torch)  # last: it must not touch the memory peaks
+    try:  # last: it must not touch the memory peaks; a failure here must not lose the row
+        out["ref_step_ms"] = _reference_step_ms(spec, torch)
+    except Exception:  # noqa: BLE001 - e.g. out of memory beside what the model left behind
+        out["ref_step_ms"] = None
     return out
 
 
