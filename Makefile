@@ -1,7 +1,7 @@
 # Two commands on a fresh machine:  make demo   (main job end to end)   make test   (tests)
 # The committed results and shipped predictor, from scratch (each step resumes):
 #   make results     corpus -> both encoders -> docs/results.{md,json}
-#   make predictor   corpus -> v2 encoder -> trappm_ray/predictors/default
+#   make predictor   corpus -> both encoders -> trappm_ray/predictors/default (uses the v2 one)
 .PHONY: setup demo test test-slow bench corpus encoders predictor results
 
 PY = .venv/bin/python
