@@ -71,8 +71,8 @@ def main() -> None:
         loaded = labels.measure(spec, info)
         stop.set()
         neighbour.join()
-        if quiet["status"] != "ok" or loaded["status"] != "ok":
-            continue
+        if any(m["status"] != "ok" or m["ref_step_ms"] is None for m in (quiet, loaded)):
+            continue  # a measurement or its reference failed: no ratio to take
         row = {"arch": r["arch"], "batch_size": r["batch_size"]}
         for k in ("train_step_ms", "inference_ms", "ref_step_ms"):
             row[f"{k}_quiet"], row[f"{k}_loaded"] = quiet[k], loaded[k]
