@@ -14,6 +14,10 @@ Examples (from the repository root)::
     # re-measure the sweeps whose timings were taken beside other work, on an idle machine:
     .venv/bin/python jobs/collect_labels.py --out data/labels --device cpu --per-family 20 \
         --corpus artifacts/corpus --remeasure-load-above 1.5 --max-load 1.5
+    # measure one device's whole set again on this machine, two one-thread sweeps at a time:
+    .venv/bin/ray start --head --num-cpus 2 --resources '{"label_slot": 2}'
+    .venv/bin/python jobs/collect_labels.py --out data/labels-next --device cpu --ray-address auto \
+        --like data/labels/intel-r-xeon-r-processor-t1/labels.parquet --max-load 2.5
     # merge part files into <out>/<device>/labels.parquet without measuring:
     .venv/bin/python jobs/collect_labels.py --out data/labels --compact-only
 
@@ -61,6 +65,9 @@ def parse_args(argv=None) -> tuple[label_job.LabelJobConfig, bool]:
                    help="wait before each measurement until the 1-minute load average is at most "
                         "this (a measurement alone makes ~1.0)")
     p.add_argument("--max-load-wait-s", type=float, default=d.max_load_wait_s)
+    p.add_argument("--like", default=None,
+                   help="a stored labels.parquet whose sweeps (each with its batch sizes) to measure "
+                        "again, instead of the plan")
     p.add_argument("--compact-only", action="store_true", help="only merge parts, measure nothing")
     a = vars(p.parse_args(argv))
     compact_only = a.pop("compact_only")

@@ -63,6 +63,28 @@ def test_measured_busy_allows_for_the_measurements_own_threads():
     assert label_job.measured_busy(two)
 
 
+def test_measured_busy_allows_for_sibling_label_slots():
+    row = _row("a", 1)
+    row["load_avg_before"], row["load_avg_after"] = 1.1, 2.2  # two one-thread measurements at once
+    assert label_job.measured_busy(row)
+    row["label_slots"] = 2
+    assert not label_job.measured_busy(row)
+    row["load_avg_after"] = 3.0
+    assert label_job.measured_busy(row)
+
+
+def test_like_measures_each_stored_sweep_over_its_own_batch_sizes(tmp_path):
+    like = str(tmp_path / "labels.parquet")
+    stored = [_row("a", 1), _row("a", 3), _row("b", 5, "error"), _row("b", 10)]
+    storage.write_table(pa.Table.from_pylist(stored, schema=label_job.SCHEMA), like)
+    cfg = label_job.LabelJobConfig(out="unused", like=like, batch_sizes=(1, 2))
+    sizes = label_job._sweeps(cfg)
+    assert sizes == {("a", 32): (1, 3), ("b", 32): (5, 10)}
+    measured = pa.Table.from_pylist([_row("a", 1), _row("a", 3), _row("b", 5)], schema=label_job.SCHEMA)
+    assert label_job.done_sweeps(measured, cfg, sizes) == {("a", 32)}
+    assert label_job.done_sweeps(measured, cfg) == set()  # cfg.batch_sizes: a lacks batch 2
+
+
 def test_compact_keeps_latest_row_per_key(tmp_path):
     out, slug = str(tmp_path), "test-cpu-t1"
     label_job.write_rows(out, slug, [_row("a", 1, ms=5.0), _row("a", 2)])

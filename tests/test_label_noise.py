@@ -46,3 +46,15 @@ def test_max_load_draws_only_quiet_rows_and_waits(tmp_path, monkeypatch):
     # the quieter half alone (4 rows) would include busy ones
     assert sorted(r["arch"] for r in result["rows"]) == ["quiet0", "quiet1"]
     assert waits == [1.5, 1.5]
+
+
+def test_compare_sets_splits_by_the_old_rows_load(tmp_path):
+    old, new = str(tmp_path / "old"), str(tmp_path / "new")
+    label_job.write_rows(old, "cpu-t1", [_row("a", 100.0), _row("b", 200.0, load=3.0),
+                                         _row("only-old", 50.0)])
+    label_job.write_rows(new, "cpu-t1", [_row("a", 90.0), _row("b", 150.0), _row("only-new", 9.0)])
+    got = label_noise.compare_sets(old, new, "cpu-t1")
+    step = got["train_step_ms"]
+    assert step["all"]["n"] == 2 and abs(step["all"]["ratio_median"] - 0.825) < 1e-9
+    assert step["old_quiet"]["ratio_median"] == 0.9 and step["old_busy"]["ratio_median"] == 0.75
+    assert abs(step["old_busy"]["abs_diff_median"] - 0.25) < 1e-9

@@ -1,11 +1,13 @@
 """Ray job that collects labels: one Ray task per (architecture, resolution) batch-size sweep.
 
-Scheduling: on GPU clusters each task asks for ``num_gpus=1``. On CPU nodes exactly one task
-measures per node at a time, so timings never share cores, caches or memory bandwidth with
-another measurement: a cluster that declares a custom resource ``label_slot`` (1 per node, e.g.
-``ray start --resources '{"label_slot": 1}'``) gets one task per slot while its other CPUs stay
-free for other Ray work; without it, a task claims a whole node (``num_cpus`` = the largest
-node's CPU count), which is what a local or test cluster gets.
+Scheduling: on GPU clusters each task asks for ``num_gpus=1``. On CPU nodes one task measures
+per node at a time by default, so timings never share cores with another measurement: a task
+claims a whole node (``num_cpus`` = the largest node's CPU count), which is what a local or test
+cluster gets. A cluster that declares a custom resource ``label_slot`` gets one task per slot:
+1 per node (``ray start --resources '{"label_slot": 1}'``) keeps the node's other CPUs free for
+other Ray work; one per core of one-thread measurements (``'{"label_slot": 2}'`` on 2 cores)
+halves a collection's time, each row recording ``label_slots`` so that the load the sibling
+measurement adds is not mistaken for other work (:func:`measured_busy`).
 
 Storage (a local path or ``s3://bucket/prefix``, through :mod:`trappm_ray.storage`)::
 
@@ -21,9 +23,12 @@ stopped; delete a sweep's rows (or part) to measure it again.
 """
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import json
 import os
 import re
+import tempfile
 import time
 import uuid
 from dataclasses import dataclass
@@ -59,6 +64,9 @@ class LabelJobConfig:
         remeasure_load_above: treat stored ok rows measured with a 1-minute load average above
             this as missing, so their sweeps run again (compaction keeps the newer rows). Timings
             taken beside other work read about 20% slow on the 2-core machine (docs/labels.md).
+        like: a stored labels table (``.../<slug>/labels.parquet``) to measure again: its
+            (arch, resolution) sweeps, each over its own batch sizes, replace ``archs``,
+            ``resolutions`` and ``batch_sizes`` (e.g. one device's whole set on another machine).
         max_load: before each measurement, wait until the node is quiet
             (:func:`labels.wait_for_load`: load average at most this, a measurement alone making
             about 1.0), for up to ``max_load_wait_s``; then measure anyway, its load recorded.
@@ -90,6 +98,7 @@ class LabelJobConfig:
     remeasure_load_above: float | None = None
     max_load: float | None = None
     max_load_wait_s: float = 1800.0
+    like: str | None = None
 
 
 def _coverage_order(items: list) -> list:
@@ -200,9 +209,10 @@ def row_load(row: dict) -> float:
 
 
 def measured_busy(row: dict) -> bool:
-    """Whether other work ran beside a row's measurement: its load exceeded the load the
-    measurement makes alone (about its thread count) by more than half a CPU."""
-    return row_load(row) > (row["threads"] or 1) + 0.5
+    """Whether other work ran beside a row's measurement: its load exceeded the load the node's
+    label measurements make (their thread count times the node's ``label_slots``) by more than
+    half a CPU."""
+    return row_load(row) > (row["threads"] or 1) * (row.get("label_slots") or 1) + 0.5
 
 
 def _still_too_slow(row: dict, max_step_s: float | None) -> bool:
@@ -211,8 +221,10 @@ def _still_too_slow(row: dict, max_step_s: float | None) -> bool:
     return match is None or (max_step_s is not None and float(match.group(1)) > max_step_s)
 
 
-def done_sweeps(table: pa.Table, cfg: LabelJobConfig) -> set[tuple[str, int]]:
-    """(arch, resolution) sweeps already complete: every configured batch size has a row, or a
+def done_sweeps(table: pa.Table, cfg: LabelJobConfig,
+                sizes: dict[tuple[str, int], tuple[int, ...]] | None = None) -> set[tuple[str, int]]:
+    """(arch, resolution) sweeps already complete: every wanted batch size (``sizes`` of the
+    sweep, default ``cfg.batch_sizes``) has a row, or a
     smaller batch size stopped the sweep (oom, timeout, crash, skipped_slow). With
     ``cfg.remeasure_load_above``, ok rows measured under a higher load do not count; a
     skipped_slow row whose projected step fits ``cfg.max_step_s`` does not count either, so a
@@ -228,24 +240,66 @@ def done_sweeps(table: pa.Table, cfg: LabelJobConfig) -> set[tuple[str, int]]:
     done = set()
     for key, got in seen.items():
         stop = min((b for b, s in got.items() if s in _STOPS), default=None)
-        if all(b in got or (stop is not None and stop <= b) for b in cfg.batch_sizes):
+        wanted = (sizes or {}).get(key, cfg.batch_sizes)
+        if all(b in got or (stop is not None and stop <= b) for b in wanted):
             done.add(key)
     return done
 
 
-def _sweep_task(arch: str, resolution: int, cfg: LabelJobConfig) -> list[dict]:
+def _node_label_slots() -> int:
+    """This Ray node's ``label_slot`` count: how many label measurements share it at once."""
+    import ray
+
+    here = ray.get_runtime_context().get_node_id()
+    node = next((n for n in ray.nodes() if n["NodeID"] == here), {"Resources": {}})
+    return int(node["Resources"].get("label_slot", 1)) or 1
+
+
+@contextlib.contextmanager
+def _own_cores(threads: int, slots: int):
+    """Pin this process to ``threads`` cores no other label slot on the node holds, for the
+    duration. The harness pins a measurement to the highest cores it may use, so without this,
+    sibling slots would all share the same ones (measured: 1.5x slower steps). A lock file per
+    core group is the claim; the OS drops it if the worker dies."""
+    if slots <= 1:
+        yield
+        return
+    before = sorted(os.sched_getaffinity(0))
+    groups = [before[i - threads:i] for i in range(len(before), threads - 1, -threads)][:slots]
+    for group in groups:
+        handle = open(os.path.join(tempfile.gettempdir(), f"trappm-label-cores-{group[0]}.lock"), "w")
+        try:
+            fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            handle.close()
+            continue
+        try:
+            os.sched_setaffinity(0, group)
+            yield
+        finally:
+            os.sched_setaffinity(0, before)  # Ray reuses the worker for other tasks
+            handle.close()
+        return
+    raise RuntimeError(f"no free group of {threads} cores among {before} for {slots} label slots")
+
+
+def _sweep_task(arch: str, resolution: int, batch_sizes: tuple[int, ...],
+                cfg: LabelJobConfig) -> list[dict]:
     """Body of one Ray task: a batch-size sweep on this node."""
     import psutil
 
     cap = cfg.memory_cap_mb
     if cap is None and cfg.device == "cpu":  # keep one model from swapping or OOM-killing the node
         cap = psutil.virtual_memory().total / 2**20 / 2
-    return labels.sweep(arch, resolution, cfg.batch_sizes, max_step_s=cfg.max_step_s,
-                        device=cfg.device, dtype=cfg.dtype, optimizer=cfg.optimizer,
-                        warmup=cfg.warmup, steps=cfg.steps, threads=cfg.threads,
-                        max_timed_seconds=cfg.max_timed_seconds, memory_cap_mb=cap,
-                        timeout_s=cfg.timeout_s, max_load=cfg.max_load,
-                        max_load_wait_s=cfg.max_load_wait_s)
+    slots = _node_label_slots() if cfg.device == "cpu" else 1
+    with _own_cores(cfg.threads, slots):
+        rows = labels.sweep(arch, resolution, batch_sizes, max_step_s=cfg.max_step_s,
+                            device=cfg.device, dtype=cfg.dtype, optimizer=cfg.optimizer,
+                            warmup=cfg.warmup, steps=cfg.steps, threads=cfg.threads,
+                            max_timed_seconds=cfg.max_timed_seconds, memory_cap_mb=cap,
+                            timeout_s=cfg.timeout_s, max_load=cfg.max_load,
+                            max_load_wait_s=cfg.max_load_wait_s)
+    return [dict(r, label_slots=slots) for r in rows]
 
 
 def _task_options(cfg: LabelJobConfig, ray) -> tuple[dict, int]:
@@ -259,6 +313,17 @@ def _task_options(cfg: LabelJobConfig, ray) -> tuple[dict, int]:
     # nodes then get none; heterogeneous clusters should declare label_slot instead).
     cpus = [n["Resources"]["CPU"] for n in ray.nodes() if n["Alive"] and n["Resources"].get("CPU")]
     return {"num_cpus": max(cpus)}, cpus.count(max(cpus))
+
+
+def _sweeps(cfg: LabelJobConfig) -> dict[tuple[str, int], tuple[int, ...]]:
+    """(arch, resolution) -> batch sizes of every sweep to measure: those of ``cfg.like``, else
+    the plan's architectures at every configured resolution and batch size."""
+    if cfg.like:
+        sizes: dict[tuple[str, int], set[int]] = {}
+        for r in storage.read_table(cfg.like).select(["arch", "resolution", "batch_size"]).to_pylist():
+            sizes.setdefault((r["arch"], r["resolution"]), set()).add(r["batch_size"])
+        return {key: tuple(sorted(b)) for key, b in sizes.items()}
+    return {(a, r): tuple(cfg.batch_sizes) for a in _plan(cfg) for r in cfg.resolutions}
 
 
 def _plan(cfg: LabelJobConfig) -> list[str]:
@@ -304,8 +369,9 @@ def run_label_job(cfg: LabelJobConfig) -> dict:
         remote = ray.remote(max_retries=1)(_sweep_task).options(**options)
         probe = ray.remote(labels.device_info).options(**options)
         slug = labels.device_slug(ray.get(probe.remote(cfg.device)), cfg.threads)
-        done = done_sweeps(read_rows(cfg.out, slug), cfg)
-        todo = [(a, r) for a in _plan(cfg) for r in cfg.resolutions if (a, r) not in done]
+        sizes = _sweeps(cfg)
+        done = done_sweeps(read_rows(cfg.out, slug), cfg, sizes)
+        todo = [key for key in sizes if key not in done]
         if cfg.corpus:  # measure only what has a graph to join
             from trappm_ray.dataset import read_manifest
 
@@ -323,7 +389,7 @@ def run_label_job(cfg: LabelJobConfig) -> dict:
             while queue and len(pending) < concurrency and (
                     budget_s is None or time.monotonic() - start < budget_s):
                 arch, res = queue.pop(0)
-                pending[remote.remote(arch, res, cfg)] = (arch, res)
+                pending[remote.remote(arch, res, sizes[arch, res], cfg)] = (arch, res)
             if not pending:
                 break  # time budget spent
             ready, _ = ray.wait(list(pending), num_returns=1)

@@ -3,6 +3,8 @@
 Each stored row is measured again with the same harness settings in a fresh process; the
 relative difference |new - stored| / stored of each label, over the sample, is the noise a
 predictor cannot beat (and the tolerance for "an independent re-measurement agrees").
+:func:`compare_sets` does the same for two whole stored sets of one device (e.g. the set measured
+again on another machine), split by whether the first set's row was measured beside other work.
 """
 from __future__ import annotations
 
@@ -65,3 +67,34 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
             ratio = median(r[f"{k}_new"] / r[f"{k}_stored"] for r in results if k in r["rel_diff"])
             summary[k] = {"median": median(d), "worst": max(d), "ratio_median": ratio, "n": len(d)}
     return {"measured_on": info, "rows": results, "summary": summary}
+
+
+def _ratio_summary(ratios: list[float]) -> dict:
+    xs = sorted(ratios)
+    return {"n": len(xs), "ratio_median": median(xs), "ratio_p10": xs[len(xs) // 10],
+            "ratio_p90": xs[-1 - len(xs) // 10], "abs_diff_median": median(abs(x - 1) for x in xs)}
+
+
+def compare_sets(old_out: str, new_out: str, slug: str) -> dict:
+    """Compare two stored label sets of one device row by row (same key, both ok).
+
+    Returns:
+        ``{label: {"all" | "old_quiet" | "old_busy": {"n", "ratio_median", "ratio_p10",
+        "ratio_p90", "abs_diff_median"}}}`` of new / old, where old_busy rows are the ones the old
+        set measured beside other work (:func:`label_job.measured_busy`); plus
+        ``"machines": {"old": [...], "new": [...]}``.
+    """
+    def ok_rows(out):
+        return {tuple(r[k] for k in labels.KEY): r for r in label_job.read_rows(out, slug).to_pylist()
+                if r["status"] == "ok"}
+
+    old, new = ok_rows(old_out), ok_rows(new_out)
+    both = [(old[k], new[k]) for k in old.keys() & new.keys()]
+    result: dict = {"machines": {"old": sorted({o["machine_id"] or "?" for o, _ in both}),
+                                 "new": sorted({n["machine_id"] or "?" for _, n in both})}}
+    for k in LABELS:
+        pairs = [(o, n) for o, n in both if o.get(k) and n.get(k) is not None]
+        groups = {"all": pairs, "old_quiet": [p for p in pairs if not label_job.measured_busy(p[0])],
+                  "old_busy": [p for p in pairs if label_job.measured_busy(p[0])]}
+        result[k] = {name: _ratio_summary([n[k] / o[k] for o, n in ps]) for name, ps in groups.items() if ps}
+    return result

@@ -45,7 +45,7 @@ COLUMNS: dict[str, str] = {
     "mem_peak_rss_mb": _F, "mem_above_baseline_mb": _F, "mem_baseline_mb": _F, "memory_cap_mb": _F,
     "cuda_max_allocated_mb": _F, "cuda_max_reserved_mb": _F, "nvml_used_mb": _F,
     "power_w_mean": _F, "power_w_max": _F, "params": _I, "threads": _I, "cores": _S, "logical_cpus": _I,
-    "load_avg_before": _F, "load_avg_after": _F, "ref_step_ms": _F, "wall_s": _F,
+    "load_avg_before": _F, "load_avg_after": _F, "label_slots": _I, "ref_step_ms": _F, "wall_s": _F,
     "device_name": _S, "driver": _S, "cuda": _S, "torch_version": _S, "timm_version": _S,
     "exporter": _S, "machine_id": _S, "warmup": _I, "steps": _I, "date": _S, "harness_version": _S,
 }
