@@ -9,8 +9,8 @@ from trappm_ray import labels  # noqa: E402
 
 TINY = "test_efficientnet"  # ~0.36 M params; its BatchNorm head rejects batch 1 at 32 px
 PROVENANCE = ("device_slug", "device_name", "driver", "cuda", "torch_version", "timm_version",
-              "exporter", "machine_id", "warmup", "steps", "date", "harness_version", "threads",
-              "cores", "load_avg_before", "load_avg_after")
+              "exporter", "machine_id", "boot_id", "warmup", "steps", "date", "harness_version",
+              "threads", "cores", "load_avg_before", "load_avg_after")
 
 
 def test_measure_tiny_model_on_cpu():
@@ -80,6 +80,7 @@ def test_device_info():
     info = labels.device_info("cpu")
     assert info["device_name"] and info["torch_version"] and info["timm_version"]
     assert info["date"].endswith("+00:00") and len(info["machine_id"]) == 12
+    assert len(info["boot_id"]) == 12 and info["boot_id"] != info["machine_id"]
     try:
         import pynvml
 

@@ -47,7 +47,8 @@ COLUMNS: dict[str, str] = {
     "power_w_mean": _F, "power_w_max": _F, "params": _I, "threads": _I, "cores": _S, "logical_cpus": _I,
     "load_avg_before": _F, "load_avg_after": _F, "label_slots": _I, "ref_step_ms": _F, "wall_s": _F,
     "device_name": _S, "driver": _S, "cuda": _S, "torch_version": _S, "timm_version": _S,
-    "exporter": _S, "machine_id": _S, "warmup": _I, "steps": _I, "date": _S, "harness_version": _S,
+    "exporter": _S, "machine_id": _S, "boot_id": _S, "warmup": _I, "steps": _I, "date": _S,
+    "harness_version": _S,
 }
 KEY = ("device_slug", "arch", "resolution", "batch_size", "dtype", "optimizer")
 
@@ -122,7 +123,8 @@ def device_info(device: str = "cpu") -> dict:
         device: "cpu" or "cuda".
     Returns:
         device, device_name, driver, cuda, torch_version, timm_version, machine_id (a hash, not
-        the hostname), logical_cpus, date (UTC ISO) and load_avg (1-minute).
+        the hostname), boot_id (a hash of this boot's id: VMs cloned from one image share the
+        machine id), logical_cpus, date (UTC ISO) and load_avg (1-minute).
     Raises:
         RuntimeError: device "cuda" on a machine without a usable NVML (no GPU driver).
     """
@@ -148,6 +150,9 @@ def device_info(device: str = "cpu") -> dict:
         info["device_name"] = names[0] if names else os.uname().machine
     ident = _read("/etc/machine-id").strip() or os.uname().nodename  # hashed: no hostname stored
     info["machine_id"] = hashlib.sha256(ident.encode()).hexdigest()[:12]
+    # VMs cloned from one image share /etc/machine-id; the boot id tells their lifetimes apart
+    boot = _read("/proc/sys/kernel/random/boot_id").strip()
+    info["boot_id"] = hashlib.sha256(boot.encode()).hexdigest()[:12] if boot else None
     return info
 
 
@@ -394,7 +399,7 @@ def base_row(spec: MeasureSpec, info: dict) -> dict:
 
     row = dict.fromkeys(COLUMNS)
     row.update({k: info.get(k) for k in ("device_name", "driver", "cuda", "torch_version",
-                                          "timm_version", "machine_id", "logical_cpus")})
+                                          "timm_version", "machine_id", "boot_id", "logical_cpus")})
     row.update(device_slug=device_slug(info, spec.threads), arch=spec.arch,
                family=zoo.family_of(spec.arch), resolution=spec.resolution,
                batch_size=spec.batch_size, dtype=spec.dtype, optimizer=spec.optimizer,
