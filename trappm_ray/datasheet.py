@@ -76,7 +76,9 @@ def datasheet(labels_dir: str, slug: str) -> str:
         f"timed steps {_set(rows, 'steps')} (fewer when a step is slow; "
         "see `train_steps_timed`)",
         f"* measured {min(_set(rows, 'date'), default='-')} to {max(_set(rows, 'date'), default='-')} "
-        f"on machine(s) {_set(rows, 'machine_id')}; reference step (`ref_step_ms`) "
+        f"on machine(s) {_set(rows, 'machine_id')}, boot(s) {_set(rows, 'boot_id')} "
+        f"(rows without one: {sum(r['boot_id'] is None for r in rows)}), label slots per node "
+        f"{_set(rows, 'label_slots') or [1]}; reference step (`ref_step_ms`) "
         f"{_range(r['ref_step_ms'] for r in ok)} ms",
         "",
         "## Contents",
