@@ -2,6 +2,8 @@
 from __future__ import annotations
 
 import dataclasses
+import multiprocessing
+import os
 
 import pyarrow as pa
 import pytest
@@ -83,6 +85,32 @@ def test_like_measures_each_stored_sweep_over_its_own_batch_sizes(tmp_path):
     measured = pa.Table.from_pylist([_row("a", 1), _row("a", 3), _row("b", 5)], schema=label_job.SCHEMA)
     assert label_job.done_sweeps(measured, cfg, sizes) == {("a", 32)}
     assert label_job.done_sweeps(measured, cfg) == set()  # cfg.batch_sizes: a lacks batch 2
+
+
+def _claim_cores(lock_dir, queue, release):
+    with label_job._own_cores(1, 2, lock_dir):
+        queue.put(sorted(os.sched_getaffinity(0)))
+        release.wait(30)
+
+
+@pytest.mark.skipif(len(os.sched_getaffinity(0)) < 2, reason="needs two cores")
+def test_sibling_label_slots_get_their_own_cores(tmp_path):
+    ctx = multiprocessing.get_context("fork")
+    queue, release = ctx.Queue(), ctx.Event()
+    procs = [ctx.Process(target=_claim_cores, args=(str(tmp_path), queue, release)) for _ in range(2)]
+    for p in procs:
+        p.start()
+    got = [queue.get(timeout=30) for _ in procs]
+    with pytest.raises(RuntimeError, match="no free group"):  # a third slot finds none
+        with label_job._own_cores(1, 2, str(tmp_path)):
+            pass
+    release.set()
+    for p in procs:
+        p.join(30)
+    assert len(got[0]) == len(got[1]) == 1 and got[0] != got[1]
+    before = os.sched_getaffinity(0)
+    with label_job._own_cores(1, 1, str(tmp_path)):  # one slot: no claim, the harness pins
+        assert os.sched_getaffinity(0) == before
 
 
 def test_compact_keeps_latest_row_per_key(tmp_path):

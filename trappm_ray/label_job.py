@@ -256,18 +256,20 @@ def _node_label_slots() -> int:
 
 
 @contextlib.contextmanager
-def _own_cores(threads: int, slots: int):
+def _own_cores(threads: int, slots: int, lock_dir: str | None = None):
     """Pin this process to ``threads`` cores no other label slot on the node holds, for the
     duration. The harness pins a measurement to the highest cores it may use, so without this,
     sibling slots would all share the same ones (measured: 1.5x slower steps). A lock file per
-    core group is the claim; the OS drops it if the worker dies."""
+    core group (in ``lock_dir``, default the temp dir) is the claim; the OS drops it if the
+    worker dies."""
     if slots <= 1:
         yield
         return
     before = sorted(os.sched_getaffinity(0))
     groups = [before[i - threads:i] for i in range(len(before), threads - 1, -threads)][:slots]
     for group in groups:
-        handle = open(os.path.join(tempfile.gettempdir(), f"trappm-label-cores-{group[0]}.lock"), "w")
+        lock = os.path.join(lock_dir or tempfile.gettempdir(), f"trappm-label-cores-{group[0]}.lock")
+        handle = open(lock, "w")
         try:
             fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
