@@ -91,6 +91,8 @@ def main() -> None:
         r["seconds"] += [x["seconds"] for x in rs]
         err = pred / y[te] - 1
         for part, m in (("quiet", quiet[te]), ("loaded", ~quiet[te])):
+            if not m.any():  # e.g. a set measured entirely quietly has no loaded part
+                continue
             r.setdefault(part, []).append((100 * np.abs(err[m]).mean(), 100 * np.median(err[m]), int(m.sum())))
     ref_mean = np.mean(list(out["baseline"]["mape"].values()))
     print(f"{args.target}, {args.split} split, {len(ex)} examples; test MAPE % (mean over families)")
@@ -108,7 +110,7 @@ def main() -> None:
         for name, r in out.items():
             print(f"{name:48s} " + "  ".join(
                 f"{part} {np.mean([v[0] for v in r[part]]):5.1f} {np.mean([v[1] for v in r[part]]):+5.1f}"
-                f" {'/'.join(str(v[2]) for v in r[part])}" for part in ("quiet", "loaded")))
+                f" {'/'.join(str(v[2]) for v in r[part])}" for part in ("quiet", "loaded") if part in r))
     if args.json:
         with open(args.json, "w") as f:
             json.dump({"target": args.target, "split": args.split, "examples": len(ex), "results": out},
