@@ -61,7 +61,7 @@ def main() -> None:
         subprocess.run([sys.executable, script, "--labels", os.path.join(args.work, name),
                         "--target", args.target, "--seeds", args.seeds, "--variants", "",
                         "--json", out], check=True, stdout=subprocess.DEVNULL,
-                       env=dict(os.environ, RAY_ADDRESS="local"))  # never a running cluster's CPUs
+                       env=dict(os.environ, RAY_ADDRESS="local"))  # a private cluster, never a running one
         with open(out) as f:
             per_seed = json.load(f)["results"]["baseline"]["mape"]
         mape[name] = sum(per_seed.values()) / len(per_seed)

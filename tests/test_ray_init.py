@@ -10,3 +10,20 @@ def test_local_cluster_is_loopback_only(ray_session):
     local = [line.split()[3] for line in listening.splitlines()[1:]
              if line.split()[3].endswith(f":{gcs_port}")]
     assert local and all("127.0.0.1" in addr for addr in local), local
+
+
+def test_local_address_starts_a_private_loopback_cluster(monkeypatch):
+    import ray
+
+    from trappm_ray.ray_init import ensure_ray
+
+    calls = []
+    monkeypatch.setattr(ray, "is_initialized", lambda: False)
+    monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    assert ensure_ray(num_cpus=2)
+    assert calls == [{"address": "local", "num_cpus": 2, "include_dashboard": False,
+                      "log_to_driver": False, "_node_ip_address": "127.0.0.1"}]
+    monkeypatch.setenv("RAY_ADDRESS", "auto")
+    ensure_ray()
+    assert calls[-1] == {"address": "auto", "log_to_driver": True}

@@ -9,7 +9,9 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 
     Args:
         address: an existing cluster (``auto``, ``ray://...`` or ``host:port``); None starts a
-            local cluster that listens on 127.0.0.1 only and has no dashboard.
+            local cluster that listens on 127.0.0.1 only and has no dashboard (or joins one that
+            ``ray start`` runs on this machine); ``local`` always starts a new private one.
+            Default: the ``RAY_ADDRESS`` environment variable.
         num_cpus: CPUs of a local cluster (None = all).
 
     Returns:
@@ -24,10 +26,12 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
     if ray.is_initialized():
         return False
     address = address or os.environ.get("RAY_ADDRESS")
-    if address:
+    if address and address != "local":
         ray.init(address=address, log_to_driver=True)
         return True
     # Workers of a local cluster inherit this process's environment (S3 endpoint, credentials).
-    ray.init(num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+    # "local" starts a private one even beside a running `ray start` cluster, which ray.init()
+    # would otherwise join (e.g. tests or a benchmark on a machine that is collecting labels).
+    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
              _node_ip_address="127.0.0.1")
     return True
