@@ -12,7 +12,7 @@ def test_local_cluster_is_loopback_only(ray_session):
     assert local and all("127.0.0.1" in addr for addr in local), local
 
 
-def test_local_address_starts_a_private_loopback_cluster(monkeypatch):
+def test_no_address_or_local_starts_a_private_loopback_cluster(monkeypatch):
     import ray
 
     from trappm_ray.ray_init import ensure_ray
@@ -20,10 +20,14 @@ def test_local_address_starts_a_private_loopback_cluster(monkeypatch):
     calls = []
     monkeypatch.setattr(ray, "is_initialized", lambda: False)
     monkeypatch.setattr(ray, "init", lambda **kw: calls.append(kw))
-    monkeypatch.setenv("RAY_ADDRESS", "local")
+    local = {"address": "local", "num_cpus": 2, "include_dashboard": False, "log_to_driver": False,
+             "_node_ip_address": "127.0.0.1"}
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
     assert ensure_ray(num_cpus=2)
-    assert calls == [{"address": "local", "num_cpus": 2, "include_dashboard": False,
-                      "log_to_driver": False, "_node_ip_address": "127.0.0.1"}]
+    assert calls == [local]  # never joins a `ray start` cluster that happens to run here
+    monkeypatch.setenv("RAY_ADDRESS", "local")
+    ensure_ray(num_cpus=2)
+    assert calls[-1] == local
     monkeypatch.setenv("RAY_ADDRESS", "auto")
     ensure_ray()
     assert calls[-1] == {"address": "auto", "log_to_driver": True}

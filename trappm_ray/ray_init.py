@@ -9,9 +9,9 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
 
     Args:
         address: an existing cluster (``auto``, ``ray://...`` or ``host:port``); None starts a
-            local cluster that listens on 127.0.0.1 only and has no dashboard (or joins one that
-            ``ray start`` runs on this machine); ``local`` always starts a new private one.
-            Default: the ``RAY_ADDRESS`` environment variable.
+            new private local cluster that listens on 127.0.0.1 only and has no dashboard, even
+            beside one that ``ray start`` runs on this machine (so does ``local``). Default: the
+            ``RAY_ADDRESS`` environment variable.
         num_cpus: CPUs of a local cluster (None = all).
 
     Returns:
@@ -30,8 +30,8 @@ def ensure_ray(address: str | None = None, num_cpus: int | None = None) -> bool:
         ray.init(address=address, log_to_driver=True)
         return True
     # Workers of a local cluster inherit this process's environment (S3 endpoint, credentials).
-    # "local" starts a private one even beside a running `ray start` cluster, which ray.init()
-    # would otherwise join (e.g. tests or a benchmark on a machine that is collecting labels).
-    ray.init(address=address, num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
+    # "local" starts a private one even beside a `ray start` cluster on this machine, which
+    # ray.init() would otherwise join (and refuse, as num_cpus cannot be set there).
+    ray.init(address="local", num_cpus=num_cpus, include_dashboard=False, log_to_driver=False,
              _node_ip_address="127.0.0.1")
     return True
