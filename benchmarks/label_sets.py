@@ -17,8 +17,6 @@ import os
 import subprocess
 import sys
 
-KEY = ("arch", "resolution", "batch_size")
-
 
 def write_like_for_like(old: str, new: str, work: str) -> dict:
     """``<work>/{old,new}/<slug>/labels.parquet`` on the keys ok in both, plus the graphs."""
@@ -26,7 +24,7 @@ def write_like_for_like(old: str, new: str, work: str) -> dict:
     import pyarrow.parquet as pq
 
     from trappm_ray import label_job
-    from trappm_ray.labeled import GRAPHS_FILE, default_slug
+    from trappm_ray.labeled import GRAPHS_FILE, KEY, default_slug
 
     slug = default_slug(old)
     tables = {"old": label_job.read_rows(old, slug), "new": label_job.read_rows(new, slug)}
