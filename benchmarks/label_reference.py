@@ -18,7 +18,6 @@ import json
 import multiprocessing
 import os
 import random
-import statistics
 import time
 
 
@@ -38,14 +37,9 @@ def _neighbour(stop) -> None:
         opt.step()
 
 
-def _summary(ratios: list[float]) -> dict:
-    xs = sorted(ratios)
-    return {"median": statistics.median(xs), "p10": xs[len(xs) // 10], "p90": xs[-1 - len(xs) // 10],
-            "median_abs_dev_from_1": statistics.median(abs(x - 1) for x in xs)}
-
-
 def main() -> None:
     from trappm_ray import label_job, labels
+    from trappm_ray.label_noise import ratio_summary
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--labels", default="data/labels")
@@ -82,12 +76,14 @@ def main() -> None:
               f"{loaded['ref_step_ms']:.2f} ms", flush=True)
     out = {"measured_on": info, "rows": rows, "summary": {}}
     ref = [x["ref_step_ms_loaded"] / x["ref_step_ms_quiet"] for x in rows]
-    out["summary"]["ref_step_ms"] = _summary(ref)
+    out["summary"]["ref_step_ms"] = ratio_summary(ref)
     for k in ("train_step_ms", "inference_ms"):
         raw = [x[f"{k}_loaded"] / x[f"{k}_quiet"] for x in rows]
-        out["summary"][k] = {"raw": _summary(raw), "per_reference": _summary([a / b for a, b in zip(raw, ref)])}
+        out["summary"][k] = {"raw": ratio_summary(raw),
+                             "per_reference": ratio_summary([a / b for a, b in zip(raw, ref)])}
     print(f"\n{len(rows)} configurations; loaded / quiet ratios (median, p10-p90, median |ratio - 1|):")
-    fmt = lambda s: f"{s['median']:.3f} ({s['p10']:.3f}-{s['p90']:.3f}), {s['median_abs_dev_from_1']:.3f}"  # noqa: E731
+    fmt = lambda s: (f"{s['ratio_median']:.3f} ({s['ratio_p10']:.3f}-{s['ratio_p90']:.3f}), "  # noqa: E731
+                     f"{s['abs_diff_median']:.3f}")
     print(f"  ref_step_ms             {fmt(out['summary']['ref_step_ms'])}")
     for k in ("train_step_ms", "inference_ms"):
         print(f"  {k:<22}  raw {fmt(out['summary'][k]['raw'])}   / reference "

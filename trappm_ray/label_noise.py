@@ -69,7 +69,8 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
     return {"measured_on": info, "rows": results, "summary": summary}
 
 
-def _ratio_summary(ratios: list[float]) -> dict:
+def ratio_summary(ratios: list[float]) -> dict:
+    """n, median, p10, p90 of ratios (new / old), and the median of |ratio - 1|."""
     xs = sorted(ratios)
     return {"n": len(xs), "ratio_median": median(xs), "ratio_p10": xs[len(xs) // 10],
             "ratio_p90": xs[-1 - len(xs) // 10], "abs_diff_median": median(abs(x - 1) for x in xs)}
@@ -96,5 +97,5 @@ def compare_sets(old_out: str, new_out: str, slug: str) -> dict:
         pairs = [(o, n) for o, n in both if o.get(k) and n.get(k) is not None]
         groups = {"all": pairs, "old_quiet": [p for p in pairs if not label_job.measured_busy(p[0])],
                   "old_busy": [p for p in pairs if label_job.measured_busy(p[0])]}
-        result[k] = {name: _ratio_summary([n[k] / o[k] for o, n in ps]) for name, ps in groups.items() if ps}
+        result[k] = {name: ratio_summary([n[k] / o[k] for o, n in ps]) for name, ps in groups.items() if ps}
     return result
