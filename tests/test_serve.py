@@ -246,14 +246,19 @@ def test_serve_run_yaml_subprocess(dirs, tmp_path):
     config["applications"][0]["deployments"][0]["autoscaling_config"]["max_replicas"] = 1
     path = tmp_path / "predict.yaml"
     path.write_text(yaml.safe_dump(config))
-    env = {k: v for k, v in os.environ.items() if k not in ("RAY_ADDRESS", "TRAPPM_SERVE_TOKEN")}
-    env["RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER"] = "0"
+    env = {k: v for k, v in os.environ.items() if k != "TRAPPM_SERVE_TOKEN"}
+    # Without an address `serve run` joins the cluster named in /tmp/ray/ray_current_cluster,
+    # which a `ray start` leaves behind: in CI it named a host that was gone and no replica
+    # ever came up. "local" always starts serve run's own cluster.
+    env.update(RAY_ADDRESS="local", RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER="0")
     serve_bin = str(Path(sys.executable).with_name("serve"))
-    proc = subprocess.Popen([serve_bin, "run", str(path)], env=env, cwd=tmp_path,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, start_new_session=True)
+    log = tmp_path / "serve.log"
+    with log.open("wb") as out:
+        proc = subprocess.Popen([serve_bin, "run", str(path)], env=env, cwd=tmp_path,
+                                stdout=out, stderr=subprocess.STDOUT, start_new_session=True)
     try:
         deadline, r = time.time() + 240, None
-        while time.time() < deadline:
+        while time.time() < deadline and proc.poll() is None:
             try:
                 r = httpx.post(f"http://127.0.0.1:{port}/v1/predict", content=cnn, headers=OCTET,
                                timeout=30)
@@ -262,7 +267,8 @@ def test_serve_run_yaml_subprocess(dirs, tmp_path):
             except httpx.HTTPError:
                 pass
             time.sleep(2)
-        assert r is not None and r.status_code == 200, r and r.text
+        tail = log.read_text(errors="replace")[-3000:]
+        assert r is not None and r.status_code == 200, (r and r.text, proc.returncode, tail)
         bad = httpx.post(f"http://127.0.0.1:{port}/v1/predict", content=b"junk", headers=OCTET)
         assert_error(bad, 400, "corrupt_protobuf")
         assert httpx.get(f"http://127.0.0.1:{port}/healthz").status_code == 200
