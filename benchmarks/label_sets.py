@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
 
@@ -28,17 +29,14 @@ def write_like_for_like(old: str, new: str, work: str) -> dict:
 
     slug = default_slug(old)
     tables = {"old": label_job.read_rows(old, slug), "new": label_job.read_rows(new, slug)}
-
-    def keys(t):
-        return list(zip(*(t.column(k).to_pylist() for k in KEY)))
-
-    both = set.intersection(*({k for k, s in zip(keys(t), t.column("status").to_pylist()) if s == "ok"}
-                              for t in tables.values()))
+    keys = {name: list(zip(*(t.column(k).to_pylist() for k in KEY))) for name, t in tables.items()}
+    both = set.intersection(*({k for k, s in zip(keys[name], t.column("status").to_pylist()) if s == "ok"}
+                              for name, t in tables.items()))
     for name, t in tables.items():
         os.makedirs(os.path.join(work, name, slug), exist_ok=True)
-        pq.write_table(t.filter(pa.array([k in both for k in keys(t)])),
+        pq.write_table(t.filter(pa.array([k in both for k in keys[name]])),
                        os.path.join(work, name, slug, "labels.parquet"))
-        pq.write_table(pq.read_table(os.path.join(old, GRAPHS_FILE)), os.path.join(work, name, GRAPHS_FILE))
+        shutil.copyfile(os.path.join(old, GRAPHS_FILE), os.path.join(work, name, GRAPHS_FILE))
     return {"slug": slug, "keys": len(both), "sweeps": len({k[:2] for k in both})}
 
 
