@@ -1,6 +1,6 @@
 """Test MAPE of the shipped recipe on two label sets of one device, restricted to the same keys.
 
-    .venv/bin/python benchmarks/label_sets.py --new data/labels-next [--old data/labels]
+    .venv/bin/python benchmarks/label_sets.py [--old data/labels-2026-11-22] [--new data/labels]
         [--target train_step_ms] [--seeds 1337,1338,1339] [--work artifacts/label-sets]
 
 Keeps the (arch, resolution, batch size) keys that are ok in both sets of the device with the
@@ -42,8 +42,8 @@ def write_like_for_like(old: str, new: str, work: str) -> dict:
 
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    p.add_argument("--old", default="data/labels")
-    p.add_argument("--new", required=True)
+    p.add_argument("--old", default="data/labels-2026-11-22")
+    p.add_argument("--new", default="data/labels")
     p.add_argument("--target", default="train_step_ms")
     p.add_argument("--seeds", default="1337,1338,1339")
     p.add_argument("--work", default="artifacts/label-sets")

@@ -7,7 +7,7 @@ measured at most that busy and waits before each re-measurement until the machin
 With --against, nothing is measured: the stored set in --out is compared row by row with the
 same device's set in another store (new / other ratios per label)::
 
-    .venv/bin/python jobs/label_noise.py --out data/labels-next --against data/labels \
+    .venv/bin/python jobs/label_noise.py --out data/labels --against data/labels-2026-11-22 \
         --slug intel-r-xeon-r-processor-t1
 """
 import argparse
