@@ -5,7 +5,7 @@
 
 Inputs: files under a temporary directory, cycling over the given ONNX files (default: the
 ResNet-101 skeleton, exported on first use); each file has a distinct name, so every run
-predicts every file. The job (``trappm_ray.batch_predict.run``, batch size 32, 4 files per actor
+predicts every file. The job (``trappm_ray.serving.batch.run``, batch size 32, 4 files per actor
 call) runs on one private local Ray cluster with 2 CPUs (after a warm-up job, so Ray itself is
 up), for 1 and 2 actors, each over ``--copies`` files and over 4x as many, into empty output
 directories, ``--repeats`` times each (the fastest run counts: other work on a 2-core machine
@@ -36,7 +36,7 @@ def main() -> None:
     ap.add_argument("--repeats", type=int, default=2, help="runs per size; the fastest counts")
     add_common_args(ap)
     args = ap.parse_args()
-    from trappm_ray.batch_predict import BatchPredictConfig, run
+    from trappm_ray.serving.batch import BatchPredictConfig, run
     from trappm_ray.ray_init import ensure_ray
 
     work = Path(tempfile.mkdtemp(prefix="bench-batch-"))

@@ -20,7 +20,7 @@ def add_common_args(ap: argparse.ArgumentParser, predictor: str | None = "defaul
 def resnet101(path: Path) -> Path:
     """``path``, first exported there from timm's ResNet-101 at 224 px when it is missing."""
     if not path.exists():
-        from trappm_ray.zoo import export_skeleton
+        from trappm_ray.corpus.zoo import export_skeleton
 
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_bytes(export_skeleton("resnet101", 224).onnx_bytes)

@@ -9,16 +9,16 @@ Run from the repository root:
 What it does (see benchmarks/README.md):
 
 * Inputs (exported once, cached in ``artifacts/bench/``): the ResNet-101 skeleton at 224
-  (``trappm_ray.zoo.export_skeleton``), one large real graph (default ``davit_small`` at 224,
+  (``trappm_ray.corpus.zoo.export_skeleton``), one large real graph (default ``davit_small`` at 224,
   5,222 nodes; ``--big swin_base_patch4_window7_224`` has 6,548), and a node-count series for
   the linearity check: ``vit_tiny_patch16_224`` exported with ``depth`` = 7 .. 112 blocks (about
   500 .. 7,900 nodes), or with ``--series synthetic`` a stack of transformer-like blocks built
   with ``onnx.helper`` (no torch needed; 34 nodes a block).
 * For each input, at batch 32, after 2 warm-ups, ``--repeat`` runs of each of (interleaved, so
   background load hits all alike):
-  (a) ``trappm_ray.featurize.featurize(bytes, batch_size=32)`` end to end (parse, binding, ONNX
+  (a) ``trappm_ray.graph.featurize.featurize(bytes, batch_size=32)`` end to end (parse, binding, ONNX
       shape inference, numpy shape folding, the per-node cost pass), and separately
-      ``trappm_ray.features.node_features(graph, "v2")``; plus a per-stage split
+      ``trappm_ray.graph.features.node_features(graph, "v2")``; plus a per-stage split
       (read_model / infer / build_graph) unless ``--no-stages``;
   (b) the baseline: ``onnx.load_from_string`` + batch dim set to 32 +
       ``onnx.shape_inference.infer_shapes(m, strict_mode=True, data_prop=True)``;
@@ -64,8 +64,8 @@ import numpy as np  # noqa: E402
 import onnx  # noqa: E402
 from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
-from trappm_ray import features as trappm_features  # noqa: E402
-from trappm_ray import featurize as trappm_featurize  # noqa: E402
+from trappm_ray.graph import features as trappm_features  # noqa: E402
+from trappm_ray.graph import featurize as trappm_featurize  # noqa: E402
 from trappm_ray import onnx_io  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -88,7 +88,7 @@ DEFAULT_SYNTH_BLOCKS = "16,32,64,128,192,256"
 def _export_timm(arch: str, resolution: int, **model_kwargs) -> bytes:
     """``zoo.export_skeleton`` with extra timm model arguments (``depth=...``), which it does not
     take: its ``create_model`` is wrapped for the call, so the export path is the zoo's own."""
-    from trappm_ray import zoo
+    from trappm_ray.corpus import zoo
 
     original = zoo.create_model
 
@@ -110,7 +110,7 @@ def _export_timm(arch: str, resolution: int, **model_kwargs) -> bytes:
 
 
 def _skeleton(arch: str) -> bytes:
-    from trappm_ray import zoo
+    from trappm_ray.corpus import zoo
 
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")

@@ -38,8 +38,9 @@ def _neighbour(stop) -> None:
 
 
 def main() -> None:
-    from trappm_ray import label_job, labels
-    from trappm_ray.label_noise import ratio_summary
+    from trappm_ray.labels import job as label_job
+    from trappm_ray.labels import harness as labels
+    from trappm_ray.labels.noise import ratio_summary
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--labels", default="data/labels")

@@ -24,8 +24,8 @@ def write_like_for_like(old: str, new: str, work: str) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trappm_ray import label_job
-    from trappm_ray.labeled import GRAPHS_FILE, KEY, default_slug
+    from trappm_ray.labels import job as label_job
+    from trappm_ray.labels.examples import GRAPHS_FILE, KEY, default_slug
 
     slug = default_slug(old)
     tables = {"old": label_job.read_rows(old, slug), "new": label_job.read_rows(new, slug)}

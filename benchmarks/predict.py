@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/predict.py [--repeat 30] [--predictor URI] [--onnx PATH] [--json PATH]
 
 End to end = read the ONNX file + featurize at batch 32 + the seed ensemble
-(``trappm_ray.predict.predict(path, 32, predictor=...)``, predictor already loaded). Baselines from
+(``trappm_ray.serving.api.predict(path, 32, predictor=...)``, predictor already loaded). Baselines from
 the same run: featurize alone (the floor the API cannot beat) and the ensemble alone; the ratio
 e2e / featurize is the API's overhead. The first call, predictor load included, is reported as
 "cold". Target: e2e median <= 50 ms. Without a shipped default predictor, ``--predictor`` is
@@ -43,8 +43,8 @@ def main() -> None:
     import torch
 
     torch.set_num_threads(1)
-    from trappm_ray import predict as P
-    from trappm_ray.featurize import featurize
+    from trappm_ray.serving import api as P
+    from trappm_ray.graph.featurize import featurize
 
     predictor = bench_predictor(args.predictor, args.random)
     path = str(resnet101(Path(args.onnx)))

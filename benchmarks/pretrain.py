@@ -10,7 +10,7 @@ What it does:
 
 * reads about ``--max-graphs`` graphs (whole shards of a seeded shuffle, so several families)
   into one materialised Ray Dataset, and trains the GAE on that same data with each worker
-  count in ``--workers`` in turn (fresh runs, same seed) through ``trappm_ray.pretrain``;
+  count in ``--workers`` in turn (fresh runs, same seed) through ``trappm_ray.train.pretrain``;
 * takes the throughput of the last epoch (the first one pays for worker start-up and the input
   pipeline's warm-up): graphs/s and nodes/s per worker and in total; the scaling ratio is the
   total graphs/s of N workers over that of the first worker count, next to the ideal N;
@@ -39,7 +39,7 @@ def _mean_nodes(corpus: str) -> float:
     import pyarrow.compute as pc
 
     from trappm_ray import storage
-    from trappm_ray.graph_data import graph_files
+    from trappm_ray.corpus.loader import graph_files
 
     total = count = 0
     for f in graph_files(corpus):
@@ -66,8 +66,8 @@ def main(argv=None) -> dict:
     import ray
     import torch
 
-    from trappm_ray.graph_data import read_graphs
-    from trappm_ray.pretrain import PretrainConfig, pretrain
+    from trappm_ray.corpus.loader import read_graphs
+    from trappm_ray.train.pretrain import PretrainConfig, pretrain
     from trappm_ray.ray_init import ensure_ray
 
     ensure_ray()

@@ -4,7 +4,7 @@
         [--split random] [--variants "hidden=128,fc=256;huber_delta=0.2"] [--ensemble 1]
         [--by-load] [--json PATH]
 
-Each variant is ``field=value`` overrides of :class:`~trappm_ray.regress.Recipe` joined by
+Each variant is ``field=value`` overrides of :class:`~trappm_ray.train.regressors.Recipe` joined by
 commas; variants are separated by semicolons. Every (variant, seed) is one Ray task fitting the
 regressor on the seed's split of the device with the most labels (the evaluation's split: 70:30
 per family, 15% of the rest for validation), so the baseline and the variants see the same rows.
@@ -50,13 +50,13 @@ def main() -> None:
 
     import ray
 
-    from trappm_ray.evaluate import _metrics, load_prepared
-    from trappm_ray.label_job import measured_busy
-    from trappm_ray.labeled import default_slug, ok_labels
+    from trappm_ray.evaluate.run import _metrics, load_prepared
+    from trappm_ray.labels.job import measured_busy
+    from trappm_ray.labels.examples import default_slug, ok_labels
     from trappm_ray.ray_init import ensure_ray
-    from trappm_ray.regress import RECIPES, Recipe, embed, fit_task, for_target, pack_graphs
-    from trappm_ray.regress_job import DEFAULT_ENCODER
-    from trappm_ray.splits import split
+    from trappm_ray.train.regressors import RECIPES, Recipe, embed, fit_task, for_target, pack_graphs
+    from trappm_ray.train.build_predictor import DEFAULT_ENCODER
+    from trappm_ray.train.splits import split
 
     types = {f.name: {"int": int, "float": float, "bool": lambda v: v == "True", "str": str}[f.type]
              for f in fields(Recipe)}

@@ -17,9 +17,9 @@ import time
 import numpy as np
 import torch
 
-from trappm_ray.labeled import default_slug, load_examples
-from trappm_ray.predictor import Scaler
-from trappm_ray.regress import RECIPES, _batches, _forward, build_regressor, for_target, prepare
+from trappm_ray.labels.examples import default_slug, load_examples
+from trappm_ray.model.predictor import Scaler
+from trappm_ray.train.regressors import RECIPES, _batches, _forward, build_regressor, for_target, prepare
 
 
 def epoch_seconds(model, scaler, batches, y) -> float:

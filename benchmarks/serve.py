@@ -3,7 +3,7 @@
     .venv/bin/python benchmarks/serve.py [--requests 300] [--concurrency 8]
         [--replicas 1 | --autoscale] [--predictor URI | --random] [--onnx PATH] [--json PATH]
 
-Starts a private Ray cluster on 127.0.0.1 and the app of trappm_ray.serve with the result
+Starts a private Ray cluster on 127.0.0.1 and the app of trappm_ray.serving.app with the result
 cache off (every request is computed), then a bounded local load generator: ``--requests``
 POSTs of the same ONNX file (ResNet-101, batch 32 by default), ``--concurrency`` threads, each
 sending its next request when the previous one answered (closed loop: no queue builds up
@@ -106,9 +106,9 @@ def main() -> None:
     ap.add_argument("--batch-size", type=int, default=32)
     add_common_args(ap)
     args = ap.parse_args()
-    from trappm_ray import predict as P
+    from trappm_ray.serving import api as P
     from trappm_ray.ray_init import ensure_ray
-    from trappm_ray.serve import ServeSettings, TrappmPredictor
+    from trappm_ray.serving.app import ServeSettings, TrappmPredictor
 
     predictor = bench_predictor(args.predictor, args.random)
     body = resnet101(Path(args.onnx)).read_bytes()

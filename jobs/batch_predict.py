@@ -5,13 +5,13 @@
     python jobs/batch_predict.py s3://bucket/onnx s3://bucket/predictions --actors 4
 
 One row per file (a bad file is an error row); re-running skips files already done.
-Every field of trappm_ray.batch_predict.BatchPredictConfig is a --flag.
+Every field of trappm_ray.serving.batch.BatchPredictConfig is a --flag.
 """
 import json
 import sys
 from dataclasses import asdict
 
-from trappm_ray.batch_predict import BatchPredictConfig, run
+from trappm_ray.serving.batch import BatchPredictConfig, run
 from trappm_ray.config_cli import parse_config
 
 if __name__ == "__main__":

@@ -11,7 +11,7 @@ import json
 from dataclasses import asdict
 
 from trappm_ray.config_cli import parse_config
-from trappm_ray.dataset import DatasetConfig, build
+from trappm_ray.corpus.build import DatasetConfig, build
 
 if __name__ == "__main__":
     summary = build(parse_config(DatasetConfig, description=__doc__))

@@ -28,7 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from trappm_ray import label_job
+from trappm_ray.labels import job as label_job
 
 
 def _ints(text: str) -> tuple[int, ...]:

@@ -7,9 +7,9 @@ import json
 from dataclasses import asdict
 
 from trappm_ray import cli
-from trappm_ray.batch_predict import BatchPredictConfig, run
+from trappm_ray.serving.batch import BatchPredictConfig, run
 from trappm_ray.config_cli import parse_config
-from trappm_ray.dataset import DatasetConfig, build
+from trappm_ray.corpus.build import DatasetConfig, build
 
 DEMO = DatasetConfig(
     out="artifacts/demo/corpus",

@@ -13,7 +13,7 @@ same device's set in another store (new / other ratios per label)::
 import argparse
 import json
 
-from trappm_ray.label_noise import compare_sets, remeasure
+from trappm_ray.labels.noise import compare_sets, remeasure
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__)

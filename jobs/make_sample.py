@@ -5,7 +5,7 @@
 import argparse
 import json
 
-from trappm_ray.dataset import write_sample
+from trappm_ray.corpus.build import write_sample
 
 if __name__ == "__main__":
     p = argparse.ArgumentParser(description=__doc__)

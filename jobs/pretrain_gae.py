@@ -17,7 +17,7 @@ import json
 from dataclasses import asdict
 
 from trappm_ray.config_cli import parse_config
-from trappm_ray.pretrain import PretrainConfig, pretrain
+from trappm_ray.train.pretrain import PretrainConfig, pretrain
 
 if __name__ == "__main__":
     result = pretrain(parse_config(PretrainConfig, description=__doc__))

@@ -14,7 +14,7 @@ Add --ship to make the result the package's default predictor.
 import json
 
 from trappm_ray.config_cli import parse_config
-from trappm_ray.regress_job import RegressConfig, train_predictor
+from trappm_ray.train.build_predictor import RegressConfig, train_predictor
 
 if __name__ == "__main__":
     print(json.dumps(train_predictor(parse_config(RegressConfig, description=__doc__)), indent=1))

@@ -44,7 +44,7 @@ def s3_prefix():
 @pytest.fixture(scope="session")
 def tiny_corpus(tmp_path_factory):
     """Two tiny timm models at 32 px, batch sizes 1 and 2: four graph rows."""
-    from trappm_ray import dataset
+    from trappm_ray.corpus import build as dataset
 
     out = str(tmp_path_factory.mktemp("corpus"))
     for arch in ("test_resnet", "test_vit"):

@@ -10,10 +10,10 @@ import pyarrow as pa
 
 from tests.onnx_builders import cnn_model, transformer_block
 from trappm_ray import storage
-from trappm_ray.dataset import graph_to_row
-from trappm_ray.featurize import featurize
-from trappm_ray.label_job import SCHEMA
-from trappm_ray.labeled import GRAPHS_FILE
+from trappm_ray.corpus.build import graph_to_row
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.labels.job import SCHEMA
+from trappm_ray.labels.examples import GRAPHS_FILE
 
 SLUG = "test-cpu-t1"
 BATCHES = (1, 2, 4, 8, 16, 32)

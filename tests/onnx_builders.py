@@ -2,7 +2,7 @@
 
 Every builder returns an ``onnx.ModelProto``; ``to_bytes`` serializes one. The ``*_EXPECT``
 helpers next to a builder give the quantities the featurizer must report for it, worked out by
-hand from the cost rules in ``trappm_ray.featurize._macs``.
+hand from the cost rules in ``trappm_ray.graph.featurize._macs``.
 """
 from __future__ import annotations
 

@@ -1,9 +1,9 @@
 """A small, randomly initialised Predictor for tests that need one without training."""
 import torch
 
-from trappm_ray import features
-from trappm_ray.models import GraphEncoder, Regressor
-from trappm_ray.predictor import Predictor, Scaler
+from trappm_ray.graph import features
+from trappm_ray.model.networks import GraphEncoder, Regressor
+from trappm_ray.model.predictor import Predictor, Scaler
 
 
 def random_predictor(targets=("train_step_ms", "train_memory_mb", "inference_ms"), seeds=(1, 2),

@@ -7,7 +7,7 @@ import pytest
 import onnx_builders as B
 from predictor_builders import random_predictor
 from trappm_ray import storage
-from trappm_ray.batch_predict import (SCHEMA, BatchPredictConfig, _grouped, done_paths, list_onnx,
+from trappm_ray.serving.batch import (SCHEMA, BatchPredictConfig, _grouped, done_paths, list_onnx,
                                       run)
 
 
@@ -107,7 +107,7 @@ def test_rerun_predicts_only_new_files(ray_session, predictor_dir, tmp_path):
 
 
 def test_missing_predictor_fails_before_ray(tmp_path):
-    from trappm_ray.predictor import PredictorError
+    from trappm_ray.model.predictor import PredictorError
 
     cfg = BatchPredictConfig(src=str(tmp_path), dst=str(tmp_path / "out"),
                              predictor=str(tmp_path / "no-predictor"))

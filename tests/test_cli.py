@@ -208,8 +208,8 @@ def test_predict_bad_input_one_line(capsys, files, predictor_dir, key, needle):
 
 
 def test_predict_without_default_predictor(capsys, files, monkeypatch, tmp_path):
-    import trappm_ray.predict as api
-    import trappm_ray.predictor as predictor_mod
+    import trappm_ray.serving.api as api
+    import trappm_ray.model.predictor as predictor_mod
 
     monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", tmp_path / "none")
     monkeypatch.setattr(api, "_LOADED", {})

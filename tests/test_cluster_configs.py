@@ -283,7 +283,7 @@ def test_rayservice_embeds_the_serve_config():
             app.pop("runtime_env", None)
         assert apps == local, "rayservice.yaml's applications drifted from predict.yaml"
     else:
-        assert [a["import_path"] for a in apps] == ["trappm_ray.serve:app"]
+        assert [a["import_path"] for a in apps] == ["trappm_ray.serving.app:app"]
 
 
 # ---------------------------------------------------------------- local head script

@@ -4,10 +4,10 @@ from pathlib import Path
 
 import pytest
 
-from trappm_ray import labels as L
+from trappm_ray.labels import harness as L
 from trappm_ray import storage
-from trappm_ray.label_job import device_slugs
-from trappm_ray.labeled import GRAPHS_FILE, KEY, compact_labels, load_examples
+from trappm_ray.labels.job import device_slugs
+from trappm_ray.labels.examples import GRAPHS_FILE, KEY, compact_labels, load_examples
 
 LABELS = str(Path(__file__).parent.parent / "data" / "labels")
 SLUGS = device_slugs(LABELS)

@@ -4,8 +4,9 @@ import json
 import pyarrow as pa
 import pytest
 
-from trappm_ray import dataset, storage
-from trappm_ray.dataset import DatasetConfig, build
+from trappm_ray.corpus import build as dataset
+from trappm_ray import storage
+from trappm_ray.corpus.build import DatasetConfig, build
 
 ARCHS = ("test_resnet", "test_vit", "no_such_arch_xyz")
 
@@ -51,8 +52,8 @@ def test_build_s3(ray_session, s3_prefix):
 
 
 def test_row_roundtrip():
-    from trappm_ray.featurize import featurize
-    from trappm_ray.zoo import export_skeleton
+    from trappm_ray.graph.featurize import featurize
+    from trappm_ray.corpus.zoo import export_skeleton
 
     g = featurize(export_skeleton("test_efficientnet", 32).onnx_bytes, batch_size=3)
     row = dataset.graph_to_row(g, arch="test_efficientnet", family="efficientnet")
@@ -63,7 +64,7 @@ def test_row_roundtrip():
 
 
 def test_select_architectures_covers_paper_families():
-    from trappm_ray import zoo
+    from trappm_ray.corpus import zoo
 
     archs = dataset.select_architectures(other_per_family=1)
     fams = {zoo.family_of(a) for a in archs}
@@ -71,7 +72,7 @@ def test_select_architectures_covers_paper_families():
 
 
 def test_labeled_architectures_are_exported_whatever_their_size(ray_session, tmp_path):
-    from trappm_ray import label_job
+    from trappm_ray.labels import job as label_job
 
     labels = str(tmp_path / "labels")
     label_job.write_rows(labels, "cpu-t1", [{"arch": "test_vit", "resolution": 32, "batch_size": 1,

@@ -5,8 +5,8 @@ import pytest
 
 from tests.label_builders import SLUG, make_labeled_dir
 from trappm_ray import storage
-from trappm_ray.datasheet import datasheet, neighbour_errors
-from trappm_ray.label_job import SCHEMA
+from trappm_ray.labels.datasheet import datasheet, neighbour_errors
+from trappm_ray.labels.job import SCHEMA
 
 
 def _row(arch, batch, value, resolution=64):

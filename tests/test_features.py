@@ -5,9 +5,9 @@ import numpy as np
 import pytest
 
 import onnx_builders as B
-from trappm_ray import features
-from trappm_ray.features import OPS_V1, OPS_V2, V1, V2
-from trappm_ray.featurize import featurize
+from trappm_ray.graph import features
+from trappm_ray.graph.features import OPS_V1, OPS_V2, V1, V2
+from trappm_ray.graph.featurize import featurize
 
 BUILDERS = {
     "cnn": B.cnn_model, "transformer": B.transformer_block, "shape_arith": B.shape_arith_model,

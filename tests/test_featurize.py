@@ -9,7 +9,7 @@ import pytest
 
 import onnx_builders as B
 from trappm_ray import errors
-from trappm_ray.featurize import VIEW_OPS, Graph, featurize
+from trappm_ray.graph.featurize import VIEW_OPS, Graph, featurize
 
 
 def fz(model: onnx.ModelProto, **kw) -> Graph:

@@ -10,7 +10,7 @@ torch = pytest.importorskip("torch")
 torchvision = pytest.importorskip("torchvision")
 
 from trappm_ray import errors  # noqa: E402
-from trappm_ray.featurize import featurize  # noqa: E402
+from trappm_ray.graph.featurize import featurize  # noqa: E402
 
 
 def _legacy(model, opset, export_params, dynamic):

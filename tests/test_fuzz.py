@@ -5,7 +5,7 @@ import pytest
 
 import onnx_builders as B
 from trappm_ray import errors
-from trappm_ray.featurize import featurize
+from trappm_ray.graph.featurize import featurize
 
 SEEDS = [B.cnn_model(), B.transformer_block(), B.shape_arith_model(), B.layernorm_gelu_model(),
          B.high_rank_model(), B.conv_model(), B.gemm_model()]

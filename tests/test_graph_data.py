@@ -4,8 +4,9 @@ import pyarrow.parquet as pq
 import pytest
 import torch
 
-from trappm_ray import features, storage
-from trappm_ray.graph_data import (GRAPH_COLUMNS, GraphCollateFn, graph_files, read_graphs,
+from trappm_ray.graph import features
+from trappm_ray import storage
+from trappm_ray.corpus.loader import (GRAPH_COLUMNS, GraphCollateFn, graph_files, read_graphs,
                                    row_to_data, rows_to_batch)
 
 @pytest.fixture(scope="module")

@@ -11,7 +11,9 @@ import pytest
 pytest.importorskip("timm")
 pytest.importorskip("ray")
 
-from trappm_ray import label_job, labels, storage  # noqa: E402
+from trappm_ray.labels import job as label_job
+from trappm_ray.labels import harness as labels
+from trappm_ray import storage  # noqa: E402
 
 
 def _row(arch, batch, status="ok", date="2026-01-01T00:00:00+00:00", ms=1.0):

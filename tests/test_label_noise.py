@@ -1,5 +1,7 @@
 """Noise summary math (the measurement itself is faked; the harness has its own tests)."""
-from trappm_ray import label_job, label_noise, labels
+from trappm_ray.labels import job as label_job
+from trappm_ray.labels import noise as label_noise
+from trappm_ray.labels import harness as labels
 
 
 def _row(arch, ms, load=0.5):

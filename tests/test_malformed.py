@@ -6,9 +6,10 @@ import onnx
 import pytest
 
 import onnx_builders as B
-from trappm_ray import errors, features
-from trappm_ray.featurize import featurize
-from trappm_ray.onnx_io import Limits
+from trappm_ray import errors
+from trappm_ray.graph import features
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.graph.onnx_io import Limits
 
 CNN = B.to_bytes(B.cnn_model())
 

@@ -3,7 +3,7 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from trappm_ray.models import GAE, GraphEncoder, Regressor, neighbor_mean, pooled_embedding
+from trappm_ray.model.networks import GAE, GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 
 IN_DIM, STATIC_DIM = 12, 5
 

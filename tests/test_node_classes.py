@@ -4,9 +4,9 @@ import pytest
 import torch
 from torch_geometric.data import Batch, Data
 
-from trappm_ray.models import Regressor, neighbor_mean
-from trappm_ray.node_classes import ClassBatch, node_classes
-from trappm_ray.regress import prepare
+from trappm_ray.model.networks import Regressor, neighbor_mean
+from trappm_ray.model.node_classes import ClassBatch, node_classes
+from trappm_ray.train.regressors import prepare
 
 
 def chain_of_blocks(blocks: int, seed: int) -> Data:

@@ -1,4 +1,4 @@
-"""The Python API: ``trappm_ray.predict`` and its derived quantities (no Ray, no server)."""
+"""The Python API: ``trappm_ray.serving.api`` and its derived quantities (no Ray, no server)."""
 from __future__ import annotations
 
 import subprocess
@@ -11,9 +11,9 @@ import onnx_builders as B
 import trappm_ray
 from predictor_builders import random_predictor
 from trappm_ray import errors
-from trappm_ray import predict as P
-from trappm_ray.featurize import featurize
-from trappm_ray.predictor import PredictorError
+from trappm_ray.serving import api as P
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.model.predictor import PredictorError
 
 CONTRACT = {"train_step_ms", "train_memory_mb", "inference_ms", "interval", "model_version",
             "device", "batch_size", "gpu_profiles", "smallest_profile", "throughput_samples_s"}
@@ -140,7 +140,7 @@ def test_bad_options(saved):
 
 
 def test_missing_default_is_one_clear_line(monkeypatch, tmp_path):
-    import trappm_ray.predictor as predictor_mod
+    import trappm_ray.model.predictor as predictor_mod
 
     monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", tmp_path / "default")
     monkeypatch.setattr(P, "DEFAULT_DIR", tmp_path / "default")
@@ -172,18 +172,15 @@ def test_device_kind():
 
 def test_import_is_cheap_and_lazy():
     code = ("import sys, trappm_ray; assert 'torch' not in sys.modules; "
-            "assert 'trappm_ray.predict' not in sys.modules; print('ok')")
+            "assert 'trappm_ray.serving.api' not in sys.modules; print('ok')")
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0 and out.stdout.strip() == "ok", out.stderr
 
 
-def test_package_attribute_and_submodule_both_callable():
-    """Importing the submodule rebinds ``trappm_ray.predict`` to it: it must stay callable."""
-    import importlib
+def test_package_attribute_is_the_predict_function():
+    from trappm_ray.serving.api import predict
 
-    module = importlib.import_module("trappm_ray.predict")
-    assert trappm_ray.predict is module and callable(module)
-    assert module.predict.__name__ == "predict"
+    assert trappm_ray.predict is predict
 
 
 @pytest.mark.slow

@@ -7,8 +7,8 @@ from torch_geometric.data import Batch
 
 from tests.onnx_builders import cnn_model
 from tests.predictor_builders import random_predictor
-from trappm_ray import predictor as P
-from trappm_ray.featurize import featurize
+from trappm_ray.model import predictor as P
+from trappm_ray.graph.featurize import featurize
 
 
 @pytest.fixture(scope="module")

@@ -7,8 +7,8 @@ import torch
 
 from trappm_ray import storage
 from trappm_ray.config_cli import parse_config
-from trappm_ray.graph_data import graph_files, row_to_data
-from trappm_ray.pretrain import PretrainConfig, load_encoder, pretrain
+from trappm_ray.corpus.loader import graph_files, row_to_data
+from trappm_ray.train.pretrain import PretrainConfig, load_encoder, pretrain
 
 @pytest.fixture(scope="module")
 def corpus(tiny_corpus):

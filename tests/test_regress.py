@@ -5,13 +5,13 @@ import pytest
 import torch
 
 from tests.label_builders import SLUG, make_labeled_dir
-from trappm_ray.baselines import analytic_memory_mb, fit_analytic, fit_mlp, fit_xgboost, static_matrix
-from trappm_ray.labeled import load_examples
-from trappm_ray.models import GraphEncoder
-from trappm_ray.node_classes import CLASS_KEYS
-from trappm_ray.regress import (RECIPES, embed, fit, fit_task, for_target, mape, pack_graphs, prepare,
+from trappm_ray.evaluate.baselines import analytic_memory_mb, fit_analytic, fit_mlp, fit_xgboost, static_matrix
+from trappm_ray.labels.examples import load_examples
+from trappm_ray.model.networks import GraphEncoder
+from trappm_ray.model.node_classes import CLASS_KEYS
+from trappm_ray.train.regressors import (RECIPES, embed, fit, fit_task, for_target, mape, pack_graphs, prepare,
                                 random_encoder, recipe_with, unpack_graphs)
-from trappm_ray.splits import split
+from trappm_ray.train.splits import split
 
 
 @pytest.fixture(scope="module")

@@ -6,11 +6,11 @@ import pytest
 
 from tests.label_builders import SLUG, make_labeled_dir
 from tests.onnx_builders import cnn_model
-from trappm_ray import predictor as P
-from trappm_ray.evaluate import EvalConfig, evaluate
-from trappm_ray.featurize import featurize
-from trappm_ray.models import GraphEncoder
-from trappm_ray.regress_job import RegressConfig, available_targets, train_predictor
+from trappm_ray.model import predictor as P
+from trappm_ray.evaluate.run import EvalConfig, evaluate
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.model.networks import GraphEncoder
+from trappm_ray.train.build_predictor import RegressConfig, available_targets, train_predictor
 
 
 def _save_encoder(path, in_dim: int, feature_set: str):

@@ -2,9 +2,9 @@
 from dataclasses import asdict, replace
 
 from trappm_ray.config_cli import parse_config
-from trappm_ray.evaluate import EvalConfig
-from trappm_ray.pretrain import PretrainConfig
-from trappm_ray.results_doc import command, regenerate_lines
+from trappm_ray.evaluate.run import EvalConfig
+from trappm_ray.train.pretrain import PretrainConfig
+from trappm_ray.evaluate.report import command, regenerate_lines
 
 
 def _as_json(cfg: EvalConfig) -> dict:

@@ -48,7 +48,7 @@ def server(ray_session, dirs):
     """One app (token required) on a free port; yields an httpx client with the token set."""
     from ray import serve
 
-    from trappm_ray.serve import ServeSettings, TrappmPredictor
+    from trappm_ray.serving.app import ServeSettings, TrappmPredictor
 
     port = free_port()
     serve.start(http_options={"host": "127.0.0.1", "port": port})
@@ -212,14 +212,14 @@ def test_concurrent_requests_are_batched_and_replica_survives(server):
 def test_yaml_config_is_valid_and_loopback(dirs, monkeypatch):
     from ray.serve.schema import ServeDeploySchema
 
-    from trappm_ray import serve as S
-    from trappm_ray.predictor import PredictorError
+    from trappm_ray.serving import app as S
+    from trappm_ray.model.predictor import PredictorError
 
     config = yaml.safe_load(YAML.read_text())
     schema = ServeDeploySchema.model_validate(config)
     assert schema.http_options.host == "127.0.0.1"
     app = config["applications"][0]
-    assert app["import_path"] == "trappm_ray.serve:build_app" and app["args"]["predictor"] == "default"
+    assert app["import_path"] == "trappm_ray.serving.app:build_app" and app["args"]["predictor"] == "default"
     auto = app["deployments"][0]["autoscaling_config"]
     assert {"min_replicas", "max_replicas", "target_ongoing_requests"} <= auto.keys()
     assert app["deployments"][0]["name"] == "TrappmPredictor"
@@ -227,8 +227,8 @@ def test_yaml_config_is_valid_and_loopback(dirs, monkeypatch):
     assert type(S.build_app(args)).__name__ == "Application"
     with pytest.raises(ValueError, match="unknown serve args"):
         S.build_app({"nope": 1})
-    import trappm_ray.predict as P
-    import trappm_ray.predictor as predictor_mod
+    import trappm_ray.serving.api as P
+    import trappm_ray.model.predictor as predictor_mod
 
     monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", dirs / "no-default")
     monkeypatch.setattr(P, "_LOADED", {})

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from trappm_ray.splits import split
+from trappm_ray.train.splits import split
 
 
 def _rows():

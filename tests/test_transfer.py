@@ -3,12 +3,12 @@ import numpy as np
 import pytest
 
 from tests.label_builders import SLUG, make_labeled_dir
-from trappm_ray.labeled import load_examples
-from trappm_ray.models import GraphEncoder
-from trappm_ray.predictor import Predictor, register
-from trappm_ray.regress import embed, fit, prepare, recipe_with
-from trappm_ray.splits import split
-from trappm_ray.transfer import (TransferConfig, transfer_markdown, transfer_predictor,
+from trappm_ray.labels.examples import load_examples
+from trappm_ray.model.networks import GraphEncoder
+from trappm_ray.model.predictor import Predictor, register
+from trappm_ray.train.regressors import embed, fit, prepare, recipe_with
+from trappm_ray.train.splits import split
+from trappm_ray.train.transfer import (TransferConfig, transfer_markdown, transfer_predictor,
                                  transfer_table)
 
 RECIPE = recipe_with("trappm-ray", max_epochs=40, patience=40, hidden=16, fc=32)

@@ -12,7 +12,7 @@ import json
 import sys
 from dataclasses import replace
 
-from . import errors
+from trappm_ray import errors
 
 
 def _dims(items: list[str]) -> dict[str, int]:
@@ -26,8 +26,8 @@ def _dims(items: list[str]) -> dict[str, int]:
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
-    from . import features
-    from .featurize import featurize
+    from trappm_ray.graph import features
+    from trappm_ray.graph.featurize import featurize
 
     fs = features.get(args.feature_set)
     graph = featurize(args.file, batch_size=args.batch_size, resolution=args.resolution,
@@ -124,7 +124,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 def _predict(args: argparse.Namespace) -> int:
     import os
 
-    from . import predict as api
+    from trappm_ray.serving import api
 
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,

@@ -1,0 +1,335 @@
+"""Build the graph corpus: timm architectures -> ONNX skeletons -> graphs at many batch sizes.
+
+One Ray task per (architecture, resolution) exports a skeleton once and derives a graph for every
+batch size by shape re-inference. Each task writes one parquet shard (one graph per row) and one
+manifest entry; finished entries are skipped on the next run, so an interrupted build resumes.
+A failing architecture becomes a manifest entry with its error, never a failed build.
+
+Layout under ``out`` (a directory or ``s3://bucket/prefix``)::
+
+    graphs/<arch>@<res>.parquet    graph rows
+    onnx/<arch>@<res>.onnx         weight-stripped skeletons
+    manifest/<arch>@<res>.json     one entry per task (status, counts, timings)
+    manifest.parquet, dataset.json consolidated manifest and provenance
+"""
+from __future__ import annotations
+
+import json
+import platform
+import time
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow as pa
+
+from trappm_ray import storage
+from trappm_ray.graph.featurize import Graph, featurize
+from trappm_ray.ray_init import ensure_ray
+
+GRAPH_VERSION = 1  # bump when the raw per-node quantities change meaning
+RESOLUTIONS = (64, 128, 224)
+BATCH_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256, 384,
+               512)
+NODE_COLUMNS = ("macs", "params", "weight_bytes", "out_bytes", "in_elems", "out_elems",
+                "n_in", "n_out")
+
+
+@dataclass
+class DatasetConfig:
+    """What to build and where.
+
+    Args:
+        out: output directory or ``s3://`` prefix.
+        archs: explicit architectures; empty = the zoo's default selection.
+        resolutions, batch_sizes: the grid derived for every architecture.
+        other_per_family: architectures taken from each non-paper family in the default selection.
+        max_archs: cap on the number of architectures (0 = no cap), for quick runs.
+        max_params: architectures above this are recorded as skipped (export cost grows with
+            size: a 300M-parameter ViT takes ~30 s to export on one core, a ResNet-50 ~2 s).
+        exempt_families: families exported whatever their size, because every member is above
+            ``max_params`` (VGG: 133M+) and the family would otherwise be missing.
+        labels: a label store (``jobs/collect_labels.py --out``): its architectures join the
+            selection and are exported whatever their size, so that every label has a graph
+            (empty = none).
+        keep_onnx: also store the skeletons.
+        retry_failed: re-run tasks whose manifest entry is an error.
+        ray_address: an existing cluster (None starts a local one).
+        task_cpus: CPUs reserved per export task.
+    """
+
+    out: str = "artifacts/corpus"
+    archs: tuple[str, ...] = ()
+    resolutions: tuple[int, ...] = RESOLUTIONS
+    batch_sizes: tuple[int, ...] = BATCH_SIZES
+    other_per_family: int = 4
+    max_archs: int = 0
+    max_params: int = 50_000_000
+    exempt_families: tuple[str, ...] = ("vgg",)
+    labels: str = ""
+    keep_onnx: bool = True
+    retry_failed: bool = False
+    ray_address: str | None = None
+    task_cpus: float = 1.0
+
+
+def select_architectures(other_per_family: int = 2) -> list[str]:
+    """Every paper-family architecture plus an even spread of ``other_per_family`` from the rest."""
+    from trappm_ray.corpus import zoo
+
+    chosen, by_family = [], {}
+    for arch in zoo.list_architectures():
+        by_family.setdefault(zoo.family_of(arch), []).append(arch)
+    for fam, archs in sorted(by_family.items()):
+        if fam in zoo.PAPER_FAMILIES:
+            chosen += archs
+        elif other_per_family > 0:
+            idx = np.linspace(0, len(archs) - 1, min(other_per_family, len(archs))).round()
+            chosen += [archs[int(i)] for i in dict.fromkeys(idx)]
+    return sorted(chosen)
+
+
+def interleave_families(archs: list[str]) -> list[str]:
+    """Round-robin over families, so that a partial build is balanced across them."""
+    from trappm_ray.corpus import zoo
+
+    by_family: dict[str, list[str]] = {}
+    for a in archs:
+        by_family.setdefault(zoo.family_of(a), []).append(a)
+    queues = list(by_family.values())
+    out = []
+    while queues:
+        out += [q.pop(0) for q in queues]
+        queues = [q for q in queues if q]
+    return out
+
+
+def graph_to_row(graph: Graph, **keys) -> dict:
+    """One parquet row: keys, graph totals, and the per-node arrays."""
+    row = dict(keys, graph_version=GRAPH_VERSION, **graph.static)
+    row["ops"] = graph.ops
+    row["edge_src"] = graph.edge_index[0].tolist()
+    row["edge_dst"] = graph.edge_index[1].tolist()
+    for name in NODE_COLUMNS:
+        row[f"node_{name}"] = getattr(graph, name).tolist()
+    row["node_in_shape"] = graph.in_shape.ravel().tolist()
+    row["node_out_shape"] = graph.out_shape.ravel().tolist()
+    row["node_attrs"] = graph.attrs.ravel().tolist()
+    return row
+
+
+def row_to_graph(row: dict) -> Graph:
+    """Inverse of :func:`graph_to_row`."""
+    n = len(row["ops"])
+    static_keys = ("batch_size", "resolution", "nodes", "edges", "macs", "params", "weight_bytes",
+                   "activation_bytes", "train_memory_estimate_bytes")
+    arrays = {name: np.asarray(row[f"node_{name}"], np.float64) for name in NODE_COLUMNS}
+    return Graph(
+        ops=list(row["ops"]),
+        edge_index=np.array([row["edge_src"], row["edge_dst"]], np.int32).reshape(2, -1),
+        macs=arrays["macs"], params=arrays["params"], weight_bytes=arrays["weight_bytes"],
+        out_bytes=arrays["out_bytes"], in_elems=arrays["in_elems"], out_elems=arrays["out_elems"],
+        n_in=arrays["n_in"].astype(np.int32), n_out=arrays["n_out"].astype(np.int32),
+        in_shape=np.asarray(row["node_in_shape"], np.int64).reshape(n, 6),
+        out_shape=np.asarray(row["node_out_shape"], np.int64).reshape(n, 6),
+        attrs=np.asarray(row["node_attrs"], np.int64).reshape(n, 3),
+        static={k: row[k] for k in static_keys},
+        meta={k: row[k] for k in ("arch", "family") if k in row},
+    )
+
+
+def task_name(arch: str, resolution: int) -> str:
+    return f"{arch}@{resolution}"
+
+
+def build_shard(arch: str, resolution: int, batch_sizes: tuple[int, ...], out: str,
+                keep_onnx: bool = True, max_params: float = 50_000_000) -> dict:
+    """Export one architecture at one resolution and write its graphs. Never raises."""
+    from trappm_ray.corpus import zoo
+
+    name = task_name(arch, resolution)
+    entry = {"task": name, "arch": arch, "family": zoo.family_of(arch), "resolution": resolution,
+             "status": "ok", "error": "", "graphs": 0, "failed_batch_sizes": [],
+             "export_s": 0.0, "featurize_s": 0.0, "write_s": 0.0, "exporter": zoo.EXPORTER,
+             "shard": storage.join("graphs", f"{name}.parquet")}
+    t0 = time.perf_counter()
+    try:
+        entry["params_torch"] = zoo.count_params(arch, resolution)
+        if entry["params_torch"] > max_params:
+            entry.update(status="skipped", error=f"{entry['params_torch']:,} parameters > "
+                         f"max_params {max_params:,.0f}", export_s=time.perf_counter() - t0)
+            return entry
+        skeleton = zoo.export_skeleton(arch, resolution, max_params=None)
+    except Exception as e:  # noqa: BLE001 - any export failure is data, not a crash
+        msg = f"{e.__class__.__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
+        entry.update(status="error", error=msg, export_s=time.perf_counter() - t0)
+        return entry
+    entry["export_s"] = time.perf_counter() - t0
+    t1 = time.perf_counter()
+    rows = []
+    for bs in batch_sizes:
+        try:
+            graph = featurize(skeleton.onnx_bytes, batch_size=bs, resolution=resolution)
+        except Exception as e:  # noqa: BLE001
+            entry["failed_batch_sizes"].append(bs)
+            entry["error"] = f"batch {bs}: {e}"[:300]
+            continue
+        rows.append(graph_to_row(graph, arch=arch, family=entry["family"], exporter=zoo.EXPORTER))
+    entry["featurize_s"] = time.perf_counter() - t1
+    t2 = time.perf_counter()
+    if rows:
+        storage.write_table(pa.Table.from_pylist(rows), storage.join(out, entry["shard"]))
+        if keep_onnx:
+            storage.write_bytes(storage.join(out, "onnx", f"{name}.onnx"), skeleton.onnx_bytes)
+        entry["nodes"] = rows[0]["nodes"]
+    else:
+        entry["status"] = "error"
+    entry["graphs"] = len(rows)
+    entry["write_s"] = time.perf_counter() - t2
+    return entry
+
+
+def _write_entry(out: str, entry: dict) -> None:
+    storage.write_bytes(storage.join(out, "manifest", f"{entry['task']}.json"),
+                        json.dumps(entry).encode())
+
+
+def read_manifest(out: str) -> list[dict]:
+    """All manifest entries written so far."""
+    return [json.loads(storage.read_bytes(u)) for u in storage.listdir(
+        storage.join(out, "manifest"), ".json")]
+
+
+@dataclass
+class BuildSummary:
+    tasks: int
+    ran: int
+    already_done: int
+    graphs: int
+    archs_ok: int
+    failed: int
+    families: dict = field(default_factory=dict)
+    wall_s: float = 0.0
+    stage_s: dict = field(default_factory=dict)
+
+
+def labeled_architectures(labels: str) -> set[str]:
+    """Every architecture with a stored label row, any device, under a label store."""
+    from trappm_ray.labels.job import device_slugs, read_rows
+
+    return {a for slug in device_slugs(labels) for a in read_rows(labels, slug).column("arch").to_pylist()}
+
+
+def _limit(arch: str, cfg: DatasetConfig, labeled: set[str]) -> float:
+    from trappm_ray.corpus import zoo
+
+    exempt = zoo.family_of(arch) in cfg.exempt_families or arch in labeled
+    return float("inf") if exempt else cfg.max_params
+
+
+def _is_done(entry: dict | None, cfg: DatasetConfig, labeled: set[str]) -> bool:
+    if entry is None:
+        return False
+    if entry["status"] == "skipped":  # too large then; a higher limit now makes it work to do
+        return entry.get("params_torch", 0) > _limit(entry["arch"], cfg, labeled)
+    return entry["status"] == "ok" or not cfg.retry_failed
+
+
+def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
+    """Build (or resume) the corpus described by ``cfg`` with Ray tasks."""
+    t0 = time.perf_counter()
+    archs = list(cfg.archs) or select_architectures(cfg.other_per_family)
+    if cfg.max_archs:
+        archs = archs[: cfg.max_archs]
+    labeled = labeled_architectures(cfg.labels) if cfg.labels else set()
+    archs += sorted(labeled - set(archs))
+    entries = {e["task"]: e for e in read_manifest(cfg.out)}
+    todo = [(a, r) for a in interleave_families(archs) for r in cfg.resolutions
+            if not _is_done(entries.get(task_name(a, r)), cfg, labeled)]
+    progress(f"{len(archs)} architectures x {len(cfg.resolutions)} resolutions: "
+             f"{len(entries)} tasks recorded, {len(todo)} to run -> {cfg.out}")
+    if todo:
+        ensure_ray(cfg.ray_address)
+        import ray
+        # Workers are recycled every few tasks: exported models leave allocator caches behind.
+        task = ray.remote(num_cpus=cfg.task_cpus, max_calls=8, max_retries=1)(build_shard)
+        pending = {task.remote(a, r, tuple(cfg.batch_sizes), cfg.out, cfg.keep_onnx,
+                               _limit(a, cfg, labeled)): (a, r)
+                   for a, r in todo}
+        finished = 0
+        while pending:
+            ready, _ = ray.wait(list(pending), num_returns=1)
+            arch, res = pending.pop(ready[0])
+            try:
+                entry = ray.get(ready[0])
+            except Exception as e:  # noqa: BLE001 - a crashed worker (OOM kill) is a failed row
+                entry = {"task": task_name(arch, res), "arch": arch, "resolution": res,
+                         "status": "error", "error": f"worker died: {e.__class__.__name__}",
+                         "graphs": 0}
+            _write_entry(cfg.out, entry)
+            entries[entry["task"]] = entry
+            finished += 1
+            rate = finished / (time.perf_counter() - t0)
+            progress(f"[{finished}/{len(todo)}] {entry['task']}: {entry['status']} "
+                     f"{entry['graphs']} graphs {entry.get('error', '')[:80]} "
+                     f"(eta {len(pending) / max(rate, 1e-9) / 60:.1f} min)")
+    return finalize(cfg, list(entries.values()), ran=len(todo), wall_s=time.perf_counter() - t0)
+
+
+def finalize(cfg: DatasetConfig, entries: list[dict], ran: int, wall_s: float) -> BuildSummary:
+    """Write the consolidated manifest and provenance; return the summary."""
+    import torch
+
+    from trappm_ray.corpus import zoo
+
+    entries = sorted(entries, key=lambda e: e["task"])
+    cols = ("task", "arch", "family", "resolution", "status", "error", "graphs", "shard",
+            "export_s", "featurize_s", "write_s")
+    storage.write_table(pa.Table.from_pylist([{c: e.get(c) for c in cols} for e in entries]),
+                        storage.join(cfg.out, "manifest.parquet"))
+    ok = [e for e in entries if e["status"] == "ok"]
+    families: dict[str, int] = {}
+    for e in ok:
+        families[e["family"]] = families.get(e["family"], 0) + e["graphs"]
+    summary = BuildSummary(
+        tasks=len(entries), ran=ran, already_done=len(entries) - ran,
+        graphs=sum(e["graphs"] for e in ok), archs_ok=len({e["arch"] for e in ok}),
+        failed=sum(e["status"] == "error" for e in entries), families=families, wall_s=wall_s,
+        stage_s={k: round(sum(e.get(k, 0.0) for e in entries), 1)
+                 for k in ("export_s", "featurize_s", "write_s")})
+    provenance = {
+        "config": asdict(cfg), "summary": asdict(summary), "exporter": zoo.EXPORTER,
+        "graph_version": GRAPH_VERSION, "built_at": datetime.now(timezone.utc).isoformat(),
+        "versions": {"torch": torch.__version__, "timm": __import__("timm").__version__,
+                     "onnx": __import__("onnx").__version__, "python": platform.python_version()},
+        "machine": {"cpu": platform.processor() or platform.machine(), "system": platform.system()},
+    }
+    storage.write_bytes(storage.join(cfg.out, "dataset.json"),
+                        json.dumps(provenance, indent=1).encode())
+    return summary
+
+
+def write_sample(corpus: str, out: str, per_family: int = 1, resolution: int = 64,
+                 batch_sizes: tuple[int, ...] = (1, 2, 4, 8, 16, 32), max_nodes: int = 4000) -> dict:
+    """Copy a small, committable slice of a corpus: the smallest graphs of each paper family.
+
+    Writes ``out/graphs.parquet`` (graph rows) and ``out/onnx/<arch>@<res>.onnx`` (skeletons).
+    """
+    import pyarrow.compute as pc
+
+    from trappm_ray.corpus import zoo
+
+    ok = [e for e in read_manifest(corpus) if e["status"] == "ok" and e["resolution"] == resolution
+          and e["family"] in zoo.PAPER_FAMILIES and e.get("nodes", 0) <= max_nodes]
+    picked: list[dict] = []
+    for fam in zoo.PAPER_FAMILIES:
+        picked += sorted((e for e in ok if e["family"] == fam), key=lambda e: e["nodes"])[:per_family]
+    tables = []
+    for e in picked:
+        t = storage.read_table(storage.join(corpus, e["shard"]))
+        tables.append(t.filter(pc.is_in(t["batch_size"], pa.array(batch_sizes, t["batch_size"].type))))
+        storage.write_bytes(storage.join(out, "onnx", f"{e['task']}.onnx"),
+                            storage.read_bytes(storage.join(corpus, "onnx", f"{e['task']}.onnx")))
+    table = pa.concat_tables(tables)
+    storage.write_table(table, storage.join(out, "graphs.parquet"))
+    return {"archs": [e["arch"] for e in picked], "graphs": table.num_rows}

@@ -1,0 +1,130 @@
+"""Model zoo: timm architectures, their families, and weight-stripped ONNX skeletons.
+
+One export per (architecture, resolution) with a dynamic batch axis; graphs for other batch
+sizes are derived from the skeleton by shape re-inference (see :mod:`trappm_ray.graph.featurize`).
+torch and timm are imported lazily so that the featurizer and the service never need them.
+"""
+from __future__ import annotations
+
+import io
+import re
+import warnings
+from dataclasses import dataclass
+
+import onnx
+
+from trappm_ray.graph.onnx_io import strip_weights
+
+# The TraPPM paper's eleven families, matched as name prefixes after vendor prefixes are removed.
+PAPER_FAMILIES = ("convnext", "densenet", "efficientnet", "mnasnet", "mobilenet", "poolformer",
+                  "resnet", "swin", "vgg", "visformer", "vit")
+# Further families widen the unlabeled corpus (architecture diversity is what the GAE learns from).
+OTHER_FAMILIES = ("regnet", "resnext", "rexnet", "ghostnet", "dla", "dpn", "hrnet", "inception",
+                  "xception", "deit", "beit", "cait", "coat", "convmixer", "mixer", "levit",
+                  "efficientformer", "edgenext", "fastvit", "repvgg", "res2net", "resnest",
+                  "selecsls", "tinynet", "lcnet", "mixnet", "cspresnet", "cspdarknet", "darknet",
+                  "gernet", "nf", "maxvit", "coatnet", "pvt", "twins", "crossvit", "pit", "xcit",
+                  "efficientvit", "tiny_vit", "hgnet", "mobilevit", "mobileone", "repghost", "convit",
+                  "vovnet", "skresnet", "seresnet", "seresnext", "ecaresnet", "davit", "focalnet",
+                  "gcvit", "nest", "tnt", "volo", "sequencer", "inception_next", "starnet", "eva",
+                  "hardcorenet", "fbnet", "spnasnet", "semnasnet", "lambda", "botnet", "halonet")
+_VENDOR_PREFIX = re.compile(r"^(tf_|gluon_|legacy_|ese_|dm_|timm_)")
+_KNOWN = sorted(PAPER_FAMILIES + OTHER_FAMILIES, key=len, reverse=True)
+
+# Architectures above this many parameters are skipped: their export alone needs several GB and
+# minutes on a CPU, and a weight-stripped skeleton of them would still be produced the same way.
+MAX_PARAMS = 400_000_000
+OPSET = 17
+EXPORTER = f"torch.onnx legacy (dynamo=False), opset {OPSET}, eval mode, dynamic batch axis"
+# Weights are stripped to typed graph inputs; small tensors stay because shape inference reads
+# them (Reshape targets, Slice bounds).
+KEEP_INITIALIZER_MAX_ELEMENTS = 64
+
+
+def family_of(arch: str) -> str:
+    """The family of a timm architecture name (e.g. ``tf_efficientnet_b0`` -> ``efficientnet``)."""
+    name = _VENDOR_PREFIX.sub("", arch.lower())
+    if name.startswith("vit_"):
+        return "vit"
+    for fam in _KNOWN:
+        if fam != "vit" and name.startswith(fam):
+            return fam
+    m = re.match(r"[a-z]+", name)
+    return m.group(0) if m else name
+
+
+def list_architectures(families: tuple[str, ...] | None = None) -> list[str]:
+    """timm architecture names whose family is in ``families`` (default: paper + other families)."""
+    import timm
+
+    wanted = set(families or PAPER_FAMILIES + OTHER_FAMILIES)
+    return sorted(a for a in timm.list_models() if family_of(a) in wanted)
+
+
+def create_model(arch: str, resolution: int, device: str | None = None):
+    """A randomly initialised timm model that accepts ``resolution`` x ``resolution`` images."""
+    import timm
+
+    kwargs = dict(pretrained=False)
+    if device is not None:
+        kwargs["device"] = device
+    try:
+        return timm.create_model(arch, img_size=resolution, **kwargs)
+    except TypeError:  # convolutional models take any size and have no img_size argument
+        return timm.create_model(arch, **kwargs)
+
+
+def count_params(arch: str, resolution: int) -> int:
+    """Parameter count of ``arch`` without allocating its weights (meta device)."""
+    import torch
+
+    with torch.device("meta"):
+        model = create_model(arch, resolution)
+    return sum(p.numel() for p in model.parameters())
+
+
+@dataclass
+class Skeleton:
+    """A weight-stripped ONNX export of one architecture at one resolution."""
+
+    arch: str
+    resolution: int
+    onnx_bytes: bytes
+    params: int
+    exporter: str = EXPORTER
+
+
+def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PARAMS) -> Skeleton:
+    """Export ``arch`` at ``resolution`` with a dynamic batch axis and strip its weights.
+
+    Raises:
+        ValueError: the architecture has more than ``max_params`` parameters (None: no limit).
+    """
+    import torch
+
+    if max_params is not None and (n := count_params(arch, resolution)) > max_params:
+        raise ValueError(f"{arch} has {n:,} parameters, above the zoo's limit of {max_params:,}")
+    # Seeded: an export in a Ray worker that has already exported other models would otherwise
+    # draw other random weights, and a rare coincidence among them changes the graph by a node.
+    torch.manual_seed(0)
+    model = create_model(arch, resolution).eval()
+    params = sum(p.numel() for p in model.parameters())
+    with torch.no_grad():
+        # Random init leaves many tensors identical (zero-init gammas, LayerNorm ones); the
+        # exporter would merge those into shared weights and add Identity nodes. Jitter keeps
+        # every weight distinct (positive, so variances stay valid) and the graph unchanged.
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point():
+                t.add_(torch.rand_like(t) * 1e-3)
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(model, torch.randn(1, 3, resolution, resolution), buf, dynamo=False,
+                          opset_version=OPSET, input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    proto = strip_weights(onnx.load_from_string(buf.getvalue()), KEEP_INITIALIZER_MAX_ELEMENTS)
+    return Skeleton(arch, resolution, proto.SerializeToString(), params)
+
+
+__all__ = ["PAPER_FAMILIES", "OTHER_FAMILIES", "EXPORTER", "Skeleton", "family_of",
+           "list_architectures", "create_model", "count_params", "export_skeleton", "strip_weights"]

@@ -1,0 +1,254 @@
+"""Honest evaluation: every model on the same splits and data, per family, as Ray tasks.
+
+Writes ``<out>/results.json`` (split -> model -> target -> family -> MAPE, RMSE),
+``<out>/results.md`` (per-family tables like the paper's Tables II-IV) and pred-vs-actual plots
+under ``<out>/results/``. Random and held-out-architecture splits use the five published seeds,
+the leave-one-family-out split one fold per family.
+"""
+from __future__ import annotations
+
+import json
+import os
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+
+from trappm_ray.model import predictor as P
+from trappm_ray.evaluate.baselines import STATIC_MODELS, fit_static_task, static_matrix
+from trappm_ray.labels.datasheet import neighbour_errors
+from trappm_ray.labels.examples import default_slug, load_examples
+from trappm_ray.train.pretrain import load_encoder
+from trappm_ray.train.regressors import (RECIPES, SEEDS, embed, fit_task, for_target, mape, pack_graphs, prepare,
+                      random_encoder, recipe_with, rmse)
+from trappm_ray.train.build_predictor import DEFAULT_ENCODER, available_targets, data_hash
+from trappm_ray.train.splits import split
+
+MODELS = ("trappm-ray", "trappm-published", "nnlqp", "random-encoder", "mlp", "xgboost", "analytic")
+
+
+@dataclass
+class EvalConfig:
+    """What to evaluate.
+
+    Args:
+        labels, device: label directory and device slug (empty = the one with most labels).
+        encoder: pretrained v2 encoder; encoder_v1: pretrained trappm-v1 encoder (published recipe).
+        targets: empty = every target the device has.
+        models: models on the random split; split_models: those also run on ``arch`` and
+            ``family`` splits (the GNN ablations are costly on CPU).
+        splits: any of random, arch, family.
+        seeds: seeds of the random and arch splits (family: one fold per family, first seed).
+        baseline_seeds: the GNN baselines and ablation (published, nnlqp, random-encoder) run
+            with the first N seeds only: each GNN fit costs minutes on CPU.
+        arch_seeds: the held-out-architecture split uses the first N seeds.
+        split_targets: targets evaluated on the arch and family splits (empty = all).
+        max_epochs: cap the GNN recipes' epochs (0 = recipe default).
+        out: directory for results.json, results.md and plots.
+        ray_address: an existing cluster (empty = local).
+        transfer_to: a second device's slug under ``labels``: adds the transfer-learning table
+            (``transfer_predictor``, a registered predictor of the first device, fine-tuned).
+    """
+
+    labels: str = "data/labels"
+    device: str = ""
+    encoder: str = DEFAULT_ENCODER
+    encoder_v1: str = "artifacts/pretrain/gae-v1-cpu/encoder.pt"
+    targets: tuple[str, ...] = ()
+    models: tuple[str, ...] = MODELS
+    split_models: tuple[str, ...] = ("trappm-ray", "mlp", "xgboost", "analytic")
+    splits: tuple[str, ...] = ("random", "arch", "family")
+    seeds: tuple[int, ...] = SEEDS
+    baseline_seeds: int = 2
+    arch_seeds: int = 5
+    split_targets: tuple[str, ...] = ()
+    max_epochs: int = 0
+    out: str = "docs"
+    ray_address: str = ""
+    transfer_to: str = ""
+    transfer_predictor: str = ""
+
+
+def _instances(cfg: EvalConfig, families: list[str]) -> list[tuple[str, int, str | None]]:
+    out = []
+    for kind in cfg.splits:
+        if kind == "family":
+            out += [(kind, cfg.seeds[0], f) for f in families]
+        else:
+            out += [(kind, s, None) for s in (cfg.seeds[:cfg.arch_seeds] if kind == "arch" else cfg.seeds)]
+    return out
+
+
+def _metrics(rows, y, preds: list[tuple[np.ndarray, np.ndarray]]) -> dict:
+    """Per family and mean over families; MAPE/RMSE averaged over the folds a family is in."""
+    per = defaultdict(list)
+    for idx, pred in preds:
+        fams = np.array([rows[i]["family"] for i in idx])
+        for fam in sorted(set(fams)):
+            m = fams == fam
+            per[fam].append((mape(pred[m], y[idx][m]), rmse(pred[m], y[idx][m]), int(m.sum())))
+    fam = {f: {"mape": float(np.mean([v[0] for v in vs])), "rmse": float(np.mean([v[1] for v in vs])),
+               "n": int(np.mean([v[2] for v in vs]))} for f, vs in per.items()}
+    mean = {k: float(np.mean([v[k] for v in fam.values()])) for k in ("mape", "rmse")}
+    return {"families": fam, "mean": mean}
+
+
+def neighbour_summary(rows: list[dict], targets) -> dict:
+    """Per target, the error of interpolating each row from its neighbouring batch sizes
+    (:func:`~trappm_ray.labels.datasheet.neighbour_errors`): how irregular the labels themselves are."""
+    out = {}
+    for target in targets:
+        err = neighbour_errors(rows, target)
+        if len(err):
+            out[target] = {"rows": len(err), "median": float(np.median(err)), "mean": float(err.mean())}
+    return out
+
+
+def load_prepared(labels: str, slug: str, targets, encoder: str):
+    """What every regressor experiment starts from: ``(examples, prepared graphs, frozen
+    encoder, encoder sidecar)`` for the v2 examples of ``slug``. The examples keep their rows
+    and drop their raw graphs, which the prepared ones replace; the sidecar says how the encoder
+    was pretrained."""
+    ex = load_examples(labels, slug, "v2", targets)
+    data = prepare(ex.data)
+    ex.data = []
+    enc, enc_meta = load_encoder(encoder)
+    return ex, data, enc, enc_meta
+
+
+def evaluate(cfg: EvalConfig, progress=print) -> dict:
+    """Run every (split instance, model, target) as a Ray task; write and return the results."""
+    import ray
+
+    from trappm_ray.ray_init import ensure_ray
+
+    t0 = time.perf_counter()
+    ensure_ray(cfg.ray_address or None)
+    slug = cfg.device or default_slug(cfg.labels)
+    targets = cfg.targets or available_targets(cfg.labels, slug)
+    ex2, data2, enc, enc_meta = load_prepared(cfg.labels, slug, targets, cfg.encoder)
+    encoders = {"v2": enc_meta}
+    rows = ex2.rows
+    # the graphs live in the object store from here on, shared by the tasks
+    refs = {"v2": ray.put(pack_graphs(data2)), "x": ray.put(static_matrix(data2)),
+            "emb:pretrained": ray.put(embed(enc, data2)),
+            "emb:random": ray.put(embed(random_encoder(enc), data2)), "emb:none": None}
+    del data2
+    if "trappm-published" in cfg.models:
+        # the published recipe drops out single nodes, so it cannot run on node classes
+        data1 = prepare(load_examples(cfg.labels, slug, "trappm-v1", targets).data, classes=False)
+        enc1, encoders["trappm-v1"] = load_encoder(cfg.encoder_v1)
+        refs["trappm-v1"], refs["emb:v1"] = ray.put(pack_graphs(data1)), ray.put(embed(enc1, data1))
+        del data1
+    gnn, static = ray.remote(num_cpus=1)(fit_task), ray.remote(num_cpus=1)(fit_static_task)
+    families = sorted({r["family"] for r in rows})
+    jobs = {}
+    for kind, seed, fam in _instances(cfg, families):
+        tr, va, te = split(rows, kind, seed, fam)
+        models = cfg.models if kind == "random" else [m for m in cfg.models if m in cfg.split_models]
+        if seed not in cfg.seeds[:cfg.baseline_seeds]:
+            models = [m for m in models if m == "trappm-ray" or m in STATIC_MODELS]
+        for target in targets:
+            if kind != "random" and cfg.split_targets and target not in cfg.split_targets:
+                continue
+            y = ex2.column(target)
+            ok = lambda idx: idx[np.isfinite(y[idx]) & (y[idx] > 0)]  # noqa: E731
+            for model in models:
+                if model == "analytic" and target != "train_memory_mb":
+                    continue
+                if model in STATIC_MODELS:
+                    ref = static.remote(refs["x"], y, ok(tr), ok(va), ok(te), model, seed)
+                else:
+                    rec = for_target(recipe_with(model, max_epochs=cfg.max_epochs or None), target)
+                    emb = refs["emb:v1"] if rec.feature_set == "trappm-v1" else refs[f"emb:{rec.embedding}"]
+                    ref = gnn.remote(refs[rec.feature_set], y, emb, ok(tr), ok(va), ok(te), rec, seed)
+                jobs[ref] = (kind, model, target, ok(te))
+    progress(f"[evaluate] {slug}: {len(rows)} examples, {len(jobs)} fits")
+    done = defaultdict(list)
+    seconds = defaultdict(float)
+    pending = list(jobs)
+    while pending:
+        ready, pending = ray.wait(pending, num_returns=1)
+        kind, model, target, te = jobs[ready[0]]
+        out = ray.get(ready[0])
+        done[(kind, model, target)].append((te, out["pred"]))
+        seconds[(kind, model, target)] += out["seconds"]
+        if len(pending) % 20 == 0:
+            progress(f"[evaluate] {len(jobs) - len(pending)}/{len(jobs)} fits done "
+                     f"({time.perf_counter() - t0:.0f} s)")
+    results: dict = {}
+    for (kind, model, target), preds in sorted(done.items()):
+        y = ex2.column(target)
+        res = _metrics(rows, y, preds)
+        res["train_s"] = round(seconds[(kind, model, target)], 1)
+        results.setdefault(kind, {}).setdefault(model, {})[target] = res
+    report = {
+        "meta": {"device": slug, "examples": len(rows), "architectures": len({r["arch"] for r in rows}),
+                 "families": families, "targets": list(targets), "data_sha256_16": data_hash(cfg.labels, slug),
+                 "code_version": P.code_version(), "date": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                 "wall_s": round(time.perf_counter() - t0, 1),
+                 "neighbour_interpolation": neighbour_summary(rows, targets),
+                 "config": {k: v for k, v in asdict(cfg).items() if k not in ("out", "ray_address")},
+                 "recipes": {m: asdict(RECIPES[m]) for m in cfg.models if m in RECIPES},
+                 "encoders": encoders},
+        "results": results,
+    }
+    if cfg.transfer_to:
+        from trappm_ray.train.transfer import transfer_markdown, transfer_table
+
+        source = P.Predictor.load(cfg.transfer_predictor)
+        table = transfer_table(source, cfg.labels, cfg.transfer_to)
+        report["transfer"] = {"source": source.manifest["device"]["slug"], "target": cfg.transfer_to,
+                              "predictor": cfg.transfer_predictor, "table": table,
+                              "markdown": transfer_markdown(table, source.manifest["device"]["slug"],
+                                                            cfg.transfer_to)}
+    os.makedirs(cfg.out, exist_ok=True)
+    with open(os.path.join(cfg.out, "results.json"), "w") as f:
+        json.dump(report, f, indent=1, sort_keys=True)
+    plots = plot_pred_vs_actual(rows, ex2, done, targets, os.path.join(cfg.out, "results"))
+    from trappm_ray.evaluate.report import write_markdown
+
+    write_markdown(report, os.path.join(cfg.out, "results.md"), plots, cfg.out)
+    return report
+
+
+def plot_pred_vs_actual(rows, ex, done, targets, out_dir: str) -> list[str]:
+    """One log-log scatter per target: trappm-ray on the random split, all seeds' test rows."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    os.makedirs(out_dir, exist_ok=True)
+    paths = []
+    for target in targets:
+        preds = done.get(("random", "trappm-ray", target))
+        if not preds:
+            continue
+        y = ex.column(target)
+        fig, ax = plt.subplots(figsize=(4.5, 4.5))
+        fams = sorted({r["family"] for r in rows})
+        for fam in fams:
+            xs, ys = [], []
+            for idx, pred in preds:
+                m = np.array([rows[i]["family"] == fam for i in idx])
+                if m.any():
+                    xs += list(y[idx][m])
+                    ys += list(pred[m])
+            ax.scatter(xs, ys, s=6, label=fam)
+        lo, hi = np.nanmin(y[y > 0]), np.nanmax(y)
+        ax.plot([lo, hi], [lo, hi], "k--", lw=0.8)
+        ax.set(xscale="log", yscale="log", xlabel=f"measured {target}", ylabel=f"predicted {target}",
+               title=f"trappm-ray, random split: {target}")
+        ax.legend(fontsize=6, markerscale=2)
+        fig.tight_layout()
+        path = os.path.join(out_dir, f"pred_vs_actual_{target}.png")
+        fig.savefig(path, dpi=110)
+        plt.close(fig)
+        paths.append(path)
+    return paths
+
+
+__all__ = ["MODELS", "EvalConfig", "evaluate", "plot_pred_vs_actual"]

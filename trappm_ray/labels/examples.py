@@ -1,0 +1,124 @@
+"""Labeled examples: measured label rows joined to the graph of the same model and input.
+
+Label rows and graphs share the key (arch, resolution, batch size). The graphs of every labeled
+key are copied from the corpus into one compact file, ``<labels>/graphs.parquet``, that is
+committed beside the labels, so that regressors train from a clean checkout without rebuilding
+the corpus; every row there came from the corpus built by ``jobs/build_dataset.py`` and keeps its
+``exporter`` and ``graph_version``.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.compute as pc
+from torch_geometric.data import Data
+
+from trappm_ray import storage
+from trappm_ray.corpus.build import row_to_graph, task_name
+from trappm_ray.corpus.loader import GRAPH_COLUMNS
+from trappm_ray.labels.job import conform, device_slugs
+from trappm_ray.model.predictor import TARGETS, graph_data
+
+KEY = ("arch", "resolution", "batch_size")
+GRAPHS_FILE = "graphs.parquet"
+
+
+def compact_labels(labels_dir: str, slug: str) -> pa.Table:
+    """The device's compact ``labels.parquet`` only: part files of a collection still running
+    are left out, so training and evaluation see a fixed snapshot (the committed file).
+    ``jobs/collect_labels.py --compact-only`` merges finished parts into it."""
+    return conform(storage.read_table(storage.join(labels_dir, slug, "labels.parquet")))
+
+
+def ok_labels(labels_dir: str, slug: str) -> pa.Table:
+    return compact_labels(labels_dir, slug).filter(pc.equal(pc.field("status"), "ok"))
+
+
+def default_slug(labels_dir: str) -> str:
+    """The device with the most successful label rows."""
+    counts = {s: ok_labels(labels_dir, s).num_rows for s in device_slugs(labels_dir)}
+    if not counts:
+        raise FileNotFoundError(f"no label rows under {labels_dir}")
+    return max(counts, key=counts.get)
+
+
+def join_graphs(labels_dir: str, corpus: str) -> dict:
+    """Write ``<labels_dir>/graphs.parquet``: the corpus graph of every labeled key, any device.
+
+    Returns:
+        Counts: labeled keys, keys joined, and the keys with no graph (listed).
+    """
+    keys = set()
+    for slug in device_slugs(labels_dir):
+        t = ok_labels(labels_dir, slug)
+        keys |= set(zip(*(t.column(k).to_pylist() for k in KEY)))
+    tables, missing = [], []
+    columns = ["arch", "family", "exporter", "graph_version", *GRAPH_COLUMNS]
+    for arch, res in sorted({(a, r) for a, r, _ in keys}):
+        uri = storage.join(corpus, "graphs", f"{task_name(arch, res)}.parquet")
+        wanted = sorted(b for a, r, b in keys if (a, r) == (arch, res))
+        if not storage.exists(uri):
+            missing += [(arch, res, b) for b in wanted]
+            continue
+        t = storage.read_table(uri, columns=list(dict.fromkeys(columns)))
+        t = t.filter(pc.is_in(t.column("batch_size"), pa.array(wanted, t.column("batch_size").type)))
+        missing += [(arch, res, b) for b in sorted(set(wanted) - set(t.column("batch_size").to_pylist()))]
+        tables.append(t)
+    joined = pa.concat_tables(tables, promote_options="permissive") if tables else None
+    if joined is not None:
+        storage.write_table(joined, storage.join(labels_dir, GRAPHS_FILE))
+    return {"labeled_keys": len(keys), "joined": 0 if joined is None else joined.num_rows,
+            "missing": missing}
+
+
+@dataclass
+class Examples:
+    """Labeled graphs of one device, ready for training.
+
+    Attributes:
+        rows: one dict per example: key, family, and one value per target (NaN when unmeasured).
+        data: one PyG ``Data`` per example (``x``, ``edge_index``, ``static [1, d]``).
+        feature_set: the feature set ``data`` was built with.
+    """
+
+    rows: list[dict]
+    data: list[Data]
+    feature_set: str
+
+    def __len__(self) -> int:
+        return len(self.rows)
+
+    def column(self, name: str) -> np.ndarray:
+        return np.array([r[name] for r in self.rows])
+
+
+def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
+                  targets: tuple[str, ...] = tuple(TARGETS)) -> Examples:
+    """Every ok label row of ``slug`` that has a graph, featurized with ``feature_set``.
+
+    Raises:
+        ValueError: a label row has no graph in ``graphs.parquet`` (re-run :func:`join_graphs`).
+    """
+    labels = ok_labels(labels_dir, slug).to_pylist()
+    graphs = storage.read_table(storage.join(labels_dir, GRAPHS_FILE)).to_pylist()
+    by_key = {tuple(g[k] for k in KEY): g for g in graphs}
+    missing = [tuple(r[k] for k in KEY) for r in labels if tuple(r[k] for k in KEY) not in by_key]
+    if missing:
+        raise ValueError(f"{len(missing)} label rows have no graph, e.g. {missing[:3]}: "
+                         f"run jobs/train_regressors.py --join-corpus <corpus>")
+    rows, data = [], []
+    for r in sorted(labels, key=lambda r: tuple(r[k] for k in KEY)):
+        g = by_key[tuple(r[k] for k in KEY)]
+        row = {k: r[k] for k in KEY} | {"family": r["family"]}
+        for target in targets:
+            value = r.get(TARGETS[target][0])
+            row[target] = float(value) if value is not None else float("nan")
+        rows.append(row)
+        data.append(graph_data(row_to_graph(g), feature_set))
+    return Examples(rows, data, feature_set)
+
+
+__all__ = ["KEY", "GRAPHS_FILE", "compact_labels", "ok_labels", "default_slug", "join_graphs", "Examples",
+           "load_examples"]

@@ -1,0 +1,310 @@
+"""A trained predictor: frozen encoder + per-target, per-seed regressors, and its registry format.
+
+A predictor is stored as a directory (local or ``s3://``) holding ``manifest.json`` (what it
+predicts, for which device, from which features, data and code, with its test metrics) and
+``weights.pt`` (one flat dict of tensors, loaded with ``weights_only=True``). Registry layout:
+``<root>/<name>/<version>/``, versions ``v0001``, ``v0002``, ... in order of registration.
+Predictions are the mean over the seed ensemble; the seeds' spread is returned beside it.
+"""
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import re
+import subprocess
+from collections.abc import Sequence
+from dataclasses import dataclass
+from datetime import datetime, timezone
+from pathlib import Path
+
+import numpy as np
+import torch
+from torch_geometric.data import Batch, Data
+
+from trappm_ray.graph import features
+from trappm_ray import storage
+from trappm_ray.graph.featurize import Graph
+from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
+
+FORMAT_VERSION = 1
+# target -> (label column of the device's label table, unit)
+TARGETS = {
+    "train_step_ms": ("train_step_ms", "ms"),
+    "train_memory_mb": ("mem_above_baseline_mb", "MB"),
+    "inference_ms": ("inference_ms", "ms"),
+    "train_memory_nvml_mb": ("nvml_used_mb", "MB"),
+    "train_power_w": ("power_w_mean", "W"),
+}
+DEFAULT_DIR = Path(__file__).parent / "predictors" / "default"
+
+
+class PredictorError(ValueError):
+    """A stored predictor is missing, incompatible or damaged."""
+
+
+@dataclass
+class Scaler:
+    """Affine maps to and from the networks' scale, fitted on training data only.
+
+    Static features (already log-scaled by the v2 feature set) and the pooled embedding
+    (signed-log, since sums over thousands of nodes span decades) are z-scored per column;
+    the target is z-scored in log space, so that a squared or absolute error is a relative one.
+    """
+
+    static_mean: torch.Tensor
+    static_std: torch.Tensor
+    emb_mean: torch.Tensor
+    emb_std: torch.Tensor
+    y_mean: float
+    y_std: float
+
+    @staticmethod
+    def signed_log(t: torch.Tensor) -> torch.Tensor:
+        return torch.sign(t) * torch.log1p(t.abs())
+
+    @classmethod
+    def fit(cls, static: torch.Tensor, emb: torch.Tensor | None, y: torch.Tensor) -> Scaler:
+        std = lambda t: (t.std(0).clamp_min(1e-6) if len(t) > 1 and t.shape[1]  # noqa: E731
+                         else torch.ones(t.shape[1:]))
+        emb = torch.zeros(len(static), 0) if emb is None else cls.signed_log(emb)
+        ly = torch.log(y.clamp_min(1e-9))
+        return cls(static.mean(0), std(static), emb.mean(0), std(emb),
+                   float(ly.mean()), float(ly.std()) if len(ly) > 1 else 1.0)
+
+    def static(self, s: torch.Tensor) -> torch.Tensor:
+        return (s - self.static_mean) / self.static_std
+
+    def emb(self, e: torch.Tensor | None) -> torch.Tensor | None:
+        if e is None or self.emb_mean.numel() == 0:
+            return None
+        return (self.signed_log(e) - self.emb_mean) / self.emb_std
+
+    def y(self, y: torch.Tensor) -> torch.Tensor:
+        return (torch.log(y.clamp_min(1e-9)) - self.y_mean) / self.y_std
+
+    def y_inverse(self, z: torch.Tensor) -> torch.Tensor:
+        return torch.exp(z * self.y_std + self.y_mean)
+
+    def to(self, device: torch.device | str) -> Scaler:
+        for name in ("static_mean", "static_std", "emb_mean", "emb_std"):
+            setattr(self, name, getattr(self, name).to(device))
+        return self
+
+    def state(self) -> dict[str, torch.Tensor]:
+        return {"static_mean": self.static_mean, "static_std": self.static_std,
+                "emb_mean": self.emb_mean, "emb_std": self.emb_std,
+                "y": torch.tensor([self.y_mean, self.y_std], dtype=torch.float64)}
+
+    @classmethod
+    def from_state(cls, d: dict[str, torch.Tensor]) -> Scaler:
+        return cls(d["static_mean"], d["static_std"], d["emb_mean"], d["emb_std"],
+                   float(d["y"][0]), float(d["y"][1]))
+
+
+def graph_data(graph: Graph, feature_set: str) -> Data:
+    """A featurized graph as a PyG ``Data`` (``static`` is ``[1, static_dim]``, ``log_samples``
+    ``[1, 1]`` the natural log of the batch size the graph was exported with; not named
+    ``*batch*``, since PyG offsets such attributes like a node-to-graph index when batching)."""
+    fs = features.get(feature_set)
+    return Data(x=torch.from_numpy(features.node_features(graph, fs)),
+                edge_index=torch.from_numpy(features.edge_index(graph, fs)),
+                static=torch.from_numpy(features.static_features(graph, fs)).unsqueeze(0),
+                log_samples=torch.tensor([[float(np.log(graph.static["batch_size"]))]]),
+                num_nodes=graph.num_nodes)
+
+
+def code_version() -> str:
+    """The package's git commit (with ``+dirty``), or ``unknown`` outside a checkout."""
+    root = Path(__file__).parent.parent
+    try:
+        sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
+                             capture_output=True, text=True, timeout=5, check=True).stdout.strip()
+        dirty = subprocess.run(["git", "-C", str(root), "status", "--porcelain", "--", "trappm_ray"],
+                               capture_output=True, text=True, timeout=5).stdout.strip()
+        return sha + ("+dirty" if dirty else "")
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+class Predictor:
+    """Predicts every target it was trained for, for any featurized graph.
+
+    Args:
+        manifest: the registry manifest (see module docstring); must name ``feature_set``,
+            ``targets``, ``seeds``, ``head`` (hidden, fc, dropout, and the targets predicted
+            as ``batch_affine``) and ``encoder`` (or None).
+        encoder: the frozen pretrained encoder, or None for a predictor without embedding.
+        heads: target -> one :class:`Regressor` per seed.
+        scalers: target -> one :class:`Scaler` per seed (each fitted on that seed's rows).
+    """
+
+    def __init__(self, manifest: dict, encoder: GraphEncoder | None,
+                 heads: dict[str, list[Regressor]], scalers: dict[str, list[Scaler]]):
+        self.manifest, self.encoder, self.heads, self.scalers = manifest, encoder, heads, scalers
+        self.compute = torch.device("cpu")
+        for model in self._networks():
+            model.eval()
+
+    def _networks(self) -> list[torch.nn.Module]:
+        return ([self.encoder] if self.encoder is not None else []) + [
+            h for hs in self.heads.values() for h in hs]
+
+    def to(self, device: torch.device | str) -> Predictor:
+        """Run predictions on ``device`` (e.g. ``cuda`` in a GPU batch actor); returns self."""
+        self.compute = torch.device(device)
+        for model in self._networks():
+            model.to(self.compute)
+        for scalers in self.scalers.values():
+            for sc in scalers:
+                sc.to(self.compute)
+        return self
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(self.heads)
+
+    @property
+    def feature_set(self) -> str:
+        return self.manifest["feature_set"]
+
+    @torch.no_grad()
+    def predict_data(self, data: Sequence[Data], emb: torch.Tensor | None = None) -> dict[str, np.ndarray]:
+        """Per target: ``[G, S]`` predictions (graphs x seeds) in the target's unit."""
+        batch = Batch.from_data_list(list(data)).to(self.compute)
+        emb = None if emb is None else emb.to(self.compute)
+        if emb is None and self.encoder is not None:
+            emb = pooled_embedding(self.encoder, batch.x, batch.edge_index, batch.batch,
+                                   batch.num_graphs)
+        agg = neighbor_mean(batch.x, batch.edge_index)
+        out = {}
+        for target, heads in self.heads.items():
+            cols = [sc.y_inverse(h(batch.x, batch.edge_index, batch.batch, sc.static(batch.static),
+                                   sc.emb(emb), agg, batch.log_samples).double())
+                    for h, sc in zip(heads, self.scalers[target])]
+            out[target] = torch.cat(cols, 1).cpu().numpy()
+        return out
+
+    def predict_graphs(self, graphs: Sequence[Graph], chunk: int = 64) -> list[dict[str, float]]:
+        """One dict per graph: ``{target: mean over seeds, target + "_std": their spread}``."""
+        rows: list[dict[str, float]] = []
+        for i in range(0, len(graphs), chunk):
+            preds = self.predict_data([graph_data(g, self.feature_set) for g in graphs[i:i + chunk]])
+            for j in range(len(graphs[i:i + chunk])):
+                row = {}
+                for target, p in preds.items():
+                    row[target] = float(p[j].mean())
+                    row[f"{target}_std"] = float(p[j].std())
+                rows.append(row)
+        return rows
+
+    # -- registry -----------------------------------------------------------------------------
+    def state(self) -> dict[str, torch.Tensor]:
+        flat = {}
+        if self.encoder is not None:
+            flat.update({f"encoder.{k}": v for k, v in self.encoder.state_dict().items()})
+        for target, heads in self.heads.items():
+            for seed, head, sc in zip(self.manifest["seeds"], heads, self.scalers[target]):
+                flat.update({f"head.{target}.{seed}.{k}": v for k, v in head.state_dict().items()})
+                flat.update({f"scaler.{target}.{seed}.{k}": v for k, v in sc.state().items()})
+        return flat
+
+    def save(self, uri: str) -> str:
+        """Write ``weights.pt`` then ``manifest.json`` (its presence marks a complete save)."""
+        buf = io.BytesIO()
+        torch.save(self.state(), buf)
+        weights = buf.getvalue()
+        manifest = {**self.manifest, "format": FORMAT_VERSION,
+                    "weights_sha256": hashlib.sha256(weights).hexdigest()}
+        storage.write_bytes(storage.join(uri, "weights.pt"), weights)
+        storage.write_bytes(storage.join(uri, "manifest.json"), json.dumps(manifest, indent=1).encode())
+        self.manifest = manifest
+        return uri
+
+    @classmethod
+    def load(cls, uri: str | Path) -> Predictor:
+        """Load and validate a stored predictor (``weights_only=True``: no code runs)."""
+        uri = str(uri)
+        try:
+            manifest = json.loads(storage.read_bytes(storage.join(uri, "manifest.json")))
+            weights = storage.read_bytes(storage.join(uri, "weights.pt"))
+        except (OSError, ValueError) as e:
+            raise PredictorError(f"no readable predictor at {uri}: {e}") from e
+        if manifest.get("format") != FORMAT_VERSION:
+            raise PredictorError(f"{uri}: predictor format {manifest.get('format')!r}, "
+                                 f"this version reads {FORMAT_VERSION}")
+        if hashlib.sha256(weights).hexdigest() != manifest.get("weights_sha256"):
+            raise PredictorError(f"{uri}: weights.pt does not match its manifest (damaged copy?)")
+        try:
+            fs = features.get(manifest["feature_set"])
+        except KeyError as e:
+            raise PredictorError(f"{uri}: unknown feature set {manifest['feature_set']!r}") from e
+        enc = manifest.get("encoder")
+        if enc and enc["in_dim"] != fs.node_dim:
+            raise PredictorError(f"{uri}: encoder expects {enc['in_dim']} node features, "
+                                 f"feature set {fs.name} has {fs.node_dim}")
+        try:
+            return cls._from_state(manifest, fs, torch.load(io.BytesIO(weights), map_location="cpu",
+                                                            weights_only=True))
+        except (KeyError, RuntimeError) as e:  # missing or misshapen tensors: a broken save
+            raise PredictorError(f"{uri}: weights do not fit the manifest: {e}"[:400]) from e
+
+    @classmethod
+    def _from_state(cls, manifest: dict, fs, flat: dict) -> Predictor:
+        part = lambda prefix: {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}  # noqa: E731
+        encoder = None
+        if manifest.get("encoder"):
+            enc = manifest["encoder"]
+            encoder = GraphEncoder(fs.node_dim, enc["dims"], enc.get("dropout", 0.0))
+            encoder.load_state_dict(part("encoder."))
+        emb_dim = encoder.out_dim if encoder is not None else 0
+        spec = manifest["head"]
+        # manifests before "node_dropout" was in "head" have it in their recipe
+        node_dropout = spec.get("node_dropout", manifest.get("recipe", {}).get("node_dropout", False))
+        heads, scalers = {}, {}
+        for target in manifest["targets"]:
+            heads[target], scalers[target] = [], []
+            for seed in manifest["seeds"]:
+                head = Regressor(fs.node_dim, fs.static_dim, emb_dim, spec["hidden"], spec["fc"],
+                                 spec["dropout"], node_dropout=node_dropout,
+                                 batch_affine=target in spec.get("batch_affine", ()))
+                head.load_state_dict(part(f"head.{target}.{seed}."))
+                heads[target].append(head)
+                scalers[target].append(Scaler.from_state(part(f"scaler.{target}.{seed}.")))
+        return cls(manifest, encoder, heads, scalers)
+
+
+def _versions(base: str) -> list[str]:
+    names = (p.rstrip("/").rsplit("/", 1)[-1] for p in storage.listdir(base))
+    return sorted(n for n in names if re.fullmatch(r"v\d{4}", n))
+
+
+def register(predictor: Predictor, root: str, name: str) -> str:
+    """Save ``predictor`` as the next version under ``<root>/<name>/``; its URI."""
+    base = storage.join(root, name)
+    versions = _versions(base)
+    version = f"v{int(versions[-1][1:]) + 1 if versions else 1:04d}"
+    predictor.manifest = {**predictor.manifest, "name": name, "version": version,
+                          "registered_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
+    return predictor.save(storage.join(base, version))
+
+
+def latest(root: str, name: str) -> str:
+    """URI of the newest complete version of ``name`` under ``root``."""
+    base = storage.join(root, name)
+    for version in reversed(_versions(base)):
+        uri = storage.join(base, version)
+        if storage.exists(storage.join(uri, "manifest.json")):
+            return uri
+    raise PredictorError(f"no complete version of {name!r} under {root}")
+
+
+def load_default() -> Predictor:
+    """The predictor shipped inside the package (trained on this project's committed labels)."""
+    if not (DEFAULT_DIR / "manifest.json").exists():
+        raise PredictorError(f"no default predictor shipped at {DEFAULT_DIR}")
+    return Predictor.load(DEFAULT_DIR)
+
+
+__all__ = ["FORMAT_VERSION", "TARGETS", "DEFAULT_DIR", "PredictorError", "Scaler", "Predictor",
+           "graph_data", "code_version", "register", "latest", "load_default"]

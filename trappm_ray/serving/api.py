@@ -1,0 +1,401 @@
+"""One model in, its predicted training cost out: the API behind ``trappm_ray.serving.api``.
+
+    >>> import trappm_ray
+    >>> p = trappm_ray.predict("resnet101.onnx", batch_size=32, memory_budget_mb=8000)
+    >>> p.train_step_ms.value, p.train_step_ms.low, p.smallest_profile, p.max_batch_size
+
+Every estimate is the mean of the predictor's seed ensemble with an interval of
+``mean +- interval_z * std`` over the seeds: it shows how much the seeds disagree, not the
+measurement noise of the labels. Results name the predictor's device (from its manifest); a CPU
+predictor predicts CPU costs, and the GPU/MIG fit then only applies its memory to GPU profiles.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+import onnx
+
+from trappm_ray import errors
+from trappm_ray import storage
+from trappm_ray.graph.featurize import Graph, featurize
+from trappm_ray.graph.onnx_io import Limits, read_model
+from trappm_ray.model.predictor import DEFAULT_DIR, TARGETS, Predictor, PredictorError, load_default
+
+# MIG profiles per GPU, smallest first: (profile, memory GB). DIPPM's A100-40GB rule, extended.
+GPU_PROFILES: dict[str, tuple[tuple[str, int], ...]] = {
+    "A100-40GB": (("1g.5gb", 5), ("2g.10gb", 10), ("3g.20gb", 20), ("7g.40gb", 40)),
+    "A100-80GB": (("1g.10gb", 10), ("2g.20gb", 20), ("3g.40gb", 40), ("7g.80gb", 80)),
+    "H100-80GB": (("1g.10gb", 10), ("1g.20gb", 20), ("2g.20gb", 20), ("3g.40gb", 40),
+                  ("4g.40gb", 40), ("7g.80gb", 80)),
+}
+REPORTED = ("train_step_ms", "train_memory_mb", "train_power_w", "inference_ms")
+DEFAULT_RESOLUTION = 224  # for timm names and torch modules, which carry no input shape
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A seed-ensemble mean with its spread and interval, in ``unit``."""
+
+    value: float
+    low: float
+    high: float
+    std: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The price of ``steps`` training steps at ``price_per_hour`` (paper section VI-D)."""
+
+    steps: int
+    price_per_hour: float
+    hours: float
+    cost: float
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """Everything besides the model that changes a prediction (also the cache key of the server).
+
+    Args:
+        batch_size: bound to every data input's first dimension.
+        resolution: bound to symbolic spatial dims (and the export size of timm names/modules).
+        dims: values of other named symbolic dims, e.g. ``{"seq": 128}``.
+        memory_budget_mb: when set, also search the largest batch whose memory fits it.
+        steps, price_per_hour: when both set, the cost of that many training steps.
+        interval_z: half-width of the interval in ensemble standard deviations.
+        max_batch: upper end of the largest-batch search.
+    """
+
+    batch_size: int = 1
+    resolution: int | None = None
+    dims: tuple[tuple[str, int], ...] = ()
+    memory_budget_mb: float | None = None
+    steps: int | None = None
+    price_per_hour: float | None = None
+    interval_z: float = 1.96
+    max_batch: int = 4096
+
+    def __post_init__(self) -> None:
+        if not 1 <= self.batch_size <= self.max_batch:
+            raise ValueError(f"batch_size must be in 1..{self.max_batch}, got {self.batch_size}")
+        for name in ("resolution", "memory_budget_mb", "steps", "price_per_hour"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if not 0 <= self.interval_z <= 10:
+            raise ValueError(f"interval_z must be in 0..10, got {self.interval_z}")
+
+    def key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass
+class Prediction:
+    """Predicted costs of one model at one batch size, with derived quantities."""
+
+    model: str
+    model_sha256: str
+    batch_size: int
+    train_step_ms: Estimate | None
+    train_memory_mb: Estimate | None
+    inference_ms: Estimate | None
+    train_power_w: Estimate | None
+    model_version: str
+    device: dict
+    graph: dict
+    interval_z: float
+    gpu_profiles: dict[str, str | None] = field(default_factory=dict)
+    smallest_profile: str | None = None
+    memory_budget_mb: float | None = None
+    max_batch_size: int | None = None
+    training_cost: Cost | None = None
+
+    @property
+    def throughput_samples_s(self) -> float | None:
+        """Training samples per second: the batch over one step."""
+        s = self.train_step_ms
+        return self.batch_size * 1e3 / s.value if s and s.value > 0 else None
+
+    @property
+    def inference_samples_s(self) -> float | None:
+        s = self.inference_ms
+        return self.batch_size * 1e3 / s.value if s and s.value > 0 else None
+
+    def cost(self, steps: int, price_per_hour: float) -> Cost:
+        """The cost of ``steps`` training steps at ``price_per_hour`` (any currency)."""
+        if self.train_step_ms is None:
+            raise ValueError("the predictor has no train_step_ms target")
+        hours = steps * self.train_step_ms.value / 3.6e6
+        return Cost(steps, price_per_hour, hours, hours * price_per_hour)
+
+    def to_dict(self) -> dict:
+        """Plain JSON types: each target's value at top level, intervals under ``interval``."""
+        out = {"model": self.model, "model_sha256": self.model_sha256, "batch_size": self.batch_size}
+        present = {t: e for t in REPORTED if (e := getattr(self, t)) is not None}
+        out.update({t: (present[t].value if t in present else None) for t in REPORTED})
+        out["interval"] = {t: [e.low, e.high] for t, e in present.items()}
+        out["std"] = {t: e.std for t, e in present.items()}
+        out["units"] = {t: e.unit for t, e in present.items()}
+        out.update(interval_z=self.interval_z, throughput_samples_s=self.throughput_samples_s,
+                   inference_samples_s=self.inference_samples_s, gpu_profiles=self.gpu_profiles,
+                   smallest_profile=self.smallest_profile, memory_budget_mb=self.memory_budget_mb,
+                   max_batch_size=self.max_batch_size,
+                   training_cost=asdict(self.training_cost) if self.training_cost else None,
+                   model_version=self.model_version, device=self.device, graph=self.graph)
+        return out
+
+
+# -- predictors ---------------------------------------------------------------------------------
+_LOADED: dict[str, Predictor] = {}
+
+
+def model_version(predictor: Predictor) -> str:
+    """``name/version`` of a registered predictor, else ``name@<weights hash>``."""
+    m = predictor.manifest
+    name = m.get("name", "predictor")
+    if m.get("version"):
+        return f"{name}/{m['version']}"
+    return f"{name}@{m['weights_sha256'][:12]}" if m.get("weights_sha256") else name
+
+
+def device_of(predictor: Predictor) -> dict:
+    """The manifest's device, with ``kind`` (cpu/cuda) made explicit: CPU slugs end in ``-tN``."""
+    dev = dict(predictor.manifest.get("device") or {})
+    slug = str(dev.get("slug", ""))
+    kind = dev.get("kind") or dev.get("device")
+    if kind not in ("cpu", "cuda"):
+        tail = slug.rsplit("-", 1)[-1]
+        kind = "cpu" if tail[:1] == "t" and tail[1:].isdigit() else "unknown"
+    return {**dev, "kind": kind}
+
+
+def _shipped() -> list[Path]:
+    return sorted(p.parent for p in DEFAULT_DIR.parent.glob("*/manifest.json"))
+
+
+def load_predictor(predictor: str | os.PathLike | Predictor | None = None,
+                   device: str | None = None) -> Predictor:
+    """A predictor by URI, or the shipped one for ``device`` (None: the default); cached.
+
+    Raises:
+        PredictorError: nothing readable there, or no shipped predictor for ``device``.
+    """
+    if isinstance(predictor, Predictor):
+        found = predictor
+    elif predictor not in (None, "", "default"):
+        uri = str(predictor)
+        if uri not in _LOADED:
+            _LOADED[uri] = Predictor.load(uri)
+        found = _LOADED[uri]
+    elif device is None:
+        if "default" not in _LOADED:
+            _LOADED["default"] = load_default()
+        found = _LOADED["default"]
+    else:
+        for path in _shipped():
+            dev = json.loads((path / "manifest.json").read_text()).get("device") or {}
+            if device.lower() in (str(dev.get("slug", "")).lower(), str(dev.get("name", "")).lower()):
+                return load_predictor(str(path))
+        names = [p.name for p in _shipped()] or ["none"]
+        raise PredictorError(f"no shipped predictor for device '{device}' (shipped: {', '.join(names)})")
+    if device is not None and device.lower() not in (
+            str(v).lower() for v in (found.manifest.get("device") or {}).values()):
+        raise PredictorError(f"predictor {model_version(found)} is for device "
+                             f"{device_of(found).get('slug')!r}, not {device!r}")
+    return found
+
+
+# -- models -------------------------------------------------------------------------------------
+def _export_module(module, resolution: int, input_shape: tuple[int, ...] | None) -> bytes:
+    """A torch module exported as the zoo exports timm models (dynamic batch, weights stripped)."""
+    import io
+    import warnings
+
+    import torch
+
+    from trappm_ray.corpus.zoo import KEEP_INITIALIZER_MAX_ELEMENTS, OPSET, strip_weights
+
+    shape = tuple(input_shape or (3, resolution, resolution))
+    buf = io.BytesIO()
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        torch.onnx.export(module.eval(), torch.randn(1, *shape), buf, dynamo=False,
+                          opset_version=OPSET, input_names=["input"], output_names=["output"],
+                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    proto = strip_weights(onnx.load_from_string(buf.getvalue()), KEEP_INITIALIZER_MAX_ELEMENTS)
+    return proto.SerializeToString()
+
+
+def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ...] | None = None,
+                limits: Limits = Limits()) -> tuple[bytes, str]:
+    """``(ONNX bytes, a label)`` for a path, ``s3://`` URI, bytes, ModelProto, torch module or
+    timm name (the last two need the ``zoo`` extra and are exported on the fly)."""
+    if isinstance(model, (bytes, bytearray, memoryview)):
+        return bytes(model), "<bytes>"
+    if isinstance(model, onnx.ModelProto):
+        return model.SerializeToString(), model.graph.name or "<ModelProto>"
+    if hasattr(model, "state_dict") and callable(model):
+        return _export_module(model, resolution or DEFAULT_RESOLUTION, input_shape), type(model).__name__
+    text = os.fspath(model)
+    if text.startswith("s3://"):
+        fs, path = storage.fs_and_path(text)
+        if fs.size(path) > limits.max_file_bytes:
+            raise errors.TooLarge(f"{text} is above the limit of {limits.max_file_bytes:,} bytes")
+        return storage.read_bytes(text), text
+    path = Path(text)
+    if path.is_file():
+        if path.stat().st_size > limits.max_file_bytes:
+            raise errors.TooLarge(f"file is {path.stat().st_size:,} bytes, limit {limits.max_file_bytes:,}")
+        return path.read_bytes(), text
+    if path.suffix == ".onnx" or os.sep in text or not text.replace("_", "").replace(".", "").isalnum():
+        raise errors.NotAModel(f"{text} is not a file")
+    from trappm_ray.corpus.zoo import export_skeleton  # torch and timm are imported inside, on use
+
+    try:
+        return export_skeleton(text, resolution or DEFAULT_RESOLUTION).onnx_bytes, text
+    except ImportError:
+        raise errors.NotAModel(f"{text} is not a file (timm names need the zoo extra)") from None
+    except RuntimeError as e:  # timm: "Unknown model"
+        raise errors.NotAModel(f"{text} is neither a file nor a timm model ({e})") from None
+
+
+# -- prediction ---------------------------------------------------------------------------------
+def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int | None = None) -> Graph:
+    return featurize(proto, batch_size=batch_size or opts.batch_size, resolution=opts.resolution,
+                     dims=dict(opts.dims) or None)
+
+
+def fitting_profiles(memory_mb: float) -> tuple[dict[str, str | None], str | None]:
+    """Per GPU the smallest MIG profile with more memory than ``memory_mb`` (1 GB = 1024 MB),
+    and the smallest over all GPUs (least memory, then fewest compute slices)."""
+    per_gpu, best = {}, None
+    for gpu, profiles in GPU_PROFILES.items():
+        fit = next(((name, gb) for name, gb in profiles if memory_mb < gb * 1024), None)
+        per_gpu[gpu] = fit[0] if fit else None
+        rank = fit and (fit[1], int(fit[0].split("g.")[0]))  # memory, then compute slices
+        if fit and (best is None or rank < best[0]):
+            best = (rank, f"{gpu} {fit[0]}")
+    return per_gpu, best[1] if best else None
+
+
+def largest_batch(proto: onnx.ModelProto, predictor: Predictor, opts: PredictOptions) -> int:
+    """Largest batch size whose predicted training memory fits ``opts.memory_budget_mb``.
+
+    Doubling then bisection, re-featurizing at each size; this assumes memory grows with the
+    batch. A size the featurizer refuses counts as not fitting. 0: not even batch 1 fits.
+    """
+    memo: dict[int, bool] = {}
+
+    def fits(b: int) -> bool:
+        if b not in memo:
+            try:
+                row = predictor.predict_graphs([featurize_with(proto, opts, b)])[0]
+                memo[b] = row["train_memory_mb"] <= opts.memory_budget_mb
+            except errors.ModelError:
+                memo[b] = False
+        return memo[b]
+
+    if not fits(1):
+        return 0
+    lo = 1
+    while lo < opts.max_batch and fits(min(2 * lo, opts.max_batch)):
+        lo = min(2 * lo, opts.max_batch)
+    if lo == opts.max_batch:
+        return lo
+    hi = min(2 * lo, opts.max_batch)  # does not fit
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
+                     opts: PredictOptions, source: str, sha256: str) -> Prediction:
+    """A :class:`Prediction` from one ``predict_graphs`` row (no budget search)."""
+    units = {t: TARGETS.get(t, ("", ""))[1] for t in REPORTED}
+
+    def est(t: str) -> Estimate | None:
+        if t not in row:
+            return None
+        mean, std = row[t], row[f"{t}_std"]
+        return Estimate(mean, max(0.0, mean - opts.interval_z * std), mean + opts.interval_z * std,
+                        std, units[t])
+
+    summary = graph.summary()
+    p = Prediction(source, sha256, opts.batch_size, *(est(t) for t in
+                   ("train_step_ms", "train_memory_mb", "inference_ms", "train_power_w")),
+                   model_version(predictor), device_of(predictor),
+                   {k: summary[k] for k in ("nodes", "edges", "macs", "params") if k in summary},
+                   opts.interval_z, memory_budget_mb=opts.memory_budget_mb)
+    if p.train_memory_mb is not None:
+        p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
+    if opts.steps and opts.price_per_hour and p.train_step_ms is not None:
+        p.training_cost = p.cost(opts.steps, opts.price_per_hour)
+    return p
+
+
+def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Predictor
+                 ) -> list[Prediction | errors.ModelError]:
+    """Predict ``(onnx bytes, options, label)`` items with one ensemble pass over all graphs.
+
+    A bad model yields its :class:`errors.ModelError` in its slot; the others are unaffected.
+    """
+    out: list = [None] * len(models)
+    ok: list[tuple[int, onnx.ModelProto, Graph]] = []
+    for i, (data, opts, _) in enumerate(models):
+        try:
+            proto = read_model(data)
+            ok.append((i, proto, featurize_with(proto, opts)))
+        except errors.ModelError as e:
+            out[i] = e
+    rows = predictor.predict_graphs([g for _, _, g in ok]) if ok else []
+    for (i, proto, graph), row in zip(ok, rows):
+        data, opts, label = models[i]
+        p = build_prediction(row, graph, predictor, opts, label, hashlib.sha256(data).hexdigest())
+        if opts.memory_budget_mb is not None:
+            p.max_batch_size = largest_batch(proto, predictor, opts)
+        out[i] = p
+    return out
+
+
+def predict(model, batch_size: int = 1, device: str | None = None, *,
+            predictor: str | os.PathLike | Predictor | None = None, resolution: int | None = None,
+            dims: dict[str, int] | None = None, memory_budget_mb: float | None = None,
+            steps: int | None = None, price_per_hour: float | None = None,
+            interval_z: float = 1.96, input_shape: tuple[int, ...] | None = None) -> Prediction:
+    """Predict the training step time, memory, power and inference latency of ``model``.
+
+    Args:
+        model: ONNX path, ``s3://`` URI, bytes or ModelProto; with the zoo extra also a torch
+            ``nn.Module`` (exported with ``input_shape``, default ``(3, R, R)``) or a timm name.
+        batch_size: the batch size to predict for.
+        device: pick the shipped predictor of this device (slug or name); None: the default.
+        predictor: a predictor URI or instance instead of a shipped one.
+        resolution: value of symbolic spatial dims; export size of timm names and modules.
+        dims: values of other named symbolic input dims.
+        memory_budget_mb: also find the largest batch size that fits this memory.
+        steps, price_per_hour: also give the cost of ``steps`` training steps.
+        interval_z: interval half-width in ensemble standard deviations.
+
+    Raises:
+        errors.ModelError: the model cannot be read or featurized (``.code``, ``.status``).
+        PredictorError: no predictor (e.g. the default is not shipped in this checkout).
+    """
+    opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
+                          memory_budget_mb, steps, price_per_hour, interval_z)
+    chosen = load_predictor(predictor, device)
+    data, label = model_bytes(model, resolution, input_shape)
+    result = predict_many([(data, opts, label)], chosen)[0]
+    if isinstance(result, errors.ModelError):
+        raise result
+    return result
+
+
+__all__ = ["GPU_PROFILES", "Estimate", "Cost", "PredictOptions", "Prediction", "predict",
+           "predict_many", "load_predictor", "model_bytes", "largest_batch", "fitting_profiles",
+           "build_prediction", "model_version", "device_of"]

@@ -1,0 +1,282 @@
+"""Ray Serve app: predictions over HTTP (FastAPI), autoscaled, batched, cached.
+
+    RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER=0 serve run serve_configs/predict.yaml
+
+Routes: ``POST /v1/predict`` (an ONNX body as ``application/octet-stream``, a multipart upload,
+or JSON ``{"uri": ..., options}``; options of a raw body go in the query string),
+``GET /v1/models``, ``GET /healthz``. Bad input is a 4xx JSON ``{"error": {"code", "message"}}``
+and never harms the replica. Nothing runs at import: :func:`build_app` is the YAML's builder.
+"""
+# No ``from __future__ import annotations``: FastAPI reads the route parameters' annotations
+# at runtime, and as strings Serve's ingress wrapper cannot resolve ``Request``.
+import asyncio
+import email.parser
+import email.policy
+import hashlib
+import hmac
+import json
+import os
+from collections import OrderedDict
+from dataclasses import asdict, dataclass, fields
+
+from fastapi import FastAPI, Request
+from fastapi.responses import JSONResponse
+from ray import serve
+
+from trappm_ray import errors
+from trappm_ray import storage
+
+RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx",
+             "application/x-protobuf",
+             # curl's default for --data-binary: the body is still the raw file
+             "application/x-www-form-urlencoded"}
+MAX_JSON_BYTES = 64 * 1024
+OPTION_NAMES = ("batch_size", "resolution", "memory_budget_mb", "steps", "price_per_hour",
+                "interval_z")
+
+
+@dataclass
+class ServeSettings:
+    """The ``args`` of the app in the Serve YAML.
+
+    Args:
+        predictor: predictor directory or ``s3://`` URI; ``default`` = the shipped one.
+        allowed_roots: local directories whose files JSON ``uri`` requests may name.
+        allowed_s3_prefixes: ``s3://bucket/prefix`` that JSON ``uri`` requests may name.
+        max_body_mb: limit on a request body and on a model read from a ``uri``.
+        token_env: name of an environment variable holding a bearer token; when that variable
+            is set and non-empty, ``/v1/*`` requires ``Authorization: Bearer <token>``.
+        cache_size: results kept per replica, keyed by model hash and options.
+        max_batch_size, batch_wait_timeout_s: ``@serve.batch`` settings.
+        max_batch_search: upper end of the largest-batch search.
+    """
+
+    predictor: str = "default"
+    allowed_roots: tuple[str, ...] = ()
+    allowed_s3_prefixes: tuple[str, ...] = ()
+    max_body_mb: float = 64.0
+    token_env: str = ""
+    cache_size: int = 1024
+    max_batch_size: int = 8
+    batch_wait_timeout_s: float = 0.005
+    max_batch_search: int = 4096
+
+    @classmethod
+    def from_args(cls, args: dict | None) -> "ServeSettings":
+        args = dict(args or {})
+        unknown = set(args) - {f.name for f in fields(cls)}
+        if unknown:
+            raise ValueError(f"unknown serve args: {sorted(unknown)}")
+        for key in ("allowed_roots", "allowed_s3_prefixes"):
+            if key in args:
+                args[key] = tuple(args[key] or ())
+        return cls(**args)
+
+    @property
+    def max_body_bytes(self) -> int:
+        return int(self.max_body_mb * 2**20)
+
+
+class ApiError(Exception):
+    """A request the server refuses, with its HTTP status and a machine-readable code."""
+
+    def __init__(self, status: int, code: str, message: str):
+        super().__init__(message)
+        self.status, self.code, self.message = status, code, message
+
+
+def error_response(status: int, code: str, message: str) -> JSONResponse:
+    return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
+
+
+async def read_body(request: Request, limit: int) -> bytes:
+    """The request body, refused with 413 as soon as it exceeds ``limit`` bytes."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise ApiError(413, "too_large", f"body is {int(length):,} bytes, limit {limit:,}")
+    buf = bytearray()
+    async for chunk in request.stream():
+        buf += chunk
+        if len(buf) > limit:
+            raise ApiError(413, "too_large", f"body exceeds the limit of {limit:,} bytes")
+    return bytes(buf)
+
+
+def parse_options(raw: dict, max_batch: int):
+    """:class:`PredictOptions` from query or JSON fields; 400 on bad values."""
+    from trappm_ray.serving.api import PredictOptions
+
+    kw: dict = {}
+    try:
+        for name in OPTION_NAMES:
+            if raw.get(name) not in (None, ""):
+                conv = int if name in ("batch_size", "resolution", "steps") else float
+                kw[name] = conv(raw[name])
+        dims = raw.get("dims") or {}
+        if isinstance(dims, str):  # query string: dims=seq:128,heads:8
+            dims = dict(item.split(":", 1) for item in dims.split(",") if item)
+        kw["dims"] = tuple(sorted((str(k), int(v)) for k, v in dict(dims).items()))
+        return PredictOptions(**kw, max_batch=max_batch)
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, "bad_options", str(e).splitlines()[0][:300]) from None
+
+
+def multipart_file(body: bytes, content_type: str) -> tuple[bytes, dict]:
+    """The uploaded file and the other form fields of a ``multipart/form-data`` body."""
+    msg = email.parser.BytesParser(policy=email.policy.HTTP).parsebytes(
+        b"Content-Type: " + content_type.encode("latin-1") + b"\r\n\r\n" + body)
+    data, form = None, {}
+    for part in msg.iter_parts() if msg.is_multipart() else ():
+        name = part.get_param("name", header="content-disposition")
+        payload = part.get_payload(decode=True) or b""
+        if part.get_filename() is not None or name == "file":
+            data = payload if data is None else data
+        elif name:
+            form[name] = payload.decode("utf-8", "replace")
+    if data is None:
+        raise ApiError(400, "no_file", "multipart body has no file part (use the field 'file')")
+    return data, form
+
+
+def read_uri(uri: str, settings: ServeSettings) -> bytes:
+    """Model bytes from an allowed ``s3://`` prefix or local root; 403 for anything else."""
+    if uri.startswith("s3://"):
+        allowed = any(uri.startswith(p.rstrip("/") + "/") for p in settings.allowed_s3_prefixes)
+        if not allowed or "/../" in uri:
+            raise ApiError(403, "uri_forbidden", "uri is not under an allowed s3 prefix")
+    elif "://" in uri:
+        raise ApiError(400, "bad_uri", "uri must be s3:// or a server path")
+    else:
+        real = os.path.realpath(uri)  # symlinks and .. resolved before the containment check
+        roots = [os.path.realpath(r) for r in settings.allowed_roots]
+        if not any(os.path.commonpath([real, r]) == r for r in roots):
+            raise ApiError(403, "uri_forbidden", "path is not under an allowed root")
+        uri = real
+    try:
+        fs, path = storage.fs_and_path(uri)
+        if not fs.isfile(path):
+            raise ApiError(404, "not_found", "no file at uri")
+        if fs.size(path) > settings.max_body_bytes:
+            raise ApiError(413, "too_large", f"model exceeds {settings.max_body_bytes:,} bytes")
+        return storage.read_bytes(uri)
+    except OSError as e:
+        raise ApiError(404, "not_found", f"cannot read uri ({e.__class__.__name__})") from None
+
+
+api = FastAPI(title="trappm-ray", docs_url=None, redoc_url=None, openapi_url=None)
+
+
+@serve.deployment(name="TrappmPredictor", max_ongoing_requests=32,
+                  autoscaling_config={"min_replicas": 1, "max_replicas": 2,
+                                      "target_ongoing_requests": 4},
+                  ray_actor_options={"num_cpus": 1})
+@serve.ingress(api)
+class TrappmPredictor:
+    """One replica: a loaded predictor, a result cache and the HTTP routes."""
+
+    def __init__(self, settings: dict):
+        from trappm_ray.serving.api import device_of, load_predictor, model_version
+
+        self.settings = ServeSettings.from_args(settings)
+        self.predictor = load_predictor(self.settings.predictor)
+        m = self.predictor.manifest
+        self.info = {"model_version": model_version(self.predictor), "name": m.get("name"),
+                     "version": m.get("version"), "device": device_of(self.predictor),
+                     "targets": list(self.predictor.targets), "seeds": m.get("seeds"),
+                     "feature_set": m.get("feature_set"), "metrics": m.get("metrics")}
+        # Read once; the value is only ever compared, never logged or returned.
+        self._token = os.environ.get(self.settings.token_env, "") if self.settings.token_env else ""
+        self.cache: OrderedDict[str, dict] = OrderedDict()
+        self.predict_batch.set_max_batch_size(self.settings.max_batch_size)
+        self.predict_batch.set_batch_wait_timeout_s(self.settings.batch_wait_timeout_s)
+
+    def _authorized(self, request: Request) -> bool:
+        if not self._token:
+            return True
+        scheme, _, given = request.headers.get("authorization", "").partition(" ")
+        return scheme.lower() == "bearer" and hmac.compare_digest(given.strip().encode(),
+                                                                  self._token.encode())
+
+    @api.get("/healthz")
+    async def healthz(self) -> dict:
+        return {"status": "ok", "model_version": self.info["model_version"]}
+
+    @api.get("/v1/models")
+    async def models(self, request: Request):
+        if not self._authorized(request):
+            return error_response(401, "unauthorized", "missing or wrong bearer token")
+        return {"models": [self.info]}
+
+    @api.post("/v1/predict")
+    async def predict(self, request: Request):
+        if not self._authorized(request):
+            return error_response(401, "unauthorized", "missing or wrong bearer token")
+        try:
+            data, opts, label = await self._parse(request)
+            key = hashlib.sha256(data).hexdigest() + opts.key()
+            if key in self.cache:
+                self.cache.move_to_end(key)
+                # same bytes and options, maybe another name: the label is the request's own
+                return {**self.cache[key], "model": label, "cached": True}
+            result = await self.predict_batch((data, opts, label))
+            if isinstance(result, errors.ModelError):
+                return error_response(result.status, result.code, str(result))
+            self.cache[key] = result
+            if len(self.cache) > self.settings.cache_size:
+                self.cache.popitem(last=False)
+            return {**result, "cached": False}
+        except ApiError as e:
+            return error_response(e.status, e.code, e.message)
+        except errors.ModelError as e:
+            return error_response(e.status, e.code, str(e))
+        except Exception as e:  # noqa: BLE001 - a bug answers 500 JSON, the replica lives on
+            return error_response(500, "internal", e.__class__.__name__)
+
+    async def _parse(self, request: Request):
+        s = self.settings
+        ctype = request.headers.get("content-type", "")
+        media = ctype.split(";")[0].strip().lower()
+        if media == "application/json":
+            try:
+                body = json.loads(await read_body(request, MAX_JSON_BYTES))
+            except (ValueError, UnicodeDecodeError):
+                raise ApiError(400, "bad_json", "body is not valid JSON") from None
+            if not isinstance(body, dict) or not isinstance(body.get("uri"), str):
+                raise ApiError(400, "bad_json", "JSON body needs a string 'uri'")
+            opts = parse_options(body, s.max_batch_search)
+            return await asyncio.to_thread(read_uri, body["uri"], s), opts, body["uri"]
+        if media in RAW_TYPES:
+            data = await read_body(request, s.max_body_bytes)
+            return data, parse_options(dict(request.query_params), s.max_batch_search), "<upload>"
+        if media == "multipart/form-data":
+            data, form = multipart_file(await read_body(request, s.max_body_bytes), ctype)
+            opts = parse_options({**request.query_params, **form}, s.max_batch_search)
+            return data, opts, "<upload>"
+        raise ApiError(415, "unsupported_media_type",
+                       f"content type '{media[:80]}' not accepted: send application/octet-stream, "
+                       "multipart/form-data or application/json with a 'uri'")
+
+    @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
+    async def predict_batch(self, items: list[tuple]) -> list:
+        # The work is CPU-bound: a thread keeps the event loop free to accept and queue requests.
+        return await asyncio.to_thread(self._run_batch, items)
+
+    def _run_batch(self, items: list[tuple]) -> list:
+        from trappm_ray.serving.api import predict_many
+
+        results = predict_many(list(items), self.predictor)
+        return [r if isinstance(r, errors.ModelError) else r.to_dict() for r in results]
+
+
+def build_app(args: dict | None = None):
+    """The application for ``serve run`` (the YAML's ``import_path``); ``args`` as in
+    :class:`ServeSettings`. Fails here, with one line, if the predictor cannot be loaded."""
+    from trappm_ray.serving.api import load_predictor
+
+    settings = ServeSettings.from_args(args)
+    load_predictor(settings.predictor)  # a missing default predictor is reported at deploy time
+    return TrappmPredictor.bind(asdict(settings))
+
+
+__all__ = ["ServeSettings", "ApiError", "TrappmPredictor", "build_app", "api", "read_uri",
+           "parse_options", "multipart_file"]

@@ -1,0 +1,177 @@
+"""Train the shipped kind of predictor: every target x seed as a parallel Ray task, registered.
+
+Every labeled example of one device is used: 85% to fit, 15% (per family, by seed) to choose
+the epoch. Accuracy on held-out data is measured by :mod:`trappm_ray.evaluate.run`, not here.
+"""
+from __future__ import annotations
+
+import hashlib
+import shutil
+import time
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import torch
+
+from trappm_ray.model import predictor as P
+from trappm_ray import storage
+from trappm_ray.labels.examples import GRAPHS_FILE, default_slug, join_graphs, load_examples, ok_labels
+from trappm_ray.train.pretrain import load_encoder
+from trappm_ray.train.regressors import (SEEDS, build_regressor, embed, fit_task, for_target, pack_graphs, prepare,
+                      recipe_with)
+from trappm_ray.train.splits import split
+
+DEFAULT_ENCODER = "artifacts/pretrain/gae-v2-cpu/encoder.pt"
+
+
+@dataclass
+class RegressConfig:
+    """What to train the predictor on and where to register it.
+
+    Args:
+        labels: the label directory (``data/labels``; local or ``s3://``).
+        device: device slug under ``labels``; empty = the one with the most labels.
+        encoder: pretrained encoder (``encoder.pt`` of ``jobs/pretrain_gae.py``).
+        targets: targets to train; empty = every target the device has labels for.
+        seeds: one regressor per seed and target.
+        recipe: a name in ``regress.RECIPES`` (must use pretrained or no embedding).
+        max_epochs: override the recipe's epoch cap (0 = keep).
+        registry, name: register as ``<registry>/<name>/vNNNN`` (name empty = the device slug).
+        ship: also copy the registered predictor into the package as the default.
+        join_corpus: first rebuild ``<labels>/graphs.parquet`` from this corpus.
+        ray_address: an existing cluster (empty = local).
+    """
+
+    labels: str = "data/labels"
+    device: str = ""
+    encoder: str = DEFAULT_ENCODER
+    targets: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = SEEDS
+    recipe: str = "trappm-ray"
+    max_epochs: int = 0
+    registry: str = "artifacts/predictors"
+    name: str = ""
+    ship: bool = False
+    join_corpus: str = ""
+    ray_address: str = ""
+
+
+def data_hash(labels: str, slug: str) -> str:
+    """sha256 of the device's compact labels file and the joined graphs (first 16 hex)."""
+    h = hashlib.sha256()
+    for uri in (storage.join(labels, slug, "labels.parquet"), storage.join(labels, GRAPHS_FILE)):
+        h.update(storage.read_bytes(uri))
+    return h.hexdigest()[:16]
+
+
+def label_provenance(labels: str, slug: str, examples) -> dict:
+    """The manifest's ``device`` and ``data`` entries for a predictor fitted on ``examples``."""
+    rows = ok_labels(labels, slug).to_pylist()
+    return {"device": {"slug": slug, "name": rows[0]["device_name"], "threads": rows[0]["threads"],
+                       "torch": rows[0]["torch_version"]},
+            "data": {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
+                     "families": sorted({r["family"] for r in examples.rows}),
+                     "sha256_16": data_hash(labels, slug),
+                     "label_dates": [min(r["date"] for r in rows), max(r["date"] for r in rows)]}}
+
+
+def available_targets(labels: str, slug: str) -> tuple[str, ...]:
+    t = ok_labels(labels, slug)
+    return tuple(name for name, (col, _) in P.TARGETS.items()
+                 if col in t.column_names and t.column(col).null_count < t.num_rows
+                 and not np.isnan(np.asarray(t.column(col).to_pylist(), dtype=float)).all())
+
+
+def train_predictor(cfg: RegressConfig, progress=print) -> dict:
+    """Fit targets x seeds regressors with Ray and register them as one predictor.
+
+    Returns:
+        ``uri`` of the registered predictor, per-target validation MAPE (mean over seeds),
+        per-task seconds and the wall time.
+    """
+    import ray
+
+    from trappm_ray.ray_init import ensure_ray
+
+    t0 = time.perf_counter()
+    ensure_ray(cfg.ray_address or None)
+    if cfg.join_corpus:
+        progress(f"joined graphs: {join_graphs(cfg.labels, cfg.join_corpus)}")
+    slug = cfg.device or default_slug(cfg.labels)
+    targets = cfg.targets or available_targets(cfg.labels, slug)
+    recipe = recipe_with(cfg.recipe, max_epochs=cfg.max_epochs or None)
+    if recipe.embedding == "random" or recipe.scaling != "log":
+        raise ValueError(f"recipe {cfg.recipe!r} is for evaluation only")
+    examples = load_examples(cfg.labels, slug, recipe.feature_set, targets)
+    data = prepare(examples.data)
+    encoder, enc_meta = (load_encoder(cfg.encoder) if recipe.embedding == "pretrained"
+                         else (None, None))
+    if encoder is not None and enc_meta["feature_set"] != recipe.feature_set:
+        raise ValueError(f"encoder {cfg.encoder} uses {enc_meta['feature_set']} features, "
+                         f"recipe {cfg.recipe} {recipe.feature_set}")
+    data_ref, emb_ref = ray.put(pack_graphs(data)), ray.put(embed(encoder, data))
+    example = examples.data[0]
+    examples.data = []  # the graphs live in the object store from here on, shared by the tasks
+    del data
+    task = ray.remote(num_cpus=1)(fit_task)
+    jobs = {}
+    for target in targets:
+        y = examples.column(target)
+        ok = np.flatnonzero(np.isfinite(y) & (y > 0))
+        for seed in cfg.seeds:
+            tr, va, _ = split([examples.rows[i] for i in ok], "none", seed)
+            jobs[task.remote(data_ref, y, emb_ref, ok[tr], ok[va], np.empty(0, np.int64),
+                             for_target(recipe, target), seed, keep_model=True)] = (target, seed)
+    results = {}
+    for ref, key in jobs.items():
+        results[key] = ray.get(ref)
+        r = results[key]
+        progress(f"{key[0]} seed {key[1]}: val MAPE {r['val_mape']:.2f}% at epoch "
+                 f"{r['best_epoch']}/{r['epochs']} ({r['seconds']:.0f} s)")
+    emb_dim = 0 if encoder is None else encoder.out_dim
+    heads, scalers = {}, {}
+    for target in targets:
+        heads[target] = []
+        for seed in cfg.seeds:
+            head = build_regressor(example, emb_dim, for_target(recipe, target))
+            head.load_state_dict(results[(target, seed)]["state"])
+            heads[target].append(head)
+        scalers[target] = [results[(target, seed)]["scaler"] for seed in cfg.seeds]
+    val = {t: float(np.mean([results[(t, s)]["val_mape"] for s in cfg.seeds])) for t in targets}
+    manifest = {
+        "feature_set": recipe.feature_set, "targets": list(targets), "seeds": list(cfg.seeds),
+        "units": {t: P.TARGETS[t][1] for t in targets},
+        "head": {"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout,
+                 "node_dropout": recipe.node_dropout,
+                 "batch_affine": [t for t in targets if for_target(recipe, t).batch_affine]},
+        "recipe": {"name": cfg.recipe, **asdict(recipe)},
+        "encoder": None if encoder is None else {
+            "in_dim": encoder.in_dim, "dims": list(encoder.dims), "dropout": encoder.dropout,
+            "pretrained": {k: enc_meta.get(k) for k in ("epoch", "loss", "corpus", "max_graphs")}},
+        **label_provenance(cfg.labels, slug, examples),
+        "metrics": {"val_mape_mean_over_seeds": val},
+        "code_version": P.code_version(), "torch": torch.__version__,
+        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    }
+    uri = P.register(P.Predictor(manifest, encoder, heads, scalers), cfg.registry, cfg.name or slug)
+    if cfg.ship:
+        ship(uri)
+    return {"uri": uri, "device": slug, "targets": list(targets), "examples": len(examples),
+            "val_mape": val, "task_seconds": {f"{t}/{s}": round(r["seconds"], 1)
+                                              for (t, s), r in results.items()},
+            "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+def ship(uri: str) -> None:
+    """Copy a registered predictor into the package (``predictor.DEFAULT_DIR``)."""
+    P.Predictor.load(uri)  # validate before replacing the shipped one
+    if P.DEFAULT_DIR.exists():
+        shutil.rmtree(P.DEFAULT_DIR)
+    P.DEFAULT_DIR.mkdir(parents=True)
+    for name in ("manifest.json", "weights.pt"):
+        (P.DEFAULT_DIR / name).write_bytes(storage.read_bytes(storage.join(uri, name)))
+
+
+__all__ = ["RegressConfig", "DEFAULT_ENCODER", "train_predictor", "available_targets", "ship",
+           "data_hash", "label_provenance"]
