@@ -38,7 +38,7 @@ def _neighbour(stop) -> None:
 
 
 def main() -> None:
-    from trappm_ray.labels import job as label_job
+    from trappm_ray.labels import store
     from trappm_ray.labels import harness as labels
     from trappm_ray.labels.noise import ratio_summary
 
@@ -49,7 +49,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--json", default=None)
     args = p.parse_args()
-    stored = [r for r in label_job.read_rows(args.labels, args.slug).to_pylist()
+    stored = [r for r in store.read_rows(args.labels, args.slug).to_pylist()
               if r["status"] == "ok" and r["resolution"] == 64 and r["train_step_ms"] < 1500]
     sample = random.Random(args.seed).sample(stored, args.n)
     info = labels.device_info("cpu")

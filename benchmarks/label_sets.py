@@ -24,12 +24,13 @@ def write_like_for_like(old: str, new: str, work: str) -> dict:
     import pyarrow as pa
     import pyarrow.parquet as pq
 
-    from trappm_ray.labels import job as label_job
-    from trappm_ray.labels.examples import GRAPHS_FILE, KEY, default_slug
+    from trappm_ray.labels import store
+    from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
+    from trappm_ray.labels.store import default_slug
 
     slug = default_slug(old)
-    tables = {"old": label_job.read_rows(old, slug), "new": label_job.read_rows(new, slug)}
-    keys = {name: list(zip(*(t.column(k).to_pylist() for k in KEY))) for name, t in tables.items()}
+    tables = {"old": store.read_rows(old, slug), "new": store.read_rows(new, slug)}
+    keys = {name: list(zip(*(t.column(k).to_pylist() for k in GRAPH_KEY))) for name, t in tables.items()}
     both = set.intersection(*({k for k, s in zip(keys[name], t.column("status").to_pylist()) if s == "ok"}
                               for name, t in tables.items()))
     for name, t in tables.items():

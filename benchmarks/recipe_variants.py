@@ -51,8 +51,8 @@ def main() -> None:
     import ray
 
     from trappm_ray.evaluate.run import _metrics, load_prepared
-    from trappm_ray.labels.job import measured_busy
-    from trappm_ray.labels.examples import default_slug, ok_labels
+    from trappm_ray.labels.store import measured_busy
+    from trappm_ray.labels.store import default_slug, ok_labels
     from trappm_ray.ray_init import ensure_ray
     from trappm_ray.train.regressors import RECIPES, Recipe, embed, fit_task, for_target, pack_graphs
     from trappm_ray.train.build_predictor import DEFAULT_ENCODER

@@ -17,7 +17,8 @@ import time
 import numpy as np
 import torch
 
-from trappm_ray.labels.examples import default_slug, load_examples
+from trappm_ray.labels.examples import load_examples
+from trappm_ray.labels.store import default_slug
 from trappm_ray.model.predictor import Scaler
 from trappm_ray.train.regressors import RECIPES, _batches, _forward, build_regressor, for_target, prepare
 

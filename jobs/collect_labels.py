@@ -29,6 +29,7 @@ import argparse
 import json
 
 from trappm_ray.labels import job as label_job
+from trappm_ray.labels import store
 
 
 def _ints(text: str) -> tuple[int, ...]:
@@ -78,13 +79,13 @@ def parse_args(argv=None) -> tuple[label_job.LabelJobConfig, bool]:
 def main(argv=None) -> None:
     cfg, compact_only = parse_args(argv)
     if compact_only:
-        for slug in label_job.device_slugs(cfg.out):
-            print(slug, "->", label_job.compact(cfg.out, slug))
-            print(label_job.summarize(label_job.read_rows(cfg.out, slug)))
+        for slug in store.device_slugs(cfg.out):
+            print(slug, "->", store.compact(cfg.out, slug))
+            print(store.summarize(store.read_rows(cfg.out, slug)))
         return
     summary = label_job.run_label_job(cfg)
     print(json.dumps(summary, indent=1))
-    print(label_job.summarize(label_job.read_rows(cfg.out, summary["slug"])))
+    print(store.summarize(store.read_rows(cfg.out, summary["slug"])))
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ Quicker, the random split and the static baselines only:
 Needs the encoders of jobs/pretrain_gae.py (--encoder, --encoder-v1); every fit is a Ray task.
 """
 from trappm_ray.config_cli import parse_config
-from trappm_ray.evaluate.run import EvalConfig, evaluate
+from trappm_ray.evaluate.config import EvalConfig
+from trappm_ray.evaluate.run import evaluate
 
 if __name__ == "__main__":
     report = evaluate(parse_config(EvalConfig, description=__doc__))

@@ -8,7 +8,7 @@ from dataclasses import dataclass
 
 from trappm_ray.config_cli import parse_config
 from trappm_ray.labels.datasheet import datasheet
-from trappm_ray.labels.examples import default_slug
+from trappm_ray.labels.store import default_slug
 
 
 @dataclass

@@ -10,9 +10,9 @@ import pyarrow as pa
 
 from tests.onnx_builders import cnn_model, transformer_block
 from trappm_ray import storage
-from trappm_ray.corpus.build import graph_to_row
+from trappm_ray.graph.rows import graph_to_row
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.labels.job import SCHEMA
+from trappm_ray.labels.store import SCHEMA
 from trappm_ray.labels.examples import GRAPHS_FILE
 
 SLUG = "test-cpu-t1"

@@ -414,3 +414,60 @@ def pool_model(op: str = "MaxPool", c: int = 3, hw: int = 8, k: int = 2, stride:
     else:  # GlobalAveragePool / GlobalMaxPool
         node = helper.make_node(op, ["x"], ["y"], name="pool")
     return _model([node], [x], [y])
+
+
+# --------------------------------------------------------------------------------------------
+# Hostile shape arithmetic ("bombs"): a few hundred bytes whose folded shape values would be
+# enormous tensors. The sizes come from Shape(x) arithmetic so that whole-graph inference cannot
+# settle them and the numpy shape folder (shape_fold) is what sees them.
+# --------------------------------------------------------------------------------------------
+def _batch_times(factor: int, out: str) -> list:
+    """Nodes computing ``out = [N * factor]`` (int64, shape [1]) from data input ``x[N, 4]``."""
+    # Max with 1: ONNX's own data propagation stops at Max, so the folder has to evaluate it
+    return [helper.make_node("Shape", ["x"], [f"{out}_s"], start=0, end=1),
+            helper.make_node("Max", [f"{out}_s", "one_i"], [f"{out}_d"]),
+            helper.make_node("Mul", [f"{out}_d", f"{out}_f"], [out])], \
+        _const_i64(f"{out}_f", [factor])
+
+
+def bomb_model(kind: str, elements: int = 900_000_000) -> onnx.ModelProto:
+    """``kind``: range | constant_of_shape | expand | tile | concat; ~``elements`` at batch 1.
+
+    ``range`` asks for ``Range(0, N * elements, 1)``; the others for a 2-D float tensor of
+    ``elements`` elements built from a tiny constant. The model's output is that tensor's shape,
+    so nothing downstream needs its (never computed) values.
+    """
+    side = int(round(elements ** 0.5))
+    x = helper.make_tensor_value_info("x", F, ["N", 4])
+    y = helper.make_tensor_value_info("y", I64, None)
+    a_nodes, a_init = _batch_times(side, "rows")
+    nodes, inits = list(a_nodes), [a_init, _const_i64("cols", [side]), _const_i64("one_i", [1])]
+    nodes.append(helper.make_node("Concat", ["rows", "cols"], ["target"], axis=0))
+    if kind == "range":
+        b_nodes, b_init = _batch_times(elements, "lim")
+        nodes, inits = list(b_nodes), [b_init, _const_i64("zero", 0), _const_i64("one", 1),
+                                       _const_i64("one_i", [1])]
+        nodes += [helper.make_node("Squeeze", ["lim"], ["lim0"]),
+                  helper.make_node("Range", ["zero", "lim0", "one"], ["big"])]
+    elif kind == "constant_of_shape":
+        nodes.append(helper.make_node("ConstantOfShape", ["target"], ["big"],
+                                      value=numpy_helper.from_array(np.ones(1, np.float32))))
+    elif kind == "expand":
+        inits.append(_init("one_f", (1, 1), value=1.0))
+        nodes.append(helper.make_node("Expand", ["one_f", "target"], ["big"]))
+    elif kind == "tile":
+        inits.append(_init("one_f", (1, 1), value=1.0))
+        nodes.append(helper.make_node("Tile", ["one_f", "target"], ["big"]))
+    elif kind == "concat":  # 64 copies of an Expand just under any cap, joined
+        inits.append(_init("one_f", (1, 1), value=1.0))
+        nodes.append(helper.make_node("Expand", ["one_f", "target"], ["part"]))
+        nodes.append(helper.make_node("Concat", ["part"] * 64, ["big"], axis=0))
+    else:
+        raise ValueError(kind)
+    nodes.append(helper.make_node("Shape", ["big"], ["y"]))
+    for i, n in enumerate(nodes):
+        n.name = f"n{i}"
+    return _model(nodes, [x], [y], inits)
+
+
+BOMB_KINDS = ["range", "constant_of_shape", "expand", "tile", "concat"]

@@ -6,6 +6,7 @@ import pytest
 
 from trappm_ray.corpus import build as dataset
 from trappm_ray import storage
+from trappm_ray.graph import rows
 from trappm_ray.corpus.build import DatasetConfig, build
 
 ARCHS = ("test_resnet", "test_vit", "no_such_arch_xyz")
@@ -22,7 +23,7 @@ def _check_corpus(out: str, summary) -> None:
         table = storage.read_table(storage.join(out, entry["shard"]))
         assert table.num_rows == entry["graphs"] == 3  # manifest matches the parquet rows
         assert sorted(table.column("batch_size").to_pylist()) == [1, 2, 4]
-        g = dataset.row_to_graph(table.to_pylist()[0])
+        g = rows.row_to_graph(table.to_pylist()[0])
         assert g.num_nodes == g.static["nodes"] > 10 and g.static["params"] > 0
         assert storage.exists(storage.join(out, "onnx", f"{arch}@32.onnx"))
     consolidated = storage.read_table(storage.join(out, "manifest.parquet"))
@@ -56,8 +57,8 @@ def test_row_roundtrip():
     from trappm_ray.corpus.zoo import export_skeleton
 
     g = featurize(export_skeleton("test_efficientnet", 32).onnx_bytes, batch_size=3)
-    row = dataset.graph_to_row(g, arch="test_efficientnet", family="efficientnet")
-    back = dataset.row_to_graph(pa.Table.from_pylist([row]).to_pylist()[0])
+    row = rows.graph_to_row(g, arch="test_efficientnet", family="efficientnet")
+    back = rows.row_to_graph(pa.Table.from_pylist([row]).to_pylist()[0])
     assert back.ops == g.ops and (back.edge_index == g.edge_index).all()
     assert (back.macs == g.macs).all() and (back.in_shape == g.in_shape).all()
     assert back.static == g.static
@@ -72,10 +73,10 @@ def test_select_architectures_covers_paper_families():
 
 
 def test_labeled_architectures_are_exported_whatever_their_size(ray_session, tmp_path):
-    from trappm_ray.labels import job as label_job
+    from trappm_ray.labels import store
 
     labels = str(tmp_path / "labels")
-    label_job.write_rows(labels, "cpu-t1", [{"arch": "test_vit", "resolution": 32, "batch_size": 1,
+    store.write_rows(labels, "cpu-t1", [{"arch": "test_vit", "resolution": 32, "batch_size": 1,
                                              "status": "ok", "device_slug": "cpu-t1"}])
     out = str(tmp_path / "corpus")
     cfg = DatasetConfig(out=out, archs=("test_resnet",), resolutions=(32,), batch_sizes=(1,),

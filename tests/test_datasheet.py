@@ -6,7 +6,7 @@ import pytest
 from tests.label_builders import SLUG, make_labeled_dir
 from trappm_ray import storage
 from trappm_ray.labels.datasheet import datasheet, neighbour_errors
-from trappm_ray.labels.job import SCHEMA
+from trappm_ray.labels.store import SCHEMA
 
 
 def _row(arch, batch, value, resolution=64):

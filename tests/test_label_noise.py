@@ -1,5 +1,5 @@
 """Noise summary math (the measurement itself is faked; the harness has its own tests)."""
-from trappm_ray.labels import job as label_job
+from trappm_ray.labels import store
 from trappm_ray.labels import noise as label_noise
 from trappm_ray.labels import harness as labels
 
@@ -14,7 +14,7 @@ def _row(arch, ms, load=0.5):
 
 def test_remeasure_reports_relative_differences(tmp_path, monkeypatch):
     out = str(tmp_path)
-    label_job.write_rows(out, "cpu-t1", [_row("a", 100.0), _row("b", 200.0),
+    store.write_rows(out, "cpu-t1", [_row("a", 100.0), _row("b", 200.0),
                                          _row("busy", 100.0, load=3.0),
                                          _row("busier", 100.0, load=4.0)])
     new = {"a": 110.0, "b": 150.0, "busy": 100.0, "busier": 100.0}
@@ -37,7 +37,7 @@ def test_max_load_draws_only_quiet_rows_and_waits(tmp_path, monkeypatch):
     out = str(tmp_path)
     rows = [_row(f"quiet{i}", 100.0, load=1.0) for i in range(2)]
     rows += [_row(f"busy{i}", 100.0, load=2.0 + i) for i in range(6)]
-    label_job.write_rows(out, "cpu-t1", rows)
+    store.write_rows(out, "cpu-t1", rows)
     waits = []
     monkeypatch.setattr(labels, "device_info", lambda device: {"device": device})
     monkeypatch.setattr(labels, "wait_for_load", lambda limit, max_wait: waits.append(limit) or 0.0)
@@ -52,9 +52,9 @@ def test_max_load_draws_only_quiet_rows_and_waits(tmp_path, monkeypatch):
 
 def test_compare_sets_splits_by_the_old_rows_load(tmp_path):
     old, new = str(tmp_path / "old"), str(tmp_path / "new")
-    label_job.write_rows(old, "cpu-t1", [_row("a", 100.0), _row("b", 200.0, load=3.0),
+    store.write_rows(old, "cpu-t1", [_row("a", 100.0), _row("b", 200.0, load=3.0),
                                          _row("only-old", 50.0)])
-    label_job.write_rows(new, "cpu-t1", [_row("a", 90.0), _row("b", 150.0), _row("only-new", 9.0)])
+    store.write_rows(new, "cpu-t1", [_row("a", 90.0), _row("b", 150.0), _row("only-new", 9.0)])
     got = label_noise.compare_sets(old, new, "cpu-t1")
     step = got["train_step_ms"]
     assert step["all"]["n"] == 2 and abs(step["all"]["ratio_median"] - 0.825) < 1e-9

@@ -15,7 +15,7 @@ PROVENANCE = ("device_slug", "device_name", "driver", "cuda", "torch_version", "
 
 def test_measure_tiny_model_on_cpu():
     row = labels.measure(labels.MeasureSpec(TINY, batch_size=2, resolution=32, warmup=1, steps=3))
-    assert set(row) == set(labels.COLUMNS)
+    assert set(row) == set(store.COLUMNS)
     assert row["status"] == "ok", row["error"]
     assert row["error"] is None
     for prefix in ("train_step_ms", "inference_ms"):

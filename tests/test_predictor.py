@@ -8,6 +8,7 @@ from torch_geometric.data import Batch
 from tests.onnx_builders import cnn_model
 from tests.predictor_builders import random_predictor
 from trappm_ray.model import predictor as P
+from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.featurize import featurize
 
 
@@ -28,7 +29,7 @@ def test_predict_graphs_gives_every_target_and_spread(graphs):
 
 def test_graph_data_batches_keep_each_graphs_batch_size(graphs):
     # PyG offsets attributes named like "batch" when batching; log_samples must stay as is
-    batch = Batch.from_data_list([P.graph_data(g, "v2") for g in graphs * 2])
+    batch = Batch.from_data_list([graph_data(g, "v2") for g in graphs * 2])
     assert torch.allclose(batch.log_samples.exp().squeeze(1), torch.tensor([1.0, 4.0, 1.0, 4.0]))
 
 

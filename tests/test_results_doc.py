@@ -2,7 +2,7 @@
 from dataclasses import asdict, replace
 
 from trappm_ray.config_cli import parse_config
-from trappm_ray.evaluate.run import EvalConfig
+from trappm_ray.evaluate.config import EvalConfig
 from trappm_ray.train.pretrain import PretrainConfig
 from trappm_ray.evaluate.report import command, regenerate_lines
 

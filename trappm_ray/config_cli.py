@@ -14,33 +14,36 @@ def _parse_bool(text: str) -> bool:
     raise argparse.ArgumentTypeError(f"expected true/false, got '{text}'")
 
 
+def _converter(hint):
+    """str -> value for a field type; ``X | None`` takes ``none`` (or nothing) for None."""
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    if type(None) in typing.get_args(hint):  # Optional[X] / X | None: convert as X
+        inner = _converter(args[0] if len(args) == 1 else str)
+        return lambda s: None if s.lower() in ("", "none", "null") else inner(s)
+    if typing.get_origin(hint) is tuple:
+        elem = args[0] if args else str
+        return lambda s: tuple(elem(x) for x in s.split(",") if x)
+    if hint is bool:
+        return _parse_bool
+    return hint
+
+
 def parse_config(cls, argv: list[str] | None = None, description: str | None = None,
                  defaults=None):
-    """Build ``cls`` (a dataclass) from ``--field value`` options; tuples take comma lists.
+    """Build ``cls`` (a dataclass) from ``--field value`` options; tuples take comma lists,
+    optional fields take ``none``.
 
     ``defaults`` (an instance of ``cls``) replaces the class defaults, for presets.
     """
     parser = argparse.ArgumentParser(description=description)
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
-        hint = hints[f.name]
-        origin = typing.get_origin(hint)
-        args = [a for a in typing.get_args(hint) if a is not type(None)]
-        if origin is tuple:
-            elem = args[0] if args else str
-            conv = (lambda e: lambda s: tuple(e(x) for x in s.split(",") if x))(elem)
-        elif hint is bool or args == [bool]:
-            conv = _parse_bool
-        elif args:  # Optional[X] / X | None
-            conv = args[0]
-        else:
-            conv = hint
         if defaults is not None:
             default = getattr(defaults, f.name)
         elif f.default is not dataclasses.MISSING:
             default = f.default
         else:
             default = f.default_factory()
-        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=conv,
+        parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=_converter(hints[f.name]),
                             default=default, help=f"(default: {default!r})")
     return cls(**vars(parser.parse_args(argv)))

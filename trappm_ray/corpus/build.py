@@ -24,15 +24,13 @@ import numpy as np
 import pyarrow as pa
 
 from trappm_ray import storage
-from trappm_ray.graph.featurize import Graph, featurize
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.graph.rows import GRAPH_VERSION, graph_to_row
 from trappm_ray.ray_init import ensure_ray
 
-GRAPH_VERSION = 1  # bump when the raw per-node quantities change meaning
 RESOLUTIONS = (64, 128, 224)
 BATCH_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256, 384,
                512)
-NODE_COLUMNS = ("macs", "params", "weight_bytes", "out_bytes", "in_elems", "out_elems",
-                "n_in", "n_out")
 
 
 @dataclass
@@ -54,7 +52,7 @@ class DatasetConfig:
             (empty = none).
         keep_onnx: also store the skeletons.
         retry_failed: re-run tasks whose manifest entry is an error.
-        ray_address: an existing cluster (None starts a local one).
+        ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
         task_cpus: CPUs reserved per export task.
     """
 
@@ -102,40 +100,6 @@ def interleave_families(archs: list[str]) -> list[str]:
         out += [q.pop(0) for q in queues]
         queues = [q for q in queues if q]
     return out
-
-
-def graph_to_row(graph: Graph, **keys) -> dict:
-    """One parquet row: keys, graph totals, and the per-node arrays."""
-    row = dict(keys, graph_version=GRAPH_VERSION, **graph.static)
-    row["ops"] = graph.ops
-    row["edge_src"] = graph.edge_index[0].tolist()
-    row["edge_dst"] = graph.edge_index[1].tolist()
-    for name in NODE_COLUMNS:
-        row[f"node_{name}"] = getattr(graph, name).tolist()
-    row["node_in_shape"] = graph.in_shape.ravel().tolist()
-    row["node_out_shape"] = graph.out_shape.ravel().tolist()
-    row["node_attrs"] = graph.attrs.ravel().tolist()
-    return row
-
-
-def row_to_graph(row: dict) -> Graph:
-    """Inverse of :func:`graph_to_row`."""
-    n = len(row["ops"])
-    static_keys = ("batch_size", "resolution", "nodes", "edges", "macs", "params", "weight_bytes",
-                   "activation_bytes", "train_memory_estimate_bytes")
-    arrays = {name: np.asarray(row[f"node_{name}"], np.float64) for name in NODE_COLUMNS}
-    return Graph(
-        ops=list(row["ops"]),
-        edge_index=np.array([row["edge_src"], row["edge_dst"]], np.int32).reshape(2, -1),
-        macs=arrays["macs"], params=arrays["params"], weight_bytes=arrays["weight_bytes"],
-        out_bytes=arrays["out_bytes"], in_elems=arrays["in_elems"], out_elems=arrays["out_elems"],
-        n_in=arrays["n_in"].astype(np.int32), n_out=arrays["n_out"].astype(np.int32),
-        in_shape=np.asarray(row["node_in_shape"], np.int64).reshape(n, 6),
-        out_shape=np.asarray(row["node_out_shape"], np.int64).reshape(n, 6),
-        attrs=np.asarray(row["node_attrs"], np.int64).reshape(n, 3),
-        static={k: row[k] for k in static_keys},
-        meta={k: row[k] for k in ("arch", "family") if k in row},
-    )
 
 
 def task_name(arch: str, resolution: int) -> str:
@@ -215,7 +179,7 @@ class BuildSummary:
 
 def labeled_architectures(labels: str) -> set[str]:
     """Every architecture with a stored label row, any device, under a label store."""
-    from trappm_ray.labels.job import device_slugs, read_rows
+    from trappm_ray.labels.store import device_slugs, read_rows
 
     return {a for slug in device_slugs(labels) for a in read_rows(labels, slug).column("arch").to_pylist()}
 

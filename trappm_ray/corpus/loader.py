@@ -1,6 +1,6 @@
 """Corpus rows -> PyG graphs, for training on Ray Data.
 
-One parquet row holds one graph (``trappm_ray.corpus.build.graph_to_row``): graph totals plus ragged
+One parquet row holds one graph (``trappm_ray.graph.rows.graph_to_row``): graph totals plus ragged
 per-node lists. Ray Data hands a batch of rows to the train loop as a dict of numpy columns,
 where list columns arrive as object arrays of per-row arrays (or as one 2-D array when every row
 in the batch has the same length); :class:`GraphCollateFn` turns such a batch into one PyG
@@ -18,39 +18,15 @@ from torch_geometric.data import Batch, Data
 
 from trappm_ray.graph import features
 from trappm_ray import storage
-from trappm_ray.corpus.build import NODE_COLUMNS, row_to_graph
-
-STATIC_COLUMNS = ("batch_size", "resolution", "nodes", "edges", "macs", "params", "weight_bytes",
-                  "activation_bytes", "train_memory_estimate_bytes")
-# What row_to_graph needs; reading only these keeps strings like `exporter` out of every batch.
-GRAPH_COLUMNS = STATIC_COLUMNS + ("ops", "edge_src", "edge_dst") + tuple(
-    f"node_{c}" for c in NODE_COLUMNS + ("in_shape", "out_shape", "attrs"))
-
+from trappm_ray.graph.data import graph_data
+from trappm_ray.graph.rows import GRAPH_COLUMNS, row_to_graph
 
 def row_to_data(row: Mapping, feature_set: str = "v2",
                 label_columns: Sequence[str] = ()) -> Data:
-    """One corpus row as a PyG ``Data``.
-
-    Args:
-        row: a graph row (pylist dict or one row of a numpy batch).
-        feature_set: ``v2`` or ``trappm-v1`` (see :mod:`trappm_ray.graph.features`).
-        label_columns: row columns stacked into ``y`` (``[1, T]`` float32); empty = no ``y``.
-
-    Returns:
-        ``Data`` with ``x`` ``[N, node_dim]``, ``edge_index`` ``[2, E]``, ``static``
-        ``[1, static_dim]`` (so that batching stacks one row per graph) and ``num_nodes``.
-    """
-    fs = features.get(feature_set)
-    graph = row_to_graph(row)
-    data = Data(
-        x=torch.from_numpy(features.node_features(graph, fs)),
-        edge_index=torch.from_numpy(features.edge_index(graph, fs)),
-        static=torch.from_numpy(features.static_features(graph, fs)).unsqueeze(0),
-        num_nodes=graph.num_nodes,
-    )
-    if label_columns:
-        data.y = torch.tensor([[float(row[c]) for c in label_columns]], dtype=torch.float32)
-    return data
+    """One corpus row as a PyG ``Data`` (:func:`~trappm_ray.graph.data.graph_data`), with the
+    row's ``label_columns`` stacked into ``y`` when given."""
+    return graph_data(row_to_graph(row), feature_set,
+                      [row[c] for c in label_columns] if label_columns else None)
 
 
 def _rows(batch: Mapping[str, np.ndarray]) -> list[dict]:

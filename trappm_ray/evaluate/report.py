@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import os
 
+from trappm_ray.evaluate.config import EvalConfig
+
 SPLIT_TITLES = {
     "random": "Per-family random 70:30 split (the published protocol)",
     "arch": "Held-out architectures: 30% of each family's architectures, all their rows, in test",
@@ -25,10 +27,8 @@ MODEL_NOTES = {
 
 def command(config: dict, script: str = "jobs/evaluate.py", cls=None) -> str:
     """The ``script`` command line that reproduces ``config`` (its non-default fields), where
-    ``cls`` is the script's config dataclass (default: :class:`~trappm_ray.evaluate.run.EvalConfig`)."""
+    ``cls`` is the script's config dataclass (default: :class:`~trappm_ray.evaluate.config.EvalConfig`)."""
     from dataclasses import asdict
-
-    from trappm_ray.evaluate.run import EvalConfig
 
     listed = lambda v: list(v) if isinstance(v, tuple) else v  # noqa: E731 - JSON has lists
     default = {k: listed(v) for k, v in asdict((cls or EvalConfig)()).items()}

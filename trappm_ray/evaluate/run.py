@@ -11,65 +11,23 @@ import json
 import os
 import time
 from collections import defaultdict
-from dataclasses import asdict, dataclass
+from dataclasses import asdict
 from datetime import datetime, timezone
 
 import numpy as np
 
 from trappm_ray.model import predictor as P
+from trappm_ray.evaluate.config import EvalConfig
+from trappm_ray.evaluate.report import write_markdown
 from trappm_ray.evaluate.baselines import STATIC_MODELS, fit_static_task, static_matrix
 from trappm_ray.labels.datasheet import neighbour_errors
-from trappm_ray.labels.examples import default_slug, load_examples
+from trappm_ray.labels.examples import load_examples
+from trappm_ray.labels.store import default_slug
 from trappm_ray.train.pretrain import load_encoder
 from trappm_ray.train.regressors import (RECIPES, SEEDS, embed, fit_task, for_target, mape, pack_graphs, prepare,
                       random_encoder, recipe_with, rmse)
 from trappm_ray.train.build_predictor import DEFAULT_ENCODER, available_targets, data_hash
 from trappm_ray.train.splits import split
-
-MODELS = ("trappm-ray", "trappm-published", "nnlqp", "random-encoder", "mlp", "xgboost", "analytic")
-
-
-@dataclass
-class EvalConfig:
-    """What to evaluate.
-
-    Args:
-        labels, device: label directory and device slug (empty = the one with most labels).
-        encoder: pretrained v2 encoder; encoder_v1: pretrained trappm-v1 encoder (published recipe).
-        targets: empty = every target the device has.
-        models: models on the random split; split_models: those also run on ``arch`` and
-            ``family`` splits (the GNN ablations are costly on CPU).
-        splits: any of random, arch, family.
-        seeds: seeds of the random and arch splits (family: one fold per family, first seed).
-        baseline_seeds: the GNN baselines and ablation (published, nnlqp, random-encoder) run
-            with the first N seeds only: each GNN fit costs minutes on CPU.
-        arch_seeds: the held-out-architecture split uses the first N seeds.
-        split_targets: targets evaluated on the arch and family splits (empty = all).
-        max_epochs: cap the GNN recipes' epochs (0 = recipe default).
-        out: directory for results.json, results.md and plots.
-        ray_address: an existing cluster (empty = local).
-        transfer_to: a second device's slug under ``labels``: adds the transfer-learning table
-            (``transfer_predictor``, a registered predictor of the first device, fine-tuned).
-    """
-
-    labels: str = "data/labels"
-    device: str = ""
-    encoder: str = DEFAULT_ENCODER
-    encoder_v1: str = "artifacts/pretrain/gae-v1-cpu/encoder.pt"
-    targets: tuple[str, ...] = ()
-    models: tuple[str, ...] = MODELS
-    split_models: tuple[str, ...] = ("trappm-ray", "mlp", "xgboost", "analytic")
-    splits: tuple[str, ...] = ("random", "arch", "family")
-    seeds: tuple[int, ...] = SEEDS
-    baseline_seeds: int = 2
-    arch_seeds: int = 5
-    split_targets: tuple[str, ...] = ()
-    max_epochs: int = 0
-    out: str = "docs"
-    ray_address: str = ""
-    transfer_to: str = ""
-    transfer_predictor: str = ""
-
 
 def _instances(cfg: EvalConfig, families: list[str]) -> list[tuple[str, int, str | None]]:
     out = []
@@ -125,7 +83,7 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     from trappm_ray.ray_init import ensure_ray
 
     t0 = time.perf_counter()
-    ensure_ray(cfg.ray_address or None)
+    ensure_ray(cfg.ray_address)
     slug = cfg.device or default_slug(cfg.labels)
     targets = cfg.targets or available_targets(cfg.labels, slug)
     ex2, data2, enc, enc_meta = load_prepared(cfg.labels, slug, targets, cfg.encoder)
@@ -208,7 +166,6 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     with open(os.path.join(cfg.out, "results.json"), "w") as f:
         json.dump(report, f, indent=1, sort_keys=True)
     plots = plot_pred_vs_actual(rows, ex2, done, targets, os.path.join(cfg.out, "results"))
-    from trappm_ray.evaluate.report import write_markdown
 
     write_markdown(report, os.path.join(cfg.out, "results.md"), plots, cfg.out)
     return report
@@ -251,4 +208,4 @@ def plot_pred_vs_actual(rows, ex, done, targets, out_dir: str) -> list[str]:
     return paths
 
 
-__all__ = ["MODELS", "EvalConfig", "evaluate", "plot_pred_vs_actual"]
+__all__ = ["evaluate", "plot_pred_vs_actual"]

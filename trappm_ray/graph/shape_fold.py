@@ -7,6 +7,7 @@ re-inferring each node whose output shape is still unknown with the computed val
 """
 from __future__ import annotations
 
+import logging
 import math
 
 import numpy as np
@@ -16,6 +17,7 @@ from onnx import helper, numpy_helper
 from trappm_ray.graph import shape_rules
 
 MAX_ELEMENTS = 4096  # shape arithmetic is tiny; anything bigger is data, not a shape
+log = logging.getLogger(__name__)
 
 
 def _attrs(node: onnx.NodeProto) -> dict:
@@ -86,6 +88,56 @@ _OPS = {
 
 
 _VALUE_OPS = set(_OPS) | {"Constant", "Shape", "Size"}
+# Ops whose output never has more elements than their first input.
+_NO_GROWTH = {"Neg", "Abs", "Floor", "Ceil", "Sqrt", "Not", "Cast", "Identity", "Clip",
+              "Unsqueeze", "Squeeze", "Reshape", "Transpose", "Slice", "ReduceProd"}
+
+
+def _dims_of(v) -> list[int] | None:
+    """A shape given as a value (ConstantOfShape, Expand, Tile), or None if it is not one."""
+    dims = [int(d) for d in np.ravel(v)] if v is not None and v.size <= MAX_ELEMENTS else None
+    return None if dims is None or any(d < 0 for d in dims) else dims
+
+
+def output_size(op: str, a: dict, v: list) -> int | None:
+    """Upper bound on the elements ``_OPS[op]`` would produce from values ``v``, or None.
+
+    Computed in Python integers from the inputs' shapes and values, before numpy is called:
+    a 300-byte file can ask for ``Range(0, 10**12, 1)``, and evaluating first to check after
+    is what let such files exhaust memory. None means "cannot bound": the value stays unknown.
+    """
+    present = [x for x in v if x is not None]
+    if op in _NO_GROWTH:
+        return int(v[0].size)
+    if op == "ConstantOfShape" or (op in ("Expand", "Tile") and len(v) > 1):
+        dims = _dims_of(v[-1] if op != "ConstantOfShape" else v[0])
+        if dims is None:
+            return None
+        if op == "Tile":
+            return math.prod(d * r for d, r in zip(v[0].shape, dims)) if v[0].ndim == len(dims) \
+                else None
+        if op == "Expand":
+            try:
+                return math.prod(shape_rules.broadcast(tuple(v[0].shape), tuple(dims)))
+            except ValueError:
+                return None
+        return math.prod(dims)
+    if op == "Range" and len(v) == 3:
+        start, limit, delta = (float(np.ravel(x)[0]) if x.size else 0.0 for x in v)
+        if delta == 0 or not all(math.isfinite(f) for f in (start, limit, delta)):
+            return None
+        return max(math.ceil((limit - start) / delta), 0)
+    if op == "Concat":
+        return sum(int(x.size) for x in present)
+    if op == "Gather" and len(v) == 2 and v[0].ndim:
+        axis = int(a.get("axis", 0)) % v[0].ndim
+        return int(v[0].size) // max(v[0].shape[axis], 1) * int(v[1].size)
+    if op == "OneHot" and len(v) == 3 and v[1].size:
+        return int(v[0].size) * max(int(np.ravel(v[1])[0]), 0)
+    try:  # elementwise ops: the broadcast of the inputs
+        return math.prod(shape_rules.broadcast(*(tuple(x.shape) for x in present)))
+    except ValueError:
+        return None
 
 
 def _array(t: onnx.TensorProto) -> np.ndarray:
@@ -144,7 +196,8 @@ def _apply_rule(node, a: dict, shapes: dict, dtypes: dict, known: dict) -> bool:
 
 
 def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
-                   dtypes: dict[str, int]) -> None:
+                   dtypes: dict[str, int], max_elements: int = MAX_ELEMENTS,
+                   deadline: float | None = None) -> None:
     """Fill ``shapes`` (in place) for outputs whole-graph inference left unknown.
 
     One pass in graph order: integer tensors computable from known shapes are evaluated, and
@@ -154,12 +207,15 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
         model: a model whose data inputs have concrete dimensions, in topological order.
         shapes: the concrete shapes known so far; extended in place.
         dtypes: element types by tensor name; extended in place.
+        max_elements: the largest value (in elements) ever computed or kept; above it a value
+            is unknown, never materialised.
+        deadline: a ``time.monotonic()`` value after which :class:`errors.TooSlow` is raised.
     """
     opsets = list(model.opset_import)
     version = {o.domain or "": o.version for o in opsets}
     known: dict[str, np.ndarray] = {}
     for t in model.graph.initializer:
-        if math.prod(t.dims) <= MAX_ELEMENTS and t.data_location != onnx.TensorProto.EXTERNAL:
+        if math.prod(t.dims) <= max_elements and t.data_location != onnx.TensorProto.EXTERNAL:
             try:
                 known[t.name] = _array(t)
             except (ValueError, TypeError, KeyError):  # malformed tensor: its value stays unknown
@@ -194,7 +250,7 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
             a = _attrs(node) if node.attribute else {}
         value = None
         try:
-            if op == "Constant" and "value" in a and math.prod(a["value"].dims) <= MAX_ELEMENTS:
+            if op == "Constant" and "value" in a and math.prod(a["value"].dims) <= max_elements:
                 value = _array(a["value"])
             elif op == "Shape" and node.input[0] in shapes:
                 shp = shapes[node.input[0]]
@@ -203,9 +259,15 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
                 value = np.array(math.prod(shapes[node.input[0]]), dtype=np.int64)
             elif op in _OPS:
                 # absent optional inputs ("") stay as None so positions are kept
-                value = np.asarray(_OPS[op](a, [known[x] if x else None for x in inputs]))
-        except (ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError):
+                args = [known[x] if x else None for x in inputs]
+                size = output_size(op, a, args)
+                if size is not None and size <= max_elements:
+                    value = np.asarray(_OPS[op](a, args))
+                else:  # too big to be shape arithmetic, or unbounded: leave it unknown
+                    log.debug("not folding %s '%s': %s elements", op, node.name, size)
+        except (ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError,
+                ZeroDivisionError):
             value = None
-        if value is not None and value.size <= MAX_ELEMENTS and len(node.output) == 1:
+        if value is not None and value.size <= max_elements and len(node.output) == 1:
             known[node.output[0]] = value
             shapes.setdefault(node.output[0], tuple(value.shape))

@@ -6,10 +6,10 @@ from collections import Counter, defaultdict
 import numpy as np
 import pyarrow.compute as pc
 
-from trappm_ray.labels import harness as L
 from trappm_ray import storage
-from trappm_ray.labels.job import measured_busy
-from trappm_ray.labels.examples import GRAPHS_FILE, KEY, compact_labels
+from trappm_ray.labels import store
+from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
+from trappm_ray.labels.store import compact_labels, measured_busy
 
 
 def _set(rows, key) -> list:
@@ -48,13 +48,13 @@ def datasheet(labels_dir: str, slug: str) -> str:
     table = compact_labels(labels_dir, slug)
     rows = table.to_pylist()
     ok = [r for r in rows if r["status"] == "ok"]
-    keys = Counter(tuple(r[k] for k in L.KEY) for r in rows)
+    keys = Counter(tuple(r[k] for k in store.KEY) for r in rows)
     graphs_uri = storage.join(labels_dir, GRAPHS_FILE)
     graph_keys = set()
     if storage.exists(graphs_uri):
-        g = storage.read_table(graphs_uri, columns=list(KEY))
-        graph_keys = set(zip(*(g.column(k).to_pylist() for k in KEY)))
-    joined = sum(tuple(r[k] for k in KEY) in graph_keys for r in ok)
+        g = storage.read_table(graphs_uri, columns=list(GRAPH_KEY))
+        graph_keys = set(zip(*(g.column(k).to_pylist() for k in GRAPH_KEY)))
+    joined = sum(tuple(r[k] for k in GRAPH_KEY) in graph_keys for r in ok)
     first = rows[0] if rows else {}
     busy = [r for r in ok if measured_busy(r)]
     out = [

@@ -16,32 +16,14 @@ import pyarrow.compute as pc
 from torch_geometric.data import Data
 
 from trappm_ray import storage
-from trappm_ray.corpus.build import row_to_graph, task_name
-from trappm_ray.corpus.loader import GRAPH_COLUMNS
-from trappm_ray.labels.job import conform, device_slugs
-from trappm_ray.model.predictor import TARGETS, graph_data
+from trappm_ray.corpus.build import task_name
+from trappm_ray.graph.data import graph_data
+from trappm_ray.graph.rows import GRAPH_COLUMNS, row_to_graph
+from trappm_ray.labels.store import device_slugs, ok_labels
+from trappm_ray.model.predictor import TARGETS
 
-KEY = ("arch", "resolution", "batch_size")
+GRAPH_KEY = ("arch", "resolution", "batch_size")  # a label row joins the graph of this key
 GRAPHS_FILE = "graphs.parquet"
-
-
-def compact_labels(labels_dir: str, slug: str) -> pa.Table:
-    """The device's compact ``labels.parquet`` only: part files of a collection still running
-    are left out, so training and evaluation see a fixed snapshot (the committed file).
-    ``jobs/collect_labels.py --compact-only`` merges finished parts into it."""
-    return conform(storage.read_table(storage.join(labels_dir, slug, "labels.parquet")))
-
-
-def ok_labels(labels_dir: str, slug: str) -> pa.Table:
-    return compact_labels(labels_dir, slug).filter(pc.equal(pc.field("status"), "ok"))
-
-
-def default_slug(labels_dir: str) -> str:
-    """The device with the most successful label rows."""
-    counts = {s: ok_labels(labels_dir, s).num_rows for s in device_slugs(labels_dir)}
-    if not counts:
-        raise FileNotFoundError(f"no label rows under {labels_dir}")
-    return max(counts, key=counts.get)
 
 
 def join_graphs(labels_dir: str, corpus: str) -> dict:
@@ -53,7 +35,7 @@ def join_graphs(labels_dir: str, corpus: str) -> dict:
     keys = set()
     for slug in device_slugs(labels_dir):
         t = ok_labels(labels_dir, slug)
-        keys |= set(zip(*(t.column(k).to_pylist() for k in KEY)))
+        keys |= set(zip(*(t.column(k).to_pylist() for k in GRAPH_KEY)))
     tables, missing = [], []
     columns = ["arch", "family", "exporter", "graph_version", *GRAPH_COLUMNS]
     for arch, res in sorted({(a, r) for a, r, _ in keys}):
@@ -103,15 +85,15 @@ def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
     """
     labels = ok_labels(labels_dir, slug).to_pylist()
     graphs = storage.read_table(storage.join(labels_dir, GRAPHS_FILE)).to_pylist()
-    by_key = {tuple(g[k] for k in KEY): g for g in graphs}
-    missing = [tuple(r[k] for k in KEY) for r in labels if tuple(r[k] for k in KEY) not in by_key]
+    by_key = {tuple(g[k] for k in GRAPH_KEY): g for g in graphs}
+    missing = [tuple(r[k] for k in GRAPH_KEY) for r in labels if tuple(r[k] for k in GRAPH_KEY) not in by_key]
     if missing:
         raise ValueError(f"{len(missing)} label rows have no graph, e.g. {missing[:3]}: "
                          f"run jobs/train_regressors.py --join-corpus <corpus>")
     rows, data = [], []
-    for r in sorted(labels, key=lambda r: tuple(r[k] for k in KEY)):
-        g = by_key[tuple(r[k] for k in KEY)]
-        row = {k: r[k] for k in KEY} | {"family": r["family"]}
+    for r in sorted(labels, key=lambda r: tuple(r[k] for k in GRAPH_KEY)):
+        g = by_key[tuple(r[k] for k in GRAPH_KEY)]
+        row = {k: r[k] for k in GRAPH_KEY} | {"family": r["family"]}
         for target in targets:
             value = r.get(TARGETS[target][0])
             row[target] = float(value) if value is not None else float("nan")
@@ -120,5 +102,5 @@ def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
     return Examples(rows, data, feature_set)
 
 
-__all__ = ["KEY", "GRAPHS_FILE", "compact_labels", "ok_labels", "default_slug", "join_graphs", "Examples",
+__all__ = ["GRAPH_KEY", "GRAPHS_FILE", "join_graphs", "Examples",
            "load_examples"]

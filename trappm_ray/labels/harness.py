@@ -26,32 +26,14 @@ import threading
 import time
 from dataclasses import dataclass, replace
 
+from trappm_ray.labels.store import COLUMNS
+
 HARNESS_VERSION = "2"  # 2: ref_step_ms
 CPU_DEFAULTS = (2, 10)  # (warm-up, timed) steps: a CPU step takes 0.05-3 s; 5+50 is GPU-sized
 CUDA_DEFAULTS = (5, 50)  # the paper's policy
 MIN_TIMED_STEPS = 3
 REF_STEPS = 10  # timed steps of the reference network (labels.ref_step_ms)
-STATUSES = ("ok", "oom", "error", "crashed", "timeout", "skipped_slow")
 _PRELOAD = ["torch", "timm", "trappm_ray.corpus.zoo", "trappm_ray.labels.harness"]
-_SPREAD = ("", "_p10", "_p90", "_min", "_max")
-_F, _I, _S = "float", "int", "str"
-
-# Flat row schema, column -> type. One row per measurement; the key is KEY.
-COLUMNS: dict[str, str] = {
-    "device_slug": _S, "arch": _S, "family": _S, "resolution": _I, "batch_size": _I, "dtype": _S,
-    "optimizer": _S, "device": _S, "status": _S, "error": _S,
-    **{f"train_step_ms{s}": _F for s in _SPREAD}, "train_steps_timed": _I,
-    **{f"inference_ms{s}": _F for s in _SPREAD}, "inference_steps_timed": _I,
-    "mem_peak_rss_mb": _F, "mem_above_baseline_mb": _F, "mem_baseline_mb": _F, "memory_cap_mb": _F,
-    "cuda_max_allocated_mb": _F, "cuda_max_reserved_mb": _F, "nvml_used_mb": _F,
-    "power_w_mean": _F, "power_w_max": _F, "params": _I, "threads": _I, "cores": _S, "logical_cpus": _I,
-    "load_avg_before": _F, "load_avg_after": _F, "label_slots": _I, "ref_step_ms": _F, "wall_s": _F,
-    "device_name": _S, "driver": _S, "cuda": _S, "torch_version": _S, "timm_version": _S,
-    "exporter": _S, "machine_id": _S, "boot_id": _S, "warmup": _I, "steps": _I, "date": _S,
-    "harness_version": _S,
-}
-KEY = ("device_slug", "arch", "resolution", "batch_size", "dtype", "optimizer")
-
 
 @dataclass
 class MeasureSpec:
@@ -511,6 +493,6 @@ def sweep(arch: str, resolution: int, batch_sizes, *, max_step_s: float | None =
     return rows
 
 
-__all__ = ["MeasureSpec", "COLUMNS", "KEY", "STATUSES", "HARNESS_VERSION", "CPU_DEFAULTS",
+__all__ = ["MeasureSpec", "HARNESS_VERSION", "CPU_DEFAULTS",
            "CUDA_DEFAULTS", "device_info", "device_slug", "slugify", "base_row", "measure",
            "wait_for_load", "sweep"]

@@ -9,12 +9,8 @@ other Ray work; one per core of one-thread measurements (``'{"label_slot": 2}'``
 halves a collection's time, each row recording ``label_slots`` so that the load the sibling
 measurement adds is not mistaken for other work (:func:`measured_busy`).
 
-Storage (a local path or ``s3://bucket/prefix``, through :mod:`trappm_ray.storage`)::
-
-    <out>/plan.json                          the default architecture plan (cached; ~1.5-3 min)
-    <out>/<device-slug>/parts/*.parquet      one part per finished sweep (tmp + rename locally,
-                                             a single PUT on S3: never half-written)
-    <out>/<device-slug>/labels.parquet       compact zstd file merged from the parts (commit this)
+Storage: :mod:`trappm_ray.labels.store` (one part file per finished sweep, compacted at the end);
+``<out>/plan.json`` caches the default architecture plan (:mod:`trappm_ray.labels.plan`).
 
 The driver writes the parts (tasks return rows), so a local ``out`` works on multi-node clusters.
 
@@ -25,24 +21,22 @@ from __future__ import annotations
 
 import contextlib
 import fcntl
-import json
+import logging
 import os
 import re
 import tempfile
 import time
-import uuid
 from dataclasses import dataclass
 
 import pyarrow as pa
 
-from trappm_ray.labels import harness as labels
 from trappm_ray import storage
+from trappm_ray.labels import harness as labels
+from trappm_ray.labels.plan import PLAN_OTHER_FAMILIES, cached_plan
+from trappm_ray.labels.store import compact, read_rows, row_load, write_rows
 
-# Non-paper families sampled by the default plan: diverse designs that build at 64 px.
-PLAN_OTHER_FAMILIES = ("regnet", "resnext", "rexnet", "ghostnet", "dla", "deit", "edgenext",
-                       "lcnet", "mixnet", "repvgg")
-SCHEMA = pa.schema([(name, {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[kind])
-                    for name, kind in labels.COLUMNS.items()])
+log = logging.getLogger(__name__)
+
 _STOPS = ("oom", "timeout", "crashed", "skipped_slow")  # statuses after which a sweep stops
 
 
@@ -100,120 +94,6 @@ class LabelJobConfig:
     max_load: float | None = None
     max_load_wait_s: float = 1800.0
     like: str | None = None
-
-
-def _coverage_order(items: list) -> list:
-    """Reorder a size-sorted list so every prefix spans it: both ends, then repeated midpoints."""
-    if len(items) <= 2:
-        return list(items)
-    order, queue = [0, len(items) - 1], [(0, len(items) - 1)]
-    while queue:
-        lo, hi = queue.pop(0)
-        if hi - lo > 1:
-            order.append((lo + hi) // 2)
-            queue += [(lo, (lo + hi) // 2), ((lo + hi) // 2, hi)]
-    return [items[i] for i in order]
-
-
-def default_plan(resolution: int = 64, max_params: int = 60_000_000, per_family: int = 15,
-                 per_other_family: int = 3, other_families=PLAN_OTHER_FAMILIES) -> list[str]:
-    """Architectures to label, ordered round-robin across families, paper families first.
-
-    Per family: the archs that build at ``resolution`` with <= ``max_params`` parameters (a
-    family with none, like vgg, keeps its 2 smallest), ``per_family`` of them (``per_other_family``
-    for other families) picked evenly over the parameter-count range, then ordered so that any
-    prefix spans small to large. Costs ~0.1 s per candidate (meta-device model creation).
-    """
-    from trappm_ray.corpus import zoo
-
-    def pick(fam: str, n: int) -> list[str]:
-        sized = []
-        for arch in zoo.list_architectures((fam,)):
-            try:
-                sized.append((zoo.count_params(arch, resolution), arch))
-            except Exception:  # noqa: BLE001 - does not build at this resolution
-                continue
-        sized.sort()
-        small = [s for s in sized if s[0] <= max_params] or sized[:2]
-        k = min(n, len(small))
-        idx = sorted({round(i * (len(small) - 1) / max(k - 1, 1)) for i in range(k)})
-        return _coverage_order([small[i][1] for i in idx])
-
-    plan = []
-    for fams, n in ((zoo.PAPER_FAMILIES, per_family), (tuple(other_families), per_other_family)):
-        groups = [pick(f, n) for f in fams]
-        plan += [g[i] for i in range(max(map(len, groups), default=0)) for g in groups if i < len(g)]
-    return plan
-
-
-def write_rows(out: str, slug: str, rows: list[dict]) -> str:
-    """Store ``rows`` as a new part file (atomic: a resume never sees half a file); its URI."""
-    uri = storage.join(out, slug, "parts", f"{uuid.uuid4().hex[:12]}.parquet")
-    storage.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), uri)
-    return uri
-
-
-def device_slugs(out: str) -> list[str]:
-    """Device directories stored under ``out``."""
-    fs, path = storage.fs_and_path(out)
-    try:
-        return sorted(os.path.basename(i["name"].rstrip("/")) for i in fs.ls(path, detail=True)
-                      if i["type"] == "directory")
-    except FileNotFoundError:
-        return []
-
-
-def _files(out: str, slug: str) -> tuple[list[str], list[str]]:
-    """(compact file if any, part files) of one device."""
-    return (storage.listdir(storage.join(out, slug), ".parquet"),
-            storage.listdir(storage.join(out, slug, "parts"), ".parquet"))
-
-
-def conform(table: pa.Table) -> pa.Table:
-    """``table`` in the current SCHEMA: columns added since it was written become nulls."""
-    cols = [table[f.name].cast(f.type) if f.name in table.column_names
-            else pa.nulls(table.num_rows, f.type) for f in SCHEMA]
-    return pa.Table.from_arrays(cols, schema=SCHEMA)
-
-
-def read_rows(out: str, slug: str) -> pa.Table:
-    """All stored rows of one device (compact file plus parts), in the current SCHEMA."""
-    compacted, parts = _files(out, slug)
-    tables = [conform(storage.read_table(uri)) for uri in compacted + parts]
-    return pa.concat_tables(tables) if tables else SCHEMA.empty_table()
-
-
-def compact(out: str, slug: str) -> str | None:
-    """Merge ``<out>/<slug>`` parts into ``labels.parquet`` (latest row per KEY wins); drop the parts.
-
-    Returns:
-        The compact file's URI, or None when nothing is stored.
-    """
-    parts = _files(out, slug)[1]
-    table = read_rows(out, slug)
-    if table.num_rows == 0:
-        return None
-    latest = {tuple(r[k] for k in labels.KEY): r for r in sorted(table.to_pylist(), key=lambda r: r["date"] or "")}
-    rows = sorted(latest.values(), key=lambda r: (r["family"] or "", r["arch"] or "", r["resolution"] or 0,
-                                                          r["batch_size"] or 0))
-    uri = storage.join(out, slug, "labels.parquet")
-    storage.write_table(pa.Table.from_pylist(rows, schema=SCHEMA), uri)
-    for part in parts:  # only after the compact file holds their rows
-        fs, path = storage.fs_and_path(part)
-        fs.rm(path)
-    return uri
-
-
-def row_load(row: dict) -> float:
-    """The higher of a row's 1-minute load averages before and after its measurement."""
-    return max(row["load_avg_before"] or 0.0, row["load_avg_after"] or 0.0)
-
-
-def measured_busy(row: dict) -> bool:
-    """Whether other work ran beside a row's measurement: its load exceeded the load the node's
-    label measurements make (their thread count times the node's ``label_slots``) by more than
-    half a CPU."""
-    return row_load(row) > (row["threads"] or 1) * (row.get("label_slots") or 1) + 0.5
 
 
 def _still_too_slow(row: dict, max_step_s: float | None) -> bool:
@@ -326,24 +206,14 @@ def _sweeps(cfg: LabelJobConfig) -> dict[tuple[str, int], tuple[int, ...]]:
         for r in storage.read_table(cfg.like).select(["arch", "resolution", "batch_size"]).to_pylist():
             sizes.setdefault((r["arch"], r["resolution"]), set()).add(r["batch_size"])
         return {key: tuple(sorted(b)) for key, b in sizes.items()}
-    return {(a, r): tuple(cfg.batch_sizes) for a in _plan(cfg) for r in cfg.resolutions}
+    return {(a, r): tuple(cfg.batch_sizes) for a in _archs(cfg) for r in cfg.resolutions}
 
 
-def _plan(cfg: LabelJobConfig) -> list[str]:
-    """cfg.archs, or the default plan cached in ``<out>/plan.json`` for the same plan settings."""
+def _archs(cfg: LabelJobConfig) -> list[str]:
     if cfg.archs:
         return list(cfg.archs)
-    settings = dict(resolution=min(cfg.resolutions), max_params=cfg.max_params, per_family=cfg.per_family,
-                    per_other_family=cfg.per_other_family, other_families=list(cfg.other_families))
-    uri = storage.join(cfg.out, "plan.json")
-    if storage.exists(uri):
-        cached = json.loads(storage.read_bytes(uri))
-        if cached["settings"] == settings:
-            return cached["archs"]
-    print("planning architectures (meta-device parameter counts, ~1.5-3 min) ...", flush=True)
-    archs = default_plan(**settings)
-    storage.write_bytes(uri, json.dumps({"settings": settings, "archs": archs}, indent=1).encode())
-    return archs
+    return cached_plan(cfg.out, min(cfg.resolutions), cfg.max_params, cfg.per_family,
+                       cfg.per_other_family, cfg.other_families)
 
 
 def _describe(arch: str, res: int, rows: list[dict]) -> str:
@@ -383,8 +253,8 @@ def run_label_job(cfg: LabelJobConfig) -> dict:
             todo = [t for t in todo if t in graphs]
         if cfg.max_tasks is not None:
             todo = todo[:cfg.max_tasks]
-        print(f"[labels] {slug}: {len(done)} sweeps stored, {len(todo)} to run, "
-              f"{concurrency} at a time with {options}", flush=True)
+        log.info("%s: %d sweeps stored, %d to run, %d at a time with %s", slug, len(done),
+                 len(todo), concurrency, options)
         start, pending, finished, failed, rows_new = time.monotonic(), {}, 0, [], 0
         budget_s = None if cfg.time_budget_min is None else cfg.time_budget_min * 60
         queue = list(todo)
@@ -401,14 +271,14 @@ def run_label_job(cfg: LabelJobConfig) -> dict:
                 rows = ray.get(ready[0])
             except Exception as exc:  # noqa: BLE001 - the sweep stays pending for the next run
                 failed.append(f"{arch}@{res}: {exc!r}"[:300])
-                print(f"[labels] FAILED {failed[-1]}", flush=True)
+                log.warning("sweep failed: %s", failed[-1])
                 continue
             write_rows(cfg.out, slug, rows)
             finished, rows_new = finished + 1, rows_new + len(rows)
             elapsed = time.monotonic() - start
             eta = elapsed / finished * (len(queue) + len(pending))
-            print(f"[labels] [{finished}/{len(todo)}] {_describe(arch, res, rows)} | "
-                  f"elapsed {elapsed / 60:.1f} min, eta {eta / 60:.1f} min", flush=True)
+            log.info("[%d/%d] %s | elapsed %.1f min, eta %.1f min", finished, len(todo),
+                     _describe(arch, res, rows), elapsed / 60, eta / 60)
         path = compact(cfg.out, slug)
     finally:
         if started_ray:
@@ -418,19 +288,4 @@ def run_label_job(cfg: LabelJobConfig) -> dict:
             "rows_new": rows_new, "compact_path": path}
 
 
-def summarize(table: pa.Table) -> str:
-    """A short text summary of stored rows: counts per status, per family, and step-time range."""
-    rows = table.to_pylist()
-    ok = [r for r in rows if r["status"] == "ok"]
-    lines = [f"{len(rows)} rows, {len(ok)} ok, {len({r['arch'] for r in ok})} architectures; status: "
-             + ", ".join(f"{s}={sum(r['status'] == s for r in rows)}" for s in labels.STATUSES
-                         if any(r["status"] == s for r in rows))]
-    for fam in sorted({r["family"] for r in ok}):
-        fr = [r for r in ok if r["family"] == fam]
-        lines.append(f"  {fam:14s} {len(fr):5d} ok rows, {len({r['arch'] for r in fr}):3d} archs, "
-                     f"train {min(r['train_step_ms'] for r in fr):.0f}-{max(r['train_step_ms'] for r in fr):.0f} ms")
-    return "\n".join(lines)
-
-
-__all__ = ["LabelJobConfig", "SCHEMA", "PLAN_OTHER_FAMILIES", "default_plan", "conform", "read_rows", "compact",
-           "done_sweeps", "row_load", "measured_busy", "device_slugs", "write_rows", "run_label_job", "summarize"]
+__all__ = ["LabelJobConfig", "done_sweeps", "run_label_job"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 import random
 from statistics import median
 
-from trappm_ray.labels import job as label_job
+from trappm_ray.labels import store
 from trappm_ray.labels import harness as labels
 
 LABELS = ("train_step_ms", "inference_ms", "mem_peak_rss_mb", "mem_above_baseline_mb")
@@ -37,11 +37,11 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
         faster now, a bias rather than noise when the rows agree on it); each row keeps its
         stored load average and machine.
     """
-    rows = sorted((r for r in label_job.read_rows(out, slug).to_pylist() if r["status"] == "ok"),
-                  key=label_job.row_load)
+    rows = sorted((r for r in store.read_rows(out, slug).to_pylist() if r["status"] == "ok"),
+                  key=store.row_load)
     quiet = rows[: max(n, len(rows) // 2)]
-    if max_load is not None and sum(label_job.row_load(r) <= max_load for r in rows) >= n:
-        quiet = [r for r in rows if label_job.row_load(r) <= max_load]
+    if max_load is not None and sum(store.row_load(r) <= max_load for r in rows) >= n:
+        quiet = [r for r in rows if store.row_load(r) <= max_load]
     sample = random.Random(seed).sample(quiet, min(n, len(quiet)))
     info = labels.device_info(sample[0]["device"]) if sample else None
     results = []
@@ -57,7 +57,7 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
                 if new.get(k) is not None and row.get(k)}
         results.append({"arch": row["arch"], "resolution": row["resolution"],
                         "batch_size": row["batch_size"], "status": new["status"],
-                        "stored_load_avg": label_job.row_load(row),
+                        "stored_load_avg": store.row_load(row),
                         "stored_machine_id": row.get("machine_id"), "stored_date": row["date"],
                         **{f"{k}_stored": row[k] for k in LABELS},
                         **{f"{k}_new": new.get(k) for k in LABELS}, "rel_diff": diff})
@@ -83,11 +83,11 @@ def compare_sets(old_out: str, new_out: str, slug: str) -> dict:
     Returns:
         ``{label: {"all" | "old_quiet" | "old_busy": {"n", "ratio_median", "ratio_p10",
         "ratio_p90", "abs_diff_median"}}}`` of new / old, where old_busy rows are the ones the old
-        set measured beside other work (:func:`label_job.measured_busy`); plus
+        set measured beside other work (:func:`store.measured_busy`); plus
         ``"machines": {"old": [...], "new": [...]}``.
     """
     def ok_rows(out):
-        return {tuple(r[k] for k in labels.KEY): r for r in label_job.read_rows(out, slug).to_pylist()
+        return {tuple(r[k] for k in store.KEY): r for r in store.read_rows(out, slug).to_pylist()
                 if r["status"] == "ok"}
 
     old, new = ok_rows(old_out), ok_rows(new_out)
@@ -96,7 +96,7 @@ def compare_sets(old_out: str, new_out: str, slug: str) -> dict:
                                  "new": sorted({n["machine_id"] or "?" for _, n in both})}}
     for k in LABELS:
         pairs = [(o, n) for o, n in both if o.get(k) and n.get(k) is not None]
-        groups = {"all": pairs, "old_quiet": [p for p in pairs if not label_job.measured_busy(p[0])],
-                  "old_busy": [p for p in pairs if label_job.measured_busy(p[0])]}
+        groups = {"all": pairs, "old_quiet": [p for p in pairs if not store.measured_busy(p[0])],
+                  "old_busy": [p for p in pairs if store.measured_busy(p[0])]}
         result[k] = {name: ratio_summary([n[k] / o[k] for o, n in ps]) for name, ps in groups.items() if ps}
     return result

@@ -24,6 +24,7 @@ from torch_geometric.data import Batch, Data
 
 from trappm_ray.graph import features
 from trappm_ray import storage
+from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 
@@ -100,18 +101,6 @@ class Scaler:
     def from_state(cls, d: dict[str, torch.Tensor]) -> Scaler:
         return cls(d["static_mean"], d["static_std"], d["emb_mean"], d["emb_std"],
                    float(d["y"][0]), float(d["y"][1]))
-
-
-def graph_data(graph: Graph, feature_set: str) -> Data:
-    """A featurized graph as a PyG ``Data`` (``static`` is ``[1, static_dim]``, ``log_samples``
-    ``[1, 1]`` the natural log of the batch size the graph was exported with; not named
-    ``*batch*``, since PyG offsets such attributes like a node-to-graph index when batching)."""
-    fs = features.get(feature_set)
-    return Data(x=torch.from_numpy(features.node_features(graph, fs)),
-                edge_index=torch.from_numpy(features.edge_index(graph, fs)),
-                static=torch.from_numpy(features.static_features(graph, fs)).unsqueeze(0),
-                log_samples=torch.tensor([[float(np.log(graph.static["batch_size"]))]]),
-                num_nodes=graph.num_nodes)
 
 
 def code_version() -> str:
@@ -307,4 +296,4 @@ def load_default() -> Predictor:
 
 
 __all__ = ["FORMAT_VERSION", "TARGETS", "DEFAULT_DIR", "PredictorError", "Scaler", "Predictor",
-           "graph_data", "code_version", "register", "latest", "load_default"]
+           "code_version", "register", "latest", "load_default"]

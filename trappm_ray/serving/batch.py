@@ -46,7 +46,7 @@ class BatchPredictConfig:
         rows_per_batch: files per actor call (one ensemble pass).
         rows_per_file: rows per output parquet file, about (whole blocks are written as they come).
         max_file_mb: larger files become error rows without being read.
-        ray_address: an existing cluster; None = a private local one.
+        ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
         num_cpus: CPUs of a local cluster (None = all).
     """
 

@@ -16,7 +16,8 @@ import torch
 
 from trappm_ray.model import predictor as P
 from trappm_ray import storage
-from trappm_ray.labels.examples import GRAPHS_FILE, default_slug, join_graphs, load_examples, ok_labels
+from trappm_ray.labels.examples import GRAPHS_FILE, join_graphs, load_examples
+from trappm_ray.labels.store import default_slug, ok_labels
 from trappm_ray.train.pretrain import load_encoder
 from trappm_ray.train.regressors import (SEEDS, build_regressor, embed, fit_task, for_target, pack_graphs, prepare,
                       recipe_with)
@@ -40,7 +41,7 @@ class RegressConfig:
         registry, name: register as ``<registry>/<name>/vNNNN`` (name empty = the device slug).
         ship: also copy the registered predictor into the package as the default.
         join_corpus: first rebuild ``<labels>/graphs.parquet`` from this corpus.
-        ray_address: an existing cluster (empty = local).
+        ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
     """
 
     labels: str = "data/labels"
@@ -54,7 +55,7 @@ class RegressConfig:
     name: str = ""
     ship: bool = False
     join_corpus: str = ""
-    ray_address: str = ""
+    ray_address: str | None = None
 
 
 def data_hash(labels: str, slug: str) -> str:
@@ -95,7 +96,7 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
     from trappm_ray.ray_init import ensure_ray
 
     t0 = time.perf_counter()
-    ensure_ray(cfg.ray_address or None)
+    ensure_ray(cfg.ray_address)
     if cfg.join_corpus:
         progress(f"joined graphs: {join_graphs(cfg.labels, cfg.join_corpus)}")
     slug = cfg.device or default_slug(cfg.labels)

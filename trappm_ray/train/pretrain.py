@@ -52,7 +52,7 @@ class PretrainConfig:
             cached); needs ~220 bytes of object store per node (~4.5 GB for 25k graphs).
         seed: seed of model init, shard order and sampling.
         max_failures: worker-group restarts from the last checkpoint before giving up.
-        ray_address: an existing cluster (empty = ``RAY_ADDRESS`` or a new local one).
+        ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
     """
 
     corpus: str = "artifacts/corpus"
@@ -71,7 +71,7 @@ class PretrainConfig:
     cache: bool = False
     seed: int = 0
     max_failures: int = 3
-    ray_address: str = ""
+    ray_address: str | None = None
 
 
 @dataclass
@@ -236,7 +236,7 @@ def pretrain(cfg: PretrainConfig, dataset=None, progress=print,
     from trappm_ray.ray_init import ensure_ray
 
     t0 = time.perf_counter()
-    ensure_ray(cfg.ray_address or None)
+    ensure_ray(cfg.ray_address)
     use_gpu = _resolve_gpu(cfg.use_gpu, cfg.num_workers)
     loop_cfg = {**asdict(cfg), "dims": list(cfg.dims), "use_gpu": use_gpu,
                 "_kill_in_epoch": _kill_in_epoch}

@@ -136,7 +136,7 @@ class TransferConfig:
         source: the predictor to adapt (a registry URI; empty = the shipped default).
         epochs, lr, patience: fine-tuning schedule of each seed's head.
         registry, name: register as ``<registry>/<name>/vNNNN`` (name empty = the device slug).
-        ray_address: an existing cluster (empty = local).
+        ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
     """
 
     labels: str = "data/labels"
@@ -147,7 +147,7 @@ class TransferConfig:
     patience: int = 10
     registry: str = "artifacts/predictors"
     name: str = ""
-    ray_address: str = ""
+    ray_address: str | None = None
 
 
 def _fine_tune_task(head, sc, data, emb, y, train_idx, val_idx, epochs, lr, patience, seed):
@@ -176,7 +176,7 @@ def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
     if not cfg.device:
         raise ValueError("--device: the new device's slug under --labels is required")
     t0 = time.perf_counter()
-    ensure_ray(cfg.ray_address or None)
+    ensure_ray(cfg.ray_address)
     source = Predictor.load(cfg.source) if cfg.source else P.load_default()
     have = available_targets(cfg.labels, cfg.device)
     targets = [t for t in source.targets if t in have]
