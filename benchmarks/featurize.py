@@ -66,7 +66,7 @@ from onnx import TensorProto, helper, numpy_helper  # noqa: E402
 
 from trappm_ray.graph import features as trappm_features  # noqa: E402
 from trappm_ray.graph import featurize as trappm_featurize  # noqa: E402
-from trappm_ray import onnx_io  # noqa: E402
+from trappm_ray.graph import onnx_io  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 CACHE = ROOT / "artifacts" / "bench"

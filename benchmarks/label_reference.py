@@ -40,6 +40,7 @@ def _neighbour(stop) -> None:
 def main() -> None:
     from trappm_ray.labels import store
     from trappm_ray.labels import harness as labels
+    from trappm_ray.labels import machine
     from trappm_ray.labels.noise import ratio_summary
 
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
@@ -52,12 +53,12 @@ def main() -> None:
     stored = [r for r in store.read_rows(args.labels, args.slug).to_pylist()
               if r["status"] == "ok" and r["resolution"] == 64 and r["train_step_ms"] < 1500]
     sample = random.Random(args.seed).sample(stored, args.n)
-    info = labels.device_info("cpu")
+    info = machine.device_info("cpu")
     ctx = multiprocessing.get_context("spawn")
     rows = []
     for r in sample:
         spec = labels.MeasureSpec(r["arch"], r["batch_size"], r["resolution"])
-        labels.wait_for_load(1.5, 1800.0)
+        machine.wait_for_load(1.5, 1800.0)
         quiet = labels.measure(spec, info)
         stop = ctx.Event()
         neighbour = ctx.Process(target=_neighbour, args=(stop,), daemon=True)

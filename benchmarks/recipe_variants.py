@@ -50,7 +50,7 @@ def main() -> None:
 
     import ray
 
-    from trappm_ray.evaluate.run import _metrics, load_prepared
+    from trappm_ray.evaluate.run import split_metrics, load_prepared
     from trappm_ray.labels.store import measured_busy
     from trappm_ray.labels.store import default_slug, ok_labels
     from trappm_ray.ray_init import ensure_ray
@@ -80,7 +80,7 @@ def main() -> None:
         for name, rec in variants.items():
             jobs[(name, seed)] = ([task.remote(data_ref, y, emb_ref, tr, va, te, rec, seed + 100 * k)
                                    for k in range(args.ensemble)], te)
-    score = lambda te, pred: _metrics(ex.rows, y, [(te, pred)])["mean"]["mape"]  # noqa: E731
+    score = lambda te, pred: split_metrics(ex.rows, y, [(te, pred)])["mean"]["mape"]  # noqa: E731
     out = {}
     for (name, seed), (refs, te) in jobs.items():
         rs = ray.get(refs)

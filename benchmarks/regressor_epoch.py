@@ -20,7 +20,7 @@ import torch
 from trappm_ray.labels.examples import load_examples
 from trappm_ray.labels.store import default_slug
 from trappm_ray.model.predictor import Scaler
-from trappm_ray.train.regressors import RECIPES, _batches, _forward, build_regressor, for_target, prepare
+from trappm_ray.train.regressors import RECIPES, minibatches, scaled_forward, build_regressor, for_target, prepare
 
 
 def epoch_seconds(model, scaler, batches, y) -> float:
@@ -28,7 +28,7 @@ def epoch_seconds(model, scaler, batches, y) -> float:
     model.train()
     t0 = time.perf_counter()
     for b, e, part in batches:
-        loss = torch.nn.functional.huber_loss(_forward(model, scaler, b, e), scaler.y(y[part]))
+        loss = torch.nn.functional.huber_loss(scaled_forward(model, scaler, b, e), scaler.y(y[part]))
         opt.zero_grad(set_to_none=True)
         loss.backward()
         opt.step()
@@ -53,12 +53,12 @@ def main() -> None:
     recipe = for_target(RECIPES["trappm-ray"], "train_step_ms")
     scaler = Scaler.fit(torch.cat([d.static for d in data]), emb, y)
     idx = np.arange(len(data))
-    runs = {"nodes": _batches(plain, emb, idx, recipe.batch_size, None, False),
-            "classes": _batches(data, emb, idx, recipe.batch_size, None, True)}
+    runs = {"nodes": minibatches(plain, emb, idx, recipe.batch_size, None, False),
+            "classes": minibatches(data, emb, idx, recipe.batch_size, None, True)}
     torch.manual_seed(0)
     model = build_regressor(data[0], emb.size(1), recipe).eval()
     with torch.no_grad():
-        preds = {k: torch.cat([_forward(model, scaler, b, e) for b, e, _ in v]) for k, v in runs.items()}
+        preds = {k: torch.cat([scaled_forward(model, scaler, b, e) for b, e, _ in v]) for k, v in runs.items()}
     times = {}
     for name, batches in runs.items():
         epoch_seconds(model, scaler, batches, y)  # warm-up

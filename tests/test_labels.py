@@ -5,7 +5,9 @@ import pytest
 
 pytest.importorskip("timm")
 
-from trappm_ray import labels  # noqa: E402
+from trappm_ray.labels import harness as labels  # noqa: E402
+from trappm_ray.labels import machine  # noqa: E402
+from trappm_ray.labels import store  # noqa: E402
 
 TINY = "test_efficientnet"  # ~0.36 M params; its BatchNorm head rejects batch 1 at 32 px
 PROVENANCE = ("device_slug", "device_name", "driver", "cuda", "torch_version", "timm_version",
@@ -77,7 +79,7 @@ def test_spec_defaults_and_validation():
 
 
 def test_device_info():
-    info = labels.device_info("cpu")
+    info = machine.device_info("cpu")
     assert info["device_name"] and info["torch_version"] and info["timm_version"]
     assert info["date"].endswith("+00:00") and len(info["machine_id"]) == 12
     assert len(info["boot_id"]) == 12 and info["boot_id"] != info["machine_id"]
@@ -88,9 +90,9 @@ def test_device_info():
         pynvml.nvmlShutdown()
     except Exception:  # no GPU here: the harness must say so clearly, not leak NVMLError
         with pytest.raises(RuntimeError, match="NVML"):
-            labels.device_info("cuda")
+            machine.device_info("cuda")
     else:
-        assert labels.device_info("cuda")["driver"] != "cpu"
+        assert machine.device_info("cuda")["driver"] != "cpu"
 
 
 def test_wait_for_load_waits_until_quiet_or_gives_up(monkeypatch):
@@ -100,11 +102,11 @@ def test_wait_for_load_waits_until_quiet_or_gives_up(monkeypatch):
     monkeypatch.setattr(labels, "_busy_cpus", lambda window_s: next(busy))
     slept = []
     monkeypatch.setattr(labels.time, "sleep", slept.append)
-    labels.wait_for_load(1.5, max_wait_s=60, poll_s=5)
+    machine.wait_for_load(1.5, max_wait_s=60, poll_s=5)
     # 3.0 and 2.2 are too busy on average, the first 1.4 still busy right now, then quiet
     assert slept == [5, 5, 5]
     monkeypatch.setattr(labels.os, "getloadavg", lambda: (4.0, 0.0, 0.0))
     clock = iter(range(0, 1000, 10))
     monkeypatch.setattr(labels.time, "monotonic", lambda: next(clock))
-    waited = labels.wait_for_load(1.5, max_wait_s=30, poll_s=5)
+    waited = machine.wait_for_load(1.5, max_wait_s=30, poll_s=5)
     assert waited >= 30 and len(slept) == 3 + 2  # gave up after 30 s of a busy machine

@@ -67,3 +67,25 @@ class UnresolvedShapes(ModelError):
     """Tensor shapes cannot be determined (symbolic inputs, ops without shape inference)."""
 
     code = "unresolved_shapes"
+
+
+class TooSlow(TooLarge):
+    """Featurizing ran past its time limit (a graph that is costly to analyse, not to run)."""
+
+    code = "timeout"
+
+
+class TooDeeplyNested(ModelError):
+    """Sub-graphs (If/Loop/Scan bodies) nest deeper than protobuf or the featurizer allows.
+
+    Protobuf refuses messages nested past its recursion limit (100 levels, about 30 graphs deep
+    once node and attribute levels are counted); that is a limit, not corruption.
+    """
+
+    code = "too_deeply_nested"
+
+
+class FixedBatch(UnsupportedConstruct):
+    """The batch size is baked into the graph in a way that cannot be re-bound soundly."""
+
+    code = "fixed_batch"

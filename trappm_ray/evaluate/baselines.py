@@ -84,10 +84,10 @@ def fit_xgboost(x: np.ndarray, y: np.ndarray, train_idx, val_idx, seed: int) -> 
 def analytic_memory_mb(x: np.ndarray) -> np.ndarray:
     """The featurizer's analytic training-memory estimate (weights, gradients, Adam moments,
     saved activations), in MB, recovered from the log-scaled static column."""
-    from trappm_ray.graph.features import _LOG_SCALE
+    from trappm_ray.graph.features import LOG_SCALE
 
     col = V2_STATIC.index("train_memory_estimate_bytes")
-    return np.expm1(x[:, col] / _LOG_SCALE) / 2**20
+    return np.expm1(x[:, col] / LOG_SCALE) / 2**20
 
 
 def fit_analytic(x: np.ndarray, y: np.ndarray, train_idx, val_idx, seed: int) -> dict:

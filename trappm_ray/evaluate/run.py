@@ -39,7 +39,7 @@ def _instances(cfg: EvalConfig, families: list[str]) -> list[tuple[str, int, str
     return out
 
 
-def _metrics(rows, y, preds: list[tuple[np.ndarray, np.ndarray]]) -> dict:
+def split_metrics(rows, y, preds: list[tuple[np.ndarray, np.ndarray]]) -> dict:
     """Per family and mean over families; MAPE/RMSE averaged over the folds a family is in."""
     per = defaultdict(list)
     for idx, pred in preds:
@@ -139,7 +139,7 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     results: dict = {}
     for (kind, model, target), preds in sorted(done.items()):
         y = ex2.column(target)
-        res = _metrics(rows, y, preds)
+        res = split_metrics(rows, y, preds)
         res["train_s"] = round(seconds[(kind, model, target)], 1)
         results.setdefault(kind, {}).setdefault(model, {})[target] = res
     report = {
@@ -208,4 +208,4 @@ def plot_pred_vs_actual(rows, ex, done, targets, out_dir: str) -> list[str]:
     return paths
 
 
-__all__ = ["evaluate", "plot_pred_vs_actual"]
+__all__ = ["evaluate", "load_prepared", "split_metrics", "plot_pred_vs_actual"]

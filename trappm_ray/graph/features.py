@@ -50,7 +50,7 @@ OPS_V2 = tuple(o for o in OPS_V1 if o != "None") + (
 )
 OPS_V2 = tuple(dict.fromkeys(OPS_V2))  # keep first occurrence, drop duplicates listed twice
 
-_LOG_SCALE = 1 / 16  # log1p(1e12) * 1/16 ~ 1.7: numeric features land in [0, ~2]
+LOG_SCALE = 1 / 16  # log1p(1e12) * 1/16 ~ 1.7: numeric features land in [0, ~2]
 _SHAPE_COLS = 8  # rank, log numel, six dims (see _shape_summary)
 
 
@@ -111,8 +111,8 @@ def _shape_summary(shape: np.ndarray) -> np.ndarray:
     """Rank, log element count and six log-scaled dims of a ``[N, 6]`` shape block."""
     rank = (shape > 0).sum(1, keepdims=True)
     numel = np.where(rank > 0, np.prod(np.maximum(shape, 1), 1, keepdims=True), 0)
-    return np.concatenate([rank / 6, np.log1p(numel) * _LOG_SCALE,
-                           np.log1p(shape) * _LOG_SCALE * 2], 1)
+    return np.concatenate([rank / 6, np.log1p(numel) * LOG_SCALE,
+                           np.log1p(shape) * LOG_SCALE * 2], 1)
 
 
 def node_features(graph: Graph, fs: FeatureSet | str = V2) -> np.ndarray:
@@ -123,12 +123,12 @@ def node_features(graph: Graph, fs: FeatureSet | str = V2) -> np.ndarray:
         x = np.concatenate([_one_hot(graph, fs), graph.in_shape, graph.out_shape,
                             np.stack([graph.macs, graph.params, memory], 1)], 1)
         return x.astype(np.float32)
-    lg = lambda v: np.log1p(np.asarray(v, np.float64))[:, None] * _LOG_SCALE  # noqa: E731
+    lg = lambda v: np.log1p(np.asarray(v, np.float64))[:, None] * LOG_SCALE  # noqa: E731
     x = np.concatenate([
         _one_hot(graph, fs), _shape_summary(graph.in_shape), _shape_summary(graph.out_shape),
         graph.n_in[:, None] / 4, graph.n_out[:, None] / 4, lg(graph.in_elems), lg(graph.out_elems),
         lg(graph.macs), lg(graph.params), lg(graph.out_bytes), lg(graph.weight_bytes),
-        np.log1p(graph.attrs) * _LOG_SCALE * 4,
+        np.log1p(graph.attrs) * LOG_SCALE * 4,
     ], 1)
     assert x.shape[1] == fs.node_dim, (x.shape, fs.node_dim)
     return x.astype(np.float32)
@@ -142,7 +142,7 @@ def static_features(graph: Graph, fs: FeatureSet | str = V2) -> np.ndarray:
         memory = s["weight_bytes"] + s["activation_bytes"]
         return np.array([s["batch_size"], s["nodes"], s["edges"], s["macs"], s["params"], memory],
                         np.float32)
-    return (np.log1p(np.array([s[k] for k in V2_STATIC], np.float64)) * _LOG_SCALE
+    return (np.log1p(np.array([s[k] for k in V2_STATIC], np.float64)) * LOG_SCALE
             ).astype(np.float32)
 
 

@@ -8,6 +8,7 @@ runs once more.
 """
 from __future__ import annotations
 
+import io
 import math
 import os
 from dataclasses import dataclass, field
@@ -18,9 +19,10 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from trappm_ray import errors
+from trappm_ray.graph import rebind, wire
 from trappm_ray.graph.shape_fold import MAX_ELEMENTS, resolve_shapes
 
-MAX_FILE_BYTES = 512 * 2**20
+MAX_FILE_BYTES = 2**31 - 1  # protobuf cannot parse a message of 2 GiB or more
 MAX_NODES = 200_000
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
 
@@ -33,6 +35,14 @@ class Limits:
     max_nodes: int = MAX_NODES
     # above this fraction of node outputs with unknown shapes the features would be mostly blank
     max_unresolved_fraction: float = 0.05
+    # no value above this many elements is computed while folding shape arithmetic
+    max_fold_elements: int = MAX_ELEMENTS
+    # wall-clock budget of one featurize call, checked between stages and every few hundred
+    # nodes (ONNX's C++ shape inference itself cannot be interrupted, but it is linear)
+    max_seconds: float = 120.0
+    # files above this are read without large initializers' data (see wire.py)
+    weightless_above: int = 1 * 2**20
+    strip_tensor_bytes: int = wire.STRIP_BYTES
 
 
 @dataclass
@@ -46,12 +56,24 @@ class InferredModel:
     data_inputs: list[str]
     unresolved: list[str] = field(default_factory=list)
     external_data: bool = False
+    batch_size: int = 1  # the batch bound (the exported one for batch_size=None)
+    exported_batch: int | None = None  # None: the file's batch axis is dynamic
+    rebound: list[str] = field(default_factory=list)  # nodes whose shape target was re-bound
 
 
 def read_model(src: str | os.PathLike | bytes, limits: Limits = Limits()) -> onnx.ModelProto:
-    """Parse an ONNX file path or bytes without touching any external-data file."""
+    """Parse an ONNX file path or bytes without touching any external-data file.
+
+    Files above ``limits.weightless_above`` bytes are read field by field with the payload of
+    large initializers skipped (:func:`wire.read_without_weights`): their shapes are all the
+    featurizer needs, and the weights never enter memory.
+    """
     if isinstance(src, (bytes, bytearray, memoryview)):
-        data = bytes(src)
+        size = len(src)
+        if size > limits.max_file_bytes:
+            raise errors.TooLarge(f"model is {size:,} bytes, limit {limits.max_file_bytes:,}")
+        data = _without_weights(io.BytesIO(src), size, limits) if size > limits.weightless_above \
+            else bytes(src)
     else:
         path = Path(src)
         if not path.is_file():
@@ -59,17 +81,29 @@ def read_model(src: str | os.PathLike | bytes, limits: Limits = Limits()) -> onn
         size = path.stat().st_size
         if size > limits.max_file_bytes:
             raise errors.TooLarge(f"file is {size:,} bytes, limit {limits.max_file_bytes:,}")
-        data = path.read_bytes()
-    if len(data) > limits.max_file_bytes:
-        raise errors.TooLarge(f"model is {len(data):,} bytes, limit {limits.max_file_bytes:,}")
+        with open(path, "rb") as f:
+            data = _without_weights(f, size, limits) if size > limits.weightless_above \
+                else f.read()
     if not data:
         raise errors.CorruptModel("empty file")
     try:
         model = onnx.ModelProto.FromString(data)
     except (DecodeError, RuntimeError, ValueError) as e:
+        deep = wire.too_deep_error(data)
+        if deep is not None:
+            raise deep from None
         raise errors.CorruptModel(f"not an ONNX protobuf ({e.__class__.__name__})") from None
     check_model(model, limits)
     return model
+
+
+def _without_weights(f, size: int, limits: Limits) -> bytes:
+    """The file's bytes less large initializers' data; the whole file if it is not protobuf."""
+    try:
+        return wire.read_without_weights(f, size, limits.strip_tensor_bytes)[0]
+    except wire.WireError:
+        f.seek(0)  # let protobuf's parser give its verdict on the original bytes
+        return f.read()
 
 
 def check_model(model: onnx.ModelProto, limits: Limits = Limits()) -> None:
@@ -206,27 +240,26 @@ def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
         raise errors.UnsupportedConstruct(f"shape inference failed: {msg[:300]}") from None
 
 
-def infer(model: onnx.ModelProto, batch_size: int, resolution: int | None = None,
-          dims: dict[str, int] | None = None, limits: Limits = Limits()) -> InferredModel:
-    """Bind inputs and infer every value's shape. ``model`` is modified in place."""
-    g = model.graph
+def _label(node: onnx.NodeProto) -> str:
+    """A node's name for messages: its name, else its first named output, else its op."""
+    return node.name or next((o for o in node.output if o), "") or node.op_type
+
+
+def _refuse_control_flow(g: onnx.GraphProto) -> None:
     for node in g.node:
         if node.op_type in CONTROL_FLOW or any(
                 a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS)
                 for a in node.attribute):
             raise errors.UnsupportedConstruct(
-                f"node '{node.name or node.output[0]}' is control flow ({node.op_type}) "
+                f"node '{_label(node)}' is control flow ({node.op_type}) "
                 "with sub-graphs, which is not featurized")
-    external = _check_external(model)
-    data, weights = split_inputs(model)
-    if not data:
-        raise errors.UnsupportedConstruct("model has no data input (every input is a weight)")
-    by_name = {vi.name: vi for vi in g.input}
-    fixed_batch = {_leading_static(by_name[x]) for x in data} - {None}
-    # Outputs whose leading dim equals a fixed input batch must follow a re-bound batch size.
-    batch_outputs = [vi.name for vi in g.output if _leading_static(vi) in fixed_batch]
-    bind_inputs(model, data, batch_size, resolution, dims)
-    strip_weights(model, keep_max_elements=MAX_ELEMENTS)
+
+
+def _shapes_at(model: onnx.ModelProto, data: list[str], batch: int, resolution, dims,
+               limits: Limits, deadline: float | None) -> tuple[dict, dict]:
+    """Bind the data inputs at ``batch`` and infer (then fold) every shape; model in place."""
+    g = model.graph
+    bind_inputs(model, data, batch, resolution, dims)
     # Stale shapes from the exporter would conflict with the newly bound batch size, except for
     # outputs of custom-domain ops, which nothing else can infer.
     custom_out = {o for n in g.node if n.domain not in ("", "ai.onnx") for o in n.output}
@@ -236,30 +269,67 @@ def infer(model: onnx.ModelProto, batch_size: int, resolution: int | None = None
     for vi in g.output:
         if vi.name not in custom_out:
             vi.type.tensor_type.ClearField("shape")
-
     inferred = _infer(model)
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, int] = {}
     _collect_shapes(inferred, shapes, dtypes)
+    if any(o not in shapes for n in g.node for o in n.output if o):
+        resolve_shapes(inferred, shapes, dtypes, limits.max_fold_elements, deadline)
+    return shapes, dtypes
+
+
+def exported_batch(model: onnx.ModelProto, data: list[str]) -> int | None:
+    """The batch the data inputs were exported with, or None when it is dynamic or mixed."""
+    by_name = {vi.name: vi for vi in model.graph.input}
+    leading = {_leading_static(by_name[x]) for x in data}
+    return leading.pop() if len(leading) == 1 and None not in leading else None
+
+
+def infer(model: onnx.ModelProto, batch_size: int | None, resolution: int | None = None,
+          dims: dict[str, int] | None = None, limits: Limits = Limits(),
+          deadline: float | None = None) -> InferredModel:
+    """Bind inputs and infer every value's shape. ``model`` is modified in place.
+
+    ``batch_size=None`` keeps the batch the file was exported with (1 where it is dynamic). A
+    fixed-batch file asked for another batch is re-bound (:mod:`rebind`): shapes are first
+    inferred at the exported batch to find the constant shape targets that carry it.
+    """
+    g = model.graph
+    _refuse_control_flow(g)
+    external = _check_external(model)
+    data, weights = split_inputs(model)
+    if not data:
+        raise errors.UnsupportedConstruct("model has no data input (every input is a weight)")
+    exported = exported_batch(model, data)
+    batch = batch_size or exported or 1
+    strip_weights(model, keep_max_elements=MAX_ELEMENTS)
+    rebound: list[str] = []
+    if exported is not None and batch != exported:
+        shapes0, _ = _shapes_at(model, data, exported, resolution, dims, limits, deadline)
+        constants = weights | {o for n in g.node if n.op_type == "Constant" for o in n.output}
+        rebound = rebind.rebind_batch(model, shapes0, constants, exported, batch)
+        try:
+            shapes, dtypes = _shapes_at(model, data, batch, resolution, dims, limits, deadline)
+        except errors.UnsupportedConstruct as e:
+            raise errors.FixedBatch(
+                f"the batch size {exported} is baked into the graph and re-binding it to {batch} "
+                f"failed ({str(e).split(': ', 1)[-1][:200]}); export it with a dynamic batch "
+                "axis, or featurize at the exported batch (batch_size=None)") from None
+        rebind.check_rebound({vi.name: shapes0.get(vi.name) for vi in g.output}, shapes,
+                             exported, batch)
+    else:
+        shapes, dtypes = _shapes_at(model, data, batch, resolution, dims, limits, deadline)
     outputs = [o for n in g.node for o in n.output if o]
     missing = [o for o in outputs if o not in shapes]
-    if missing:
-        resolve_shapes(inferred, shapes, dtypes)
-        missing = [o for o in outputs if o not in shapes]
-    if batch_size not in fixed_batch:
-        stuck = [o for o in batch_outputs if shapes.get(o, (batch_size,))[0] != batch_size]
-        if stuck:
-            raise errors.UnsupportedConstruct(
-                f"output '{stuck[0]}' keeps batch {shapes[stuck[0]][0]} at batch size {batch_size}: "
-                "the batch size is baked into the graph; export it with a dynamic batch axis")
     if len(missing) > limits.max_unresolved_fraction * max(len(outputs), 1):
         producer = next(n for n in g.node if missing[0] in n.output)
         raise errors.UnresolvedShapes(
             f"{len(missing)} of {len(outputs)} tensor shapes unresolved, first at node "
             f"'{producer.name or missing[0]}' ({producer.domain + ':' if producer.domain else ''}"
             f"{producer.op_type})")
-    return InferredModel(model, shapes, dtypes, weights, data, missing, external)
+    return InferredModel(model, shapes, dtypes, weights, data, missing, external, batch,
+                         exported, rebound)
 
 
 __all__ = ["Limits", "InferredModel", "read_model", "check_model", "infer", "split_inputs",
-           "bind_inputs"]
+           "bind_inputs", "exported_batch"]

@@ -9,11 +9,13 @@ from __future__ import annotations
 
 import logging
 import math
+import time
 
 import numpy as np
 import onnx
 from onnx import helper, numpy_helper
 
+from trappm_ray import errors
 from trappm_ray.graph import shape_rules
 
 MAX_ELEMENTS = 4096  # shape arithmetic is tiny; anything bigger is data, not a shape
@@ -75,9 +77,7 @@ _OPS = {
                                              for i, d in enumerate(v[1].tolist())]),
     "Transpose": lambda a, v: np.transpose(v[0], a.get("perm")),
     "Slice": lambda a, v: _slice(v[0], *[None if x is None else x.tolist() for x in v[1:]]),
-    "ConstantOfShape": lambda a, v: np.full(
-        v[0].astype(np.int64), _array(a["value"]).item() if "value" in a else 0.0,
-        dtype=_array(a["value"]).dtype if "value" in a else np.float32),
+    "ConstantOfShape": lambda a, v: np.full(v[0].astype(np.int64), *_fill_value(a)),
     "Range": lambda a, v: np.arange(v[0], v[1], v[2]),
     "Tile": lambda a, v: np.tile(v[0], v[1].astype(np.int64)),
     "OneHot": lambda a, v: _one_hot(v[0], int(np.ravel(v[1])[0]), v[2], a.get("axis", -1)),
@@ -152,6 +152,16 @@ def _array(t: onnx.TensorProto) -> np.ndarray:
     return numpy_helper.to_array(t)
 
 
+def _fill_value(a: dict) -> tuple:
+    """ConstantOfShape's fill value and dtype; the attribute must hold one element."""
+    if "value" not in a:
+        return 0.0, np.float32
+    if math.prod(a["value"].dims) != 1:
+        raise ValueError("ConstantOfShape value must have one element")
+    v = _array(a["value"])
+    return v.item(), v.dtype
+
+
 def _unsqueezed(shape, axes) -> list[int]:
     axes = [int(x) for x in np.asarray(axes).ravel()]
     out = list(shape)
@@ -220,7 +230,9 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
                 known[t.name] = _array(t)
             except (ValueError, TypeError, KeyError):  # malformed tensor: its value stays unknown
                 pass
-    for node in model.graph.node:
+    for i, node in enumerate(model.graph.node):
+        if deadline is not None and i % 256 == 0 and time.monotonic() > deadline:
+            raise errors.TooSlow("shape folding ran past the featurize time limit")
         op, inputs = node.op_type, list(node.input)
         a = None  # attributes are decoded only for nodes this pass works on
         if any(o not in shapes for o in node.output if o):

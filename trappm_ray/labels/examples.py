@@ -20,7 +20,7 @@ from trappm_ray.corpus.build import task_name
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import GRAPH_COLUMNS, row_to_graph
 from trappm_ray.labels.store import device_slugs, ok_labels
-from trappm_ray.model.predictor import TARGETS
+from trappm_ray.targets import TARGETS, label_column
 
 GRAPH_KEY = ("arch", "resolution", "batch_size")  # a label row joins the graph of this key
 GRAPHS_FILE = "graphs.parquet"
@@ -95,7 +95,7 @@ def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
         g = by_key[tuple(r[k] for k in GRAPH_KEY)]
         row = {k: r[k] for k in GRAPH_KEY} | {"family": r["family"]}
         for target in targets:
-            value = r.get(TARGETS[target][0])
+            value = r.get(label_column(target, r["device"]))
             row[target] = float(value) if value is not None else float("nan")
         rows.append(row)
         data.append(graph_data(row_to_graph(g), feature_set))

@@ -32,6 +32,7 @@ import pyarrow as pa
 
 from trappm_ray import storage
 from trappm_ray.labels import harness as labels
+from trappm_ray.labels import machine
 from trappm_ray.labels.plan import PLAN_OTHER_FAMILIES, cached_plan
 from trappm_ray.labels.store import compact, read_rows, row_load, write_rows
 
@@ -63,7 +64,7 @@ class LabelJobConfig:
             (arch, resolution) sweeps, each over its own batch sizes, replace ``archs``,
             ``resolutions`` and ``batch_sizes`` (e.g. one device's whole set on another machine).
         max_load: before each measurement, wait until the node is quiet
-            (:func:`labels.wait_for_load`: load average at most this, a measurement alone making
+            (:func:`machine.wait_for_load`: load average at most this, a measurement alone making
             about 1.0), for up to ``max_load_wait_s``; then measure anyway, its load recorded.
             None = never wait.
     """
@@ -240,8 +241,8 @@ def run_label_job(cfg: LabelJobConfig) -> dict:
     try:
         options, concurrency = _task_options(cfg, ray)
         remote = ray.remote(max_retries=1)(_sweep_task).options(**options)
-        probe = ray.remote(labels.device_info).options(**options)
-        slug = labels.device_slug(ray.get(probe.remote(cfg.device)), cfg.threads)
+        probe = ray.remote(machine.device_info).options(**options)
+        slug = machine.device_slug(ray.get(probe.remote(cfg.device)), cfg.threads)
         sizes = _sweeps(cfg)
         done = done_sweeps(read_rows(cfg.out, slug), cfg, sizes)
         todo = [key for key in sizes if key not in done]

@@ -13,6 +13,7 @@ from statistics import median
 
 from trappm_ray.labels import store
 from trappm_ray.labels import harness as labels
+from trappm_ray.labels import machine
 
 LABELS = ("train_step_ms", "inference_ms", "mem_peak_rss_mb", "mem_above_baseline_mb")
 
@@ -28,11 +29,11 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
             not a fair reference).
         max_load: draw only from rows measured at a load of at most this (when at least ``n``
             are), and wait before each re-measurement until the machine is that quiet
-            (:func:`labels.wait_for_load`, up to 30 minutes).
+            (:func:`machine.wait_for_load`, up to 30 minutes).
 
     Returns:
         ``{"measured_on": ..., "rows": [...], "summary": {label: {"median": ..., "worst": ...,
-        "ratio_median": ...}}}``: where the re-measurement ran (:func:`labels.device_info`),
+        "ratio_median": ...}}}``: where the re-measurement ran (:func:`machine.device_info`),
         absolute relative differences as fractions and the median of new / stored (below 1:
         faster now, a bias rather than noise when the rows agree on it); each row keeps its
         stored load average and machine.
@@ -43,7 +44,7 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
     if max_load is not None and sum(store.row_load(r) <= max_load for r in rows) >= n:
         quiet = [r for r in rows if store.row_load(r) <= max_load]
     sample = random.Random(seed).sample(quiet, min(n, len(quiet)))
-    info = labels.device_info(sample[0]["device"]) if sample else None
+    info = machine.device_info(sample[0]["device"]) if sample else None
     results = []
     for row in sample:
         spec = labels.MeasureSpec(
@@ -51,7 +52,7 @@ def remeasure(out: str, slug: str, n: int = 20, seed: int = 0,
             dtype=row["dtype"], optimizer=row["optimizer"], device=row["device"],
             warmup=row["warmup"], steps=row["steps"], threads=row["threads"])
         if max_load is not None:
-            labels.wait_for_load(max_load, 1800.0)
+            machine.wait_for_load(max_load, 1800.0)
         new = labels.measure(spec, info)
         diff = {k: abs(new[k] - row[k]) / row[k] for k in LABELS
                 if new.get(k) is not None and row.get(k)}

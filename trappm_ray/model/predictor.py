@@ -29,14 +29,6 @@ from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 
 FORMAT_VERSION = 1
-# target -> (label column of the device's label table, unit)
-TARGETS = {
-    "train_step_ms": ("train_step_ms", "ms"),
-    "train_memory_mb": ("mem_above_baseline_mb", "MB"),
-    "inference_ms": ("inference_ms", "ms"),
-    "train_memory_nvml_mb": ("nvml_used_mb", "MB"),
-    "train_power_w": ("power_w_mean", "W"),
-}
 DEFAULT_DIR = Path(__file__).parent / "predictors" / "default"
 
 
@@ -295,5 +287,5 @@ def load_default() -> Predictor:
     return Predictor.load(DEFAULT_DIR)
 
 
-__all__ = ["FORMAT_VERSION", "TARGETS", "DEFAULT_DIR", "PredictorError", "Scaler", "Predictor",
+__all__ = ["FORMAT_VERSION", "DEFAULT_DIR", "PredictorError", "Scaler", "Predictor",
            "code_version", "register", "latest", "load_default"]

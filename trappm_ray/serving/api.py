@@ -23,7 +23,8 @@ from trappm_ray import errors
 from trappm_ray import storage
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
-from trappm_ray.model.predictor import DEFAULT_DIR, TARGETS, Predictor, PredictorError, load_default
+from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
+from trappm_ray.targets import REPORTED, TARGETS
 
 # MIG profiles per GPU, smallest first: (profile, memory GB). DIPPM's A100-40GB rule, extended.
 GPU_PROFILES: dict[str, tuple[tuple[str, int], ...]] = {
@@ -32,7 +33,6 @@ GPU_PROFILES: dict[str, tuple[tuple[str, int], ...]] = {
     "H100-80GB": (("1g.10gb", 10), ("1g.20gb", 20), ("2g.20gb", 20), ("3g.40gb", 40),
                   ("4g.40gb", 40), ("7g.80gb", 80)),
 }
-REPORTED = ("train_step_ms", "train_memory_mb", "train_power_w", "inference_ms")
 DEFAULT_RESOLUTION = 224  # for timm names and torch modules, which carry no input shape
 
 
@@ -317,7 +317,7 @@ def largest_batch(proto: onnx.ModelProto, predictor: Predictor, opts: PredictOpt
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search)."""
-    units = {t: TARGETS.get(t, ("", ""))[1] for t in REPORTED}
+    units = {t: TARGETS[t].unit for t in REPORTED}
 
     def est(t: str) -> Estimate | None:
         if t not in row:

@@ -130,7 +130,8 @@ class PredictActor:
 
     def __call__(self, batch: pa.Table) -> pa.Table:
         from trappm_ray import errors
-        from trappm_ray.serving.api import REPORTED, predict_many
+        from trappm_ray.serving.api import predict_many
+        from trappm_ray.targets import REPORTED
 
         start = time.perf_counter()
         rows: dict[str, dict] = {}

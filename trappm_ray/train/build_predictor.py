@@ -22,6 +22,7 @@ from trappm_ray.train.pretrain import load_encoder
 from trappm_ray.train.regressors import (SEEDS, build_regressor, embed, fit_task, for_target, pack_graphs, prepare,
                       recipe_with)
 from trappm_ray.train.splits import split
+from trappm_ray.targets import TARGETS, label_column, unit
 
 DEFAULT_ENCODER = "artifacts/pretrain/gae-v2-cpu/encoder.pt"
 
@@ -78,8 +79,11 @@ def label_provenance(labels: str, slug: str, examples) -> dict:
 
 
 def available_targets(labels: str, slug: str) -> tuple[str, ...]:
+    """The targets whose label column holds at least one number on this device."""
     t = ok_labels(labels, slug)
-    return tuple(name for name, (col, _) in P.TARGETS.items()
+    device = t.column("device")[0].as_py() if t.num_rows else None
+    columns = {name: label_column(name, device) for name in TARGETS}
+    return tuple(name for name, col in columns.items()
                  if col in t.column_names and t.column(col).null_count < t.num_rows
                  and not np.isnan(np.asarray(t.column(col).to_pylist(), dtype=float)).all())
 
@@ -142,7 +146,7 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
     val = {t: float(np.mean([results[(t, s)]["val_mape"] for s in cfg.seeds])) for t in targets}
     manifest = {
         "feature_set": recipe.feature_set, "targets": list(targets), "seeds": list(cfg.seeds),
-        "units": {t: P.TARGETS[t][1] for t in targets},
+        "units": {t: unit(t) for t in targets},
         "head": {"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout,
                  "node_dropout": recipe.node_dropout,
                  "batch_affine": [t for t in targets if for_target(recipe, t).batch_affine]},

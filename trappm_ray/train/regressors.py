@@ -21,6 +21,7 @@ from torch_geometric.data import Batch, Data
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 from trappm_ray.model.node_classes import CLASS_KEYS, CLASS_LEVELS, ClassBatch, node_classes
 from trappm_ray.model.predictor import Scaler
+from trappm_ray.targets import BATCH_AFFINE
 
 SEEDS = (1337, 1338, 1339, 1340, 1341)
 
@@ -43,7 +44,7 @@ class Recipe:
         huber_delta: the Huber loss's delta on the z-scored log target (``log`` scaling): below
             it the loss is squared error, above it absolute error.
         batch_affine: predict ``fixed + per_sample * batch_size`` (both parts from the graph)
-            for the targets in :data:`BATCH_AFFINE_TARGETS` (see
+            for the targets in :data:`trappm_ray.targets.BATCH_AFFINE` (see
             :class:`~trappm_ray.model.networks.Regressor`); the published recipe predicts the value.
     """
 
@@ -66,7 +67,6 @@ class Recipe:
 # (step time only within 6.7%: caches and kernel choices bend it; power saturates). On the
 # 954-row labels the affine head matched the plain one on the random split and beat it on held-out
 # architectures for memory, and lost about 1.4 points on step time (2 seeds, 60 epochs).
-BATCH_AFFINE_TARGETS = ("train_memory_mb", "train_memory_nvml_mb")
 
 RECIPES = {
     "trappm-ray": Recipe(),
@@ -79,7 +79,7 @@ RECIPES = {
 
 def for_target(recipe: Recipe, target: str) -> Recipe:
     """``recipe`` as used for ``target``: the batch-affine output only where it applies."""
-    return replace(recipe, batch_affine=recipe.batch_affine and target in BATCH_AFFINE_TARGETS)
+    return replace(recipe, batch_affine=recipe.batch_affine and target in BATCH_AFFINE)
 
 
 def build_regressor(example: Data, emb_dim: int, recipe: Recipe) -> Regressor:
@@ -206,14 +206,14 @@ def _uses_classes(model: Regressor, data: list[Data]) -> bool:
     return not model.node_dropout and "u_x" in data[0]
 
 
-def _forward(model: Regressor, scaler, b, e) -> torch.Tensor:
+def scaled_forward(model: Regressor, scaler, b, e) -> torch.Tensor:
     static, emb = scaler.static(b.static), scaler.emb(e)
     if isinstance(b, _ClassInputs):
         return model.forward_classes(b.classes, static, emb, b.log_samples)
     return model(b.x, b.edge_index, b.batch, static, emb, b.agg, b.log_samples)
 
 
-def _batches(data: list[Data], emb: torch.Tensor | None, idx: np.ndarray, size: int,
+def minibatches(data: list[Data], emb: torch.Tensor | None, idx: np.ndarray, size: int,
              rng: np.random.Generator | None, classes: bool = False) -> list[tuple]:
     """``idx`` in mini-batches of ``size`` graphs (in random order when ``rng`` is given), each
     collated once (as node classes with ``classes``): training reuses them every epoch in a new
@@ -223,16 +223,16 @@ def _batches(data: list[Data], emb: torch.Tensor | None, idx: np.ndarray, size: 
             for part in (order[i:i + size] for i in range(0, len(order), size))]
 
 
-def _predict(model: Regressor, scaler, data, emb, idx, size: int = 64,
+def predict_rows(model: Regressor, scaler, data, emb, idx, size: int = 64,
              batches: list | None = None) -> np.ndarray:
-    """Predictions for ``idx`` (or for the graphs of ``batches`` of :func:`_batches`, in order)."""
+    """Predictions for ``idx`` (or for the graphs of ``batches`` of :func:`minibatches`, in order)."""
     model.eval()
     if batches is None:
-        batches = _batches(data, emb, idx, size, None, _uses_classes(model, data))
+        batches = minibatches(data, emb, idx, size, None, _uses_classes(model, data))
     out = []
     with torch.no_grad():
         for b, e, _ in batches:
-            out.append(scaler.y_inverse(_forward(model, scaler, b, e).double()).squeeze(1).numpy())
+            out.append(scaler.y_inverse(scaled_forward(model, scaler, b, e).double()).squeeze(1).numpy())
     return np.concatenate(out) if out else np.empty(0)
 
 
@@ -286,18 +286,18 @@ def train_epochs(model: Regressor, scaler, data, emb, y: np.ndarray, train_idx, 
     """
     yt = torch.tensor(y, dtype=torch.float32).unsqueeze(1)
     classes = _uses_classes(model, data)
-    train = _batches(data, emb, np.asarray(train_idx), batch_size, rng, classes)
-    val = _batches(data, emb, np.asarray(val_idx), 64, None, classes)
+    train = minibatches(data, emb, np.asarray(train_idx), batch_size, rng, classes)
+    val = minibatches(data, emb, np.asarray(val_idx), 64, None, classes)
     epoch = 0
     for epoch in range(1, max_epochs + 1):
         model.train()
         for k in rng.permutation(len(train)):
             b, e, part = train[k]
-            loss = loss_fn(_forward(model, scaler, b, e), scaler.y(yt[part]))
+            loss = loss_fn(scaled_forward(model, scaler, b, e), scaler.y(yt[part]))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        score = mape(_predict(model, scaler, data, emb, val_idx, batches=val), y[val_idx])
+        score = mape(predict_rows(model, scaler, data, emb, val_idx, batches=val), y[val_idx])
         if not np.isfinite(score):
             break
         if score < best[0]:
@@ -322,7 +322,7 @@ def fit_task(data_ref, y: np.ndarray, emb_ref, train_idx, val_idx, test_idx, rec
     if isinstance(data_ref, dict):
         data_ref = unpack_graphs(data_ref)
     out = fit(data_ref, y, emb_ref, train_idx, val_idx, recipe, seed)
-    pred = (_predict(out["model"], out["scaler"], data_ref, emb_ref, test_idx)
+    pred = (predict_rows(out["model"], out["scaler"], data_ref, emb_ref, test_idx)
             if len(test_idx) else np.empty(0))
     result = {k: out[k] for k in ("val_mape", "best_epoch", "epochs", "seconds")}
     result["pred"] = pred
@@ -338,5 +338,4 @@ def recipe_with(name: str, **overrides) -> Recipe:
 
 
 __all__ = ["SEEDS", "Recipe", "RECIPES", "mape", "rmse", "prepare", "pack_graphs", "unpack_graphs",
-           "embed", "random_encoder", "fit", "train_epochs", "fit_task", "recipe_with", "for_target", "build_regressor",
-           "BATCH_AFFINE_TARGETS"]
+           "embed", "random_encoder", "fit", "predict_rows", "minibatches", "scaled_forward", "train_epochs", "fit_task", "recipe_with", "for_target", "build_regressor"]

@@ -20,14 +20,15 @@ import torch
 from trappm_ray.model import predictor as P
 from trappm_ray.labels.examples import load_examples
 from trappm_ray.model.predictor import Predictor, Scaler
-from trappm_ray.train.regressors import (Recipe, _predict, embed, fit, mape, pack_graphs, prepare, train_epochs,
+from trappm_ray.train.regressors import (Recipe, predict_rows, embed, fit, mape, pack_graphs, prepare, train_epochs,
                       unpack_graphs)
 from trappm_ray.train.splits import split
+from trappm_ray.targets import unit
 
 
 def recentred(head, sc: Scaler, data, emb, y: np.ndarray, idx) -> Scaler:
     """A copy of ``sc`` whose log-target offset moves the head's mean log error on ``idx`` to 0."""
-    shift = float(np.mean(np.log(y[idx]) - np.log(_predict(head, sc, data, emb, idx))))
+    shift = float(np.mean(np.log(y[idx]) - np.log(predict_rows(head, sc, data, emb, idx))))
     return Scaler(sc.static_mean, sc.static_std, sc.emb_mean, sc.emb_std, sc.y_mean + shift, sc.y_std)
 
 
@@ -41,10 +42,10 @@ def fine_tune_head(head, sc: Scaler, data, emb, y: np.ndarray, train_idx, val_id
     """
     torch.manual_seed(seed)
     head = copy.deepcopy(head)
-    before = mape(_predict(head, sc, data, emb, val_idx), y[val_idx])
+    before = mape(predict_rows(head, sc, data, emb, val_idx), y[val_idx])
     sc = recentred(head, sc, data, emb, y, train_idx)
     opt = torch.optim.Adam(head.parameters(), lr=lr)
-    start = (mape(_predict(head, sc, data, emb, val_idx), y[val_idx]), 0,
+    start = (mape(predict_rows(head, sc, data, emb, val_idx), y[val_idx]), 0,
              copy.deepcopy(head.state_dict()))
     best, _ = train_epochs(head, sc, data, emb, y, train_idx, val_idx, opt,
                            torch.nn.functional.huber_loss, 16, epochs, patience,
@@ -62,7 +63,7 @@ def fine_tune(pred: Predictor, target: str, data, emb, y: np.ndarray, train_idx,
 
 
 def _ensemble(heads, scalers, data, emb, idx) -> np.ndarray:
-    return np.mean([_predict(h, sc, data, emb, idx) for h, sc in zip(heads, scalers)], 0)
+    return np.mean([predict_rows(h, sc, data, emb, idx) for h, sc in zip(heads, scalers)], 0)
 
 
 def transfer_table(pred: Predictor, labels_dir: str, slug: str, sizes=(25, 50, 100),
@@ -106,7 +107,7 @@ def transfer_table(pred: Predictor, labels_dir: str, slug: str, sizes=(25, 50, 1
             heads, scalers = fine_tune(pred, target, data, emb, y, tr, va)
             res["fine_tuned"][n] = mape(_ensemble(heads, scalers, data, emb, test), y[test])
             fitted = fit(data, y, emb, tr, va, recipe, seed)
-            res["scratch"][n] = mape(_predict(fitted["model"], fitted["scaler"], data, emb, test), y[test])
+            res["scratch"][n] = mape(predict_rows(fitted["model"], fitted["scaler"], data, emb, test), y[test])
         out[target] = res
     return out
 
@@ -212,7 +213,7 @@ def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
     m = source.manifest
     manifest = {
         **{k: m[k] for k in ("feature_set", "seeds", "head", "recipe", "encoder") if k in m},
-        "targets": targets, "units": {t: P.TARGETS[t][1] for t in targets},
+        "targets": targets, "units": {t: unit(t) for t in targets},
         **label_provenance(cfg.labels, cfg.device, ex),
         "metrics": {"val_mape_mean_over_seeds": after, "val_mape_source_as_is": before},
         "transfer": {"source": cfg.source or "default", "source_device": m.get("device", {}).get("slug"),
