@@ -5,8 +5,7 @@
 .PHONY: setup demo test test-slow bench corpus encoders predictor results
 
 PY = .venv/bin/python
-PRETRAIN = $(PY) jobs/pretrain_gae.py --corpus artifacts/corpus --storage artifacts/pretrain \
-	--dims 128,64,64,64 --num-workers 1 --cache true
+# Each --preset is defined once, in trappm_ray/presets.py.
 
 setup:
 	bash scripts/setup.sh
@@ -24,17 +23,14 @@ bench: setup
 	$(PY) benchmarks/featurize.py
 
 corpus: setup
-	$(PY) jobs/build_dataset.py --out artifacts/corpus --labels data/labels
+	$(PY) jobs/build_dataset.py --preset labeled
 
 encoders: corpus
-	$(PRETRAIN) --name gae-v2-cpu --max-graphs 8000 --epochs 8
-	$(PRETRAIN) --name gae-v1-cpu --feature-set trappm-v1 --max-graphs 4000 --epochs 5
+	$(PY) jobs/pretrain_gae.py --preset gae-v2-cpu
+	$(PY) jobs/pretrain_gae.py --preset gae-v1-cpu
 
 predictor: encoders
-	$(PY) jobs/train_regressors.py --ship true
+	$(PY) jobs/train_regressors.py --preset ship
 
 results: encoders
-	$(PY) jobs/evaluate.py --arch-seeds 2 --baseline-seeds 1 \
-		--split-targets train_step_ms,train_memory_mb \
-		--transfer-predictor trappm_ray/predictors/default \
-		--transfer-to intel-r-xeon-r-processor-t2
+	$(PY) jobs/evaluate.py --preset results

@@ -85,7 +85,7 @@ def main(argv=None) -> dict:
                 batch_size=args.batch_size, num_workers=n, use_gpu=args.use_gpu,
                 cpus_per_worker=args.cpus_per_worker, storage=store,
                 name=f"bench-{stamp}-{n}w", seed=args.seed, max_failures=0)
-            r = pretrain(cfg, dataset=ds, progress=lambda *_: None)
+            r = pretrain(cfg, dataset=ds)
             m = r.metrics
             runs.append({"workers": n, "graphs_per_s": m["graphs_per_s"],
                          "graphs_per_s_per_worker": r.graphs_per_s_per_worker,

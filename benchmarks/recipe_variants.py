@@ -48,14 +48,12 @@ def main() -> None:
     p.add_argument("--json", default="")
     args = p.parse_args()
 
-    import ray
-
-    from trappm_ray.evaluate.run import split_metrics, load_prepared
-    from trappm_ray.labels.store import measured_busy
-    from trappm_ray.labels.store import default_slug, ok_labels
+    from trappm_ray.evaluate.run import load_prepared, split_metrics
+    from trappm_ray.labels.store import default_slug, measured_busy, ok_labels
     from trappm_ray.ray_init import ensure_ray
-    from trappm_ray.train.regressors import RECIPES, Recipe, embed, fit_task, for_target, pack_graphs
     from trappm_ray.train.build_predictor import DEFAULT_ENCODER
+    from trappm_ray.train.fanout import fan_out, share_graphs
+    from trappm_ray.train.regressors import RECIPES, Recipe, fit_task, for_target
     from trappm_ray.train.splits import split
 
     types = {f.name: {"int": int, "float": float, "bool": lambda v: v == "True", "str": str}[f.type]
@@ -71,19 +69,20 @@ def main() -> None:
                 for r in ok_labels(args.labels, slug).to_pylist()}
     quiet = np.array([quiet_at[(r["arch"], r["resolution"], r["batch_size"])] for r in ex.rows])
     y = ex.column(args.target)
-    data_ref, emb_ref = ray.put(pack_graphs(data)), ray.put(embed(enc, data))
+    data_ref, emb_ref = share_graphs(data, enc)
     del data
-    task = ray.remote(num_cpus=1)(fit_task)
-    jobs = {}
+    calls, tests = {}, {}
     for seed in seeds:
         tr, va, te = split(ex.rows, args.split, seed)
         for name, rec in variants.items():
-            jobs[(name, seed)] = ([task.remote(data_ref, y, emb_ref, tr, va, te, rec, seed + 100 * k)
-                                   for k in range(args.ensemble)], te)
+            tests[(name, seed)] = te
+            for k in range(args.ensemble):
+                calls[(name, seed, k)] = (fit_task, (data_ref, y, emb_ref, tr, va, te, rec, seed + 100 * k), {})
+    fitted = fan_out(calls, "recipe variants")
     score = lambda te, pred: split_metrics(ex.rows, y, [(te, pred)])["mean"]["mape"]  # noqa: E731
     out = {}
-    for (name, seed), (refs, te) in jobs.items():
-        rs = ray.get(refs)
+    for (name, seed), te in tests.items():
+        rs = [fitted[(name, seed, k)] for k in range(args.ensemble)]
         r = out.setdefault(name, {"mape": {}, "single": {}, "seconds": []})
         pred = np.mean([x["pred"] for x in rs], 0)
         r["mape"][seed] = score(te, pred)

@@ -11,8 +11,9 @@ import json
 from dataclasses import asdict
 
 from trappm_ray.config_cli import parse_config
+from trappm_ray.presets import presets_for
 from trappm_ray.corpus.build import DatasetConfig, build
 
 if __name__ == "__main__":
-    summary = build(parse_config(DatasetConfig, description=__doc__))
+    summary = build(parse_config(DatasetConfig, description=__doc__, presets=presets_for(DatasetConfig)))
     print(json.dumps(asdict(summary), indent=1))

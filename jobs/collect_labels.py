@@ -27,6 +27,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 
 from trappm_ray.labels import job as label_job
 from trappm_ray.labels import store
@@ -89,4 +90,5 @@ def main(argv=None) -> None:
 
 
 if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
     main()

@@ -10,18 +10,12 @@ from trappm_ray import cli
 from trappm_ray.serving.batch import BatchPredictConfig, run
 from trappm_ray.config_cli import parse_config
 from trappm_ray.corpus.build import DatasetConfig, build
-
-DEMO = DatasetConfig(
-    out="artifacts/demo/corpus",
-    archs=("resnet18", "mobilenetv3_small_100", "efficientnet_b0", "vit_tiny_patch16_224",
-           "convnext_atto", "test_vit", "test_efficientnet"),
-    resolutions=(64,), batch_sizes=(1, 2, 4, 8, 16, 32),
-)
+from trappm_ray.presets import presets_for
 SAMPLES = "data/sample/onnx"  # one small architecture per family, exported at 64 px
 PREDICTIONS = "artifacts/demo/predictions"
 
 if __name__ == "__main__":
-    cfg = parse_config(DatasetConfig, description=__doc__, defaults=DEMO)
+    cfg = parse_config(DatasetConfig, description=__doc__, defaults=presets_for(DatasetConfig)["demo"])
     print(json.dumps(asdict(build(cfg)), indent=1))
     summary = run(BatchPredictConfig(src=SAMPLES, dst=PREDICTIONS, batch_size=32))
     print(json.dumps(asdict(summary), indent=1))

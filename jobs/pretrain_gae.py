@@ -8,6 +8,7 @@ Paper sizes (1024,512,512,512; 400 epochs) on a GPU cluster, checkpoints and enc
     ray job submit --working-dir . -- python jobs/pretrain_gae.py \
         --corpus s3://bucket/corpus --storage s3://bucket/pretrain --name gae-v2 \
         --num-workers 4 --ray-address auto
+The CPU encoders the shipped predictor and the results use: --preset gae-v2-cpu / gae-v1-cpu.
 Re-running the same command (same --storage and --name) resumes from the last epoch; raising
 --epochs continues a finished run. The encoder lands in <storage>/<name>/encoder.pt (+ .json).
 S3 settings come from AWS_* variables; on a cluster, give them to the job with
@@ -17,8 +18,9 @@ import json
 from dataclasses import asdict
 
 from trappm_ray.config_cli import parse_config
+from trappm_ray.presets import presets_for
 from trappm_ray.train.pretrain import PretrainConfig, pretrain
 
 if __name__ == "__main__":
-    result = pretrain(parse_config(PretrainConfig, description=__doc__))
+    result = pretrain(parse_config(PretrainConfig, description=__doc__, presets=presets_for(PretrainConfig)))
     print(json.dumps(asdict(result), indent=1))

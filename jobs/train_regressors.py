@@ -14,7 +14,8 @@ Add --ship to make the result the package's default predictor.
 import json
 
 from trappm_ray.config_cli import parse_config
+from trappm_ray.presets import presets_for
 from trappm_ray.train.build_predictor import RegressConfig, train_predictor
 
 if __name__ == "__main__":
-    print(json.dumps(train_predictor(parse_config(RegressConfig, description=__doc__)), indent=1))
+    print(json.dumps(train_predictor(parse_config(RegressConfig, description=__doc__, presets=presets_for(RegressConfig))), indent=1))

@@ -28,10 +28,12 @@ def _archs():
         yield f"wide{hw}", "wide", hw, lambda hw=hw: cnn_model(hw=hw, conv_bias=False)
 
 
-def make_labeled_dir(root: str, slug: str = SLUG, scale: float = 1.0) -> str:
+def make_labeled_dir(root: str, slug: str = SLUG, scale: float = 1.0, device: str = "cpu") -> str:
     """Write ``<root>/<slug>/labels.parquet`` and ``<root>/graphs.parquet``; returns root.
 
-    ``scale`` multiplies the time labels and adds to memory, a second "device" for transfer."""
+    ``scale`` multiplies the time labels and adds to memory, a second "device" for transfer.
+    ``device="cuda"`` fills the columns a GPU harness fills (CUDA allocator peaks, NVML memory
+    and power) and leaves the CPU's resident-set columns empty."""
     rng = np.random.default_rng(0)
     labels, graphs = [], []
     for arch, family, res, build in _archs():
@@ -43,14 +45,20 @@ def make_labeled_dir(root: str, slug: str = SLUG, scale: float = 1.0) -> str:
             graphs.append(row)
             macs = g.static["macs"]
             noise = 1 + 0.02 * rng.standard_normal(3)
-            labels.append({
+            memory = (10 + 1e-3 * g.static["activation_bytes"] / 2**10) * noise[1]
+            row = {
                 "device_slug": slug, "arch": arch, "family": family, "resolution": res,
-                "batch_size": b, "dtype": "float32", "optimizer": "adam", "device": "cpu",
+                "batch_size": b, "dtype": "float32", "optimizer": "adam", "device": device,
                 "status": "ok", "train_step_ms": scale * (2 + 3e-4 * macs ** 0.9) * noise[0],
-                "mem_above_baseline_mb": (10 + 1e-3 * g.static["activation_bytes"] / 2**10) * noise[1],
                 "inference_ms": scale * (0.5 + 1e-4 * macs ** 0.9) * noise[2],
-                "device_name": "test cpu", "threads": 1, "torch_version": "test",
-                "date": "2026-11-22T00:00:00+00:00"})
+                "device_name": f"test {device}", "threads": 1, "torch_version": "test",
+                "date": "2026-11-22T00:00:00+00:00"}
+            if device == "cpu":
+                row.update(mem_above_baseline_mb=memory, mem_peak_rss_mb=memory + 300)
+            else:
+                row.update(cuda_max_allocated_mb=memory, cuda_max_reserved_mb=memory * 1.1,
+                           nvml_used_mb=memory * 1.1 + 400, power_w_mean=100 + macs ** 0.5 / 100)
+            labels.append(row)
     storage.write_table(pa.Table.from_pylist(labels, schema=SCHEMA),
                         storage.join(root, slug, "labels.parquet"))
     storage.write_table(pa.Table.from_pylist(graphs), storage.join(root, GRAPHS_FILE))

@@ -471,3 +471,47 @@ def bomb_model(kind: str, elements: int = 900_000_000) -> onnx.ModelProto:
 
 
 BOMB_KINDS = ["range", "constant_of_shape", "expand", "tile", "concat"]
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        out.append((n & 0x7F) | (0x80 if n > 0x7F else 0))
+        n >>= 7
+        if not n:
+            return bytes(out)
+
+
+def _ld(field: int, payload: bytes) -> bytes:
+    """One length-delimited protobuf field (wire type 2)."""
+    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
+
+
+def nested_if_bytes(depth: int) -> bytes:
+    """A model whose ``If`` nests ``depth`` deep in then-branches, written at the wire level.
+
+    protobuf's own classes refuse to build (or parse) messages nested past 100 levels, about
+    33 graphs here (graph -> node -> attribute -> graph), so the bytes are assembled by hand.
+    """
+    out = helper.make_tensor_value_info("y", F, ["N", 4]).SerializeToString()
+    graph = helper.make_graph([helper.make_node("Relu", ["x"], ["y"])], "leaf", [],
+                              []).SerializeToString() + _ld(12, out)
+    for i in range(depth):
+        attr = _ld(1, b"then_branch") + _varint(20 << 3) + b"\x05" + _ld(6, graph)  # GRAPH
+        node = _ld(1, b"cond") + _ld(2, b"y") + _ld(3, f"if{i}".encode()) + _ld(4, b"If") \
+            + _ld(5, attr)
+        graph = _ld(1, node) + _ld(2, f"g{i}".encode()) + _ld(12, out)
+    x = helper.make_tensor_value_info("x", F, ["N", 4]).SerializeToString()
+    cond = numpy_helper.from_array(np.array(True), "cond").SerializeToString()
+    head = _model([], [], []).SerializeToString()  # opset and IR version; its graph is empty
+    return head + _ld(7, graph + _ld(11, x) + _ld(5, cond))
+
+
+def loop_without_outputs_model() -> onnx.ModelProto:
+    """A nameless ``Loop`` with no outputs (its small body computes nothing anyone reads)."""
+    model = loop_model()
+    node = model.graph.node[0]
+    node.name = ""
+    del node.output[:]
+    model.graph.output[0].name = "x"
+    return model

@@ -34,7 +34,9 @@ try:
 except errors.ModelError as e:
     out = {"error": str(e)}
 out["seconds"] = time.monotonic() - t0
-out["maxrss_mb"] = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024
+# VmHWM is this process image's own peak; ru_maxrss would include the forking parent's
+with open("/proc/self/status") as f:
+    out["maxrss_mb"] = next(int(l.split()[1]) for l in f if l.startswith("VmHWM")) / 1024
 print(json.dumps(out))
 """
 

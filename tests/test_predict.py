@@ -4,7 +4,6 @@ from __future__ import annotations
 import subprocess
 import sys
 
-import numpy as np
 import pytest
 
 import onnx_builders as B
@@ -65,46 +64,6 @@ def test_dims_resolution_and_cost(saved):
         P.predict(B.cnn_model(hw="H"), 1, predictor=saved)
     assert P.predict(B.cnn_model(hw="H"), 1, predictor=saved, resolution=12).graph["macs"] == \
         B.cnn_expect(1, hw=12)["total_macs"]
-
-
-@pytest.mark.parametrize("memory_mb,per_gpu,smallest", [
-    (4000, ("1g.5gb", "1g.10gb", "1g.10gb"), "A100-40GB 1g.5gb"),
-    (6000, ("2g.10gb", "1g.10gb", "1g.10gb"), "A100-80GB 1g.10gb"),
-    (15000, ("3g.20gb", "2g.20gb", "1g.20gb"), "H100-80GB 1g.20gb"),
-    (30000, ("7g.40gb", "3g.40gb", "3g.40gb"), "A100-80GB 3g.40gb"),  # 3 slices beat 7
-    (50000, (None, "7g.80gb", "7g.80gb"), "A100-80GB 7g.80gb"),
-    (90000, (None, None, None), None),
-])
-def test_fitting_profiles(memory_mb, per_gpu, smallest):
-    profiles, best = P.fitting_profiles(memory_mb)
-    assert tuple(profiles[g] for g in ("A100-40GB", "A100-80GB", "H100-80GB")) == per_gpu
-    assert best == smallest
-
-
-def test_profile_boundary_is_strict():
-    """DIPPM's rule is "< 5 GB": exactly 5 GB does not fit the 5 GB profile."""
-    assert P.fitting_profiles(5 * 1024)[0]["A100-40GB"] == "2g.10gb"
-    assert P.fitting_profiles(5 * 1024 - 1)[0]["A100-40GB"] == "1g.5gb"
-
-
-class LinearMemory:
-    """A stand-in predictor whose memory is 10 MB per sample; counts featurized batch sizes."""
-
-    def __init__(self):
-        self.seen: list[int] = []
-
-    def predict_graphs(self, graphs):
-        self.seen += [int(g.static["batch_size"]) for g in graphs]
-        return [{"train_memory_mb": 10.0 * g.static["batch_size"]} for g in graphs]
-
-
-@pytest.mark.parametrize("budget,want", [(333, 33), (10, 1), (5, 0), (1e9, 512), (5120, 512)])
-def test_largest_batch(budget, want):
-    fake = LinearMemory()
-    opts = P.PredictOptions(1, memory_budget_mb=budget, max_batch=512)
-    assert P.largest_batch(B.cnn_model(), fake, opts) == want
-    assert len(set(fake.seen)) <= 2 * np.log2(512) + 1  # doubling + bisection, not a scan
-    assert len(fake.seen) == len(set(fake.seen))  # each size featurized once
 
 
 def test_budget_in_prediction(saved):

@@ -7,7 +7,8 @@ import pytest
 from tests.label_builders import SLUG, make_labeled_dir
 from tests.onnx_builders import cnn_model
 from trappm_ray.model import predictor as P
-from trappm_ray.evaluate.run import EvalConfig, evaluate
+from trappm_ray.evaluate.config import EvalConfig
+from trappm_ray.evaluate.run import evaluate
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.networks import GraphEncoder
 from trappm_ray.train.build_predictor import RegressConfig, available_targets, train_predictor
@@ -36,7 +37,7 @@ def test_train_predictor_registers_a_loadable_predictor(setup, ray_session):
     assert available_targets(labels, SLUG) == ("train_step_ms", "train_memory_mb", "inference_ms")
     cfg = RegressConfig(labels=labels, encoder=enc2, seeds=(1, 2), max_epochs=2,
                         registry=str(root / "registry"), name="tiny")
-    out = train_predictor(cfg, progress=lambda s: None)
+    out = train_predictor(cfg)
     assert out["uri"].endswith("tiny/v0001") and out["examples"] == 54
     assert set(out["task_seconds"]) == {f"{t}/{s}" for t in out["targets"] for s in (1, 2)}
     pred = P.Predictor.load(out["uri"])
@@ -52,7 +53,7 @@ def test_evaluate_writes_every_split_and_model(setup, ray_session, tmp_path):
     cfg = EvalConfig(labels=labels, encoder=enc2, encoder_v1=enc1, seeds=(1337,),
                      models=("trappm-ray", "trappm-published", "mlp", "analytic"),
                      split_models=("mlp", "analytic"), max_epochs=1, out=str(tmp_path))
-    report = evaluate(cfg, progress=lambda s: None)
+    report = evaluate(cfg)
     res = report["results"]
     assert set(res) == {"random", "arch", "family"}
     assert set(res["random"]) == {"trappm-ray", "trappm-published", "mlp", "analytic"}

@@ -52,7 +52,7 @@ def test_transfer_job_registers_an_adapted_predictor(source, ray_session, tmp_pa
     registry = str(tmp_path / "registry")
     src_uri = register(pred, registry, SLUG)
     out = transfer_predictor(TransferConfig(labels=root, device="slow-device", source=src_uri,
-                                            registry=registry, epochs=20), progress=lambda _: None)
+                                            registry=registry, epochs=20))
     assert out["uri"].endswith("slow-device/v0001")
     assert out["val_mape"]["train_step_ms"] < 0.5 * out["val_mape_source_as_is"]["train_step_ms"]
     assert sorted(out["targets_left_out"]) == ["inference_ms", "train_memory_mb"]

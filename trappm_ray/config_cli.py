@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import argparse
 import dataclasses
+import logging
 import typing
 
 
@@ -29,13 +30,32 @@ def _converter(hint):
 
 
 def parse_config(cls, argv: list[str] | None = None, description: str | None = None,
-                 defaults=None):
+                 defaults=None, presets: dict | None = None):
     """Build ``cls`` (a dataclass) from ``--field value`` options; tuples take comma lists,
     optional fields take ``none``.
 
-    ``defaults`` (an instance of ``cls``) replaces the class defaults, for presets.
+    Args:
+        cls: the config dataclass.
+        argv: the arguments (None = ``sys.argv[1:]``).
+        description: the job's help text.
+        defaults: an instance of ``cls`` whose values replace the class defaults.
+        presets: name -> instance of ``cls``; ``--preset NAME`` then picks the defaults.
+
+    The job calling this also gets the library's INFO log lines on stderr (unless logging is
+    already set up).
     """
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
+                        datefmt="%H:%M:%S")
+    if presets:
+        pre = argparse.ArgumentParser(add_help=False)
+        pre.add_argument("--preset", choices=sorted(presets))
+        chosen, argv = pre.parse_known_args(argv)
+        if chosen.preset:
+            defaults = presets[chosen.preset]
     parser = argparse.ArgumentParser(description=description)
+    if presets:
+        parser.add_argument("--preset", choices=sorted(presets),
+                            help="named defaults (trappm_ray/presets.py); flags override fields")
     hints = typing.get_type_hints(cls)
     for f in dataclasses.fields(cls):
         if defaults is not None:
@@ -46,4 +66,6 @@ def parse_config(cls, argv: list[str] | None = None, description: str | None = N
             default = f.default_factory()
         parser.add_argument(f"--{f.name.replace('_', '-')}", dest=f.name, type=_converter(hints[f.name]),
                             default=default, help=f"(default: {default!r})")
-    return cls(**vars(parser.parse_args(argv)))
+    values = vars(parser.parse_args(argv))
+    values.pop("preset", None)
+    return cls(**values)

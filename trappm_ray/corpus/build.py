@@ -26,6 +26,7 @@ import pyarrow as pa
 from trappm_ray import storage
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import GRAPH_VERSION, graph_to_row
+from trappm_ray.corpus.selection import interleave_families, labeled_architectures, select_architectures
 from trappm_ray.ray_init import ensure_ray
 
 RESOLUTIONS = (64, 128, 224)
@@ -52,7 +53,17 @@ class DatasetConfig:
             (empty = none).
         keep_onnx: also store the skeletons.
         retry_failed: re-run tasks whose manifest entry is an error.
+        keys_from: build exactly the labeled keys instead of the grid: ``public`` (the public GPU
+            source files under ``public_root``) or ``labels`` (every device's ok rows under
+            ``labels``, less the keys its ``graphs.parquet`` already holds); each (arch,
+            resolution) is featurized at its labeled batch sizes only.
+        public_root: the ``public-gpu`` folder read by ``keys_from=public``.
+        groups: with ``keys_from``, only these task groups (``timm-train``, ``timm-infer``,
+            ``hf``, ``torchvision``); empty = all, in that order.
+        meta_init: build parameters on the meta device and give them random values only for the
+            export (same graph, no initialisation cost; ``trappm_ray.corpus.export``).
         ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
+        num_cpus: CPUs of a private local cluster (0 = all of the machine's).
         task_cpus: CPUs reserved per export task.
     """
 
@@ -67,39 +78,13 @@ class DatasetConfig:
     labels: str = ""
     keep_onnx: bool = True
     retry_failed: bool = False
+    keys_from: str = ""
+    public_root: str = "../shared/data/public-gpu"
+    groups: tuple[str, ...] = ()
+    meta_init: bool = False
     ray_address: str | None = None
+    num_cpus: int = 0
     task_cpus: float = 1.0
-
-
-def select_architectures(other_per_family: int = 2) -> list[str]:
-    """Every paper-family architecture plus an even spread of ``other_per_family`` from the rest."""
-    from trappm_ray.corpus import zoo
-
-    chosen, by_family = [], {}
-    for arch in zoo.list_architectures():
-        by_family.setdefault(zoo.family_of(arch), []).append(arch)
-    for fam, archs in sorted(by_family.items()):
-        if fam in zoo.PAPER_FAMILIES:
-            chosen += archs
-        elif other_per_family > 0:
-            idx = np.linspace(0, len(archs) - 1, min(other_per_family, len(archs))).round()
-            chosen += [archs[int(i)] for i in dict.fromkeys(idx)]
-    return sorted(chosen)
-
-
-def interleave_families(archs: list[str]) -> list[str]:
-    """Round-robin over families, so that a partial build is balanced across them."""
-    from trappm_ray.corpus import zoo
-
-    by_family: dict[str, list[str]] = {}
-    for a in archs:
-        by_family.setdefault(zoo.family_of(a), []).append(a)
-    queues = list(by_family.values())
-    out = []
-    while queues:
-        out += [q.pop(0) for q in queues]
-        queues = [q for q in queues if q]
-    return out
 
 
 def task_name(arch: str, resolution: int) -> str:
@@ -107,38 +92,54 @@ def task_name(arch: str, resolution: int) -> str:
 
 
 def build_shard(arch: str, resolution: int, batch_sizes: tuple[int, ...], out: str,
-                keep_onnx: bool = True, max_params: float = 50_000_000) -> dict:
-    """Export one architecture at one resolution and write its graphs. Never raises."""
-    from trappm_ray.corpus import zoo
+                keep_onnx: bool = True, max_params: float = 50_000_000, source: str = "timm",
+                meta_init: bool = False) -> dict:
+    """Export one architecture at one resolution and write its graphs. Never raises.
+
+    Args:
+        arch, resolution: the model (``source`` names where it comes from) and its input size
+            (sequence length for text models).
+        batch_sizes: the graphs to derive.
+        out: corpus root.
+        keep_onnx: also store the skeleton.
+        max_params: above this, the entry is ``skipped``.
+        source, meta_init: see :func:`trappm_ray.corpus.sources.export`.
+    """
+    from trappm_ray.corpus import sources
 
     name = task_name(arch, resolution)
-    entry = {"task": name, "arch": arch, "family": zoo.family_of(arch), "resolution": resolution,
-             "status": "ok", "error": "", "graphs": 0, "failed_batch_sizes": [],
-             "export_s": 0.0, "featurize_s": 0.0, "write_s": 0.0, "exporter": zoo.EXPORTER,
-             "shard": storage.join("graphs", f"{name}.parquet")}
+    entry = {"task": name, "arch": arch, "family": "", "resolution": resolution, "source": source,
+             "status": "ok", "error": "", "graphs": 0, "batch_sizes": sorted(batch_sizes),
+             "failed_batch_sizes": [], "export_s": 0.0, "featurize_s": 0.0, "write_s": 0.0,
+             "exporter": "", "shard": storage.join("graphs", f"{name}.parquet")}
     t0 = time.perf_counter()
     try:
-        entry["params_torch"] = zoo.count_params(arch, resolution)
+        entry["family"] = sources.family_of(arch, source)
+        entry["params_torch"] = sources.count_params(arch, resolution, source)
         if entry["params_torch"] > max_params:
             entry.update(status="skipped", error=f"{entry['params_torch']:,} parameters > "
                          f"max_params {max_params:,.0f}", export_s=time.perf_counter() - t0)
             return entry
-        skeleton = zoo.export_skeleton(arch, resolution, max_params=None)
+        skeleton = sources.export(arch, resolution, source, meta_init=meta_init)
+        entry["exporter"] = skeleton.exporter
     except Exception as e:  # noqa: BLE001 - any export failure is data, not a crash
         msg = f"{e.__class__.__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
-        entry.update(status="error", error=msg, export_s=time.perf_counter() - t0)
+        entry.update(status="error", error=f"export: {msg}", export_s=time.perf_counter() - t0)
         return entry
     entry["export_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
     rows = []
     for bs in batch_sizes:
         try:
-            graph = featurize(skeleton.onnx_bytes, batch_size=bs, resolution=resolution)
+            graph = featurize(skeleton.onnx_bytes, batch_size=bs, resolution=skeleton.resolution,
+                              dims=skeleton.dims or None)
         except Exception as e:  # noqa: BLE001
             entry["failed_batch_sizes"].append(bs)
-            entry["error"] = f"batch {bs}: {e}"[:300]
+            entry["error"] = f"featurize batch {bs}: {e.__class__.__name__}: {e}"[:300]
             continue
-        rows.append(graph_to_row(graph, arch=arch, family=entry["family"], exporter=zoo.EXPORTER))
+        row = graph_to_row(graph, arch=arch, family=entry["family"], exporter=skeleton.exporter)
+        row["resolution"] = resolution  # text models: the sequence length (their graph key)
+        rows.append(row)
     entry["featurize_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     if rows:
@@ -177,13 +178,6 @@ class BuildSummary:
     stage_s: dict = field(default_factory=dict)
 
 
-def labeled_architectures(labels: str) -> set[str]:
-    """Every architecture with a stored label row, any device, under a label store."""
-    from trappm_ray.labels.store import device_slugs, read_rows
-
-    return {a for slug in device_slugs(labels) for a in read_rows(labels, slug).column("arch").to_pylist()}
-
-
 def _limit(arch: str, cfg: DatasetConfig, labeled: set[str]) -> float:
     from trappm_ray.corpus import zoo
 
@@ -191,35 +185,66 @@ def _limit(arch: str, cfg: DatasetConfig, labeled: set[str]) -> float:
     return float("inf") if exempt else cfg.max_params
 
 
-def _is_done(entry: dict | None, cfg: DatasetConfig, labeled: set[str]) -> bool:
+def _is_done(entry: dict | None, cfg: DatasetConfig, labeled: set[str],
+             batch_sizes: tuple[int, ...] = ()) -> bool:
     if entry is None:
         return False
     if entry["status"] == "skipped":  # too large then; a higher limit now makes it work to do
         return entry.get("params_torch", 0) > _limit(entry["arch"], cfg, labeled)
-    return entry["status"] == "ok" or not cfg.retry_failed
+    if entry["status"] == "ok":  # done unless batch sizes were added since
+        return not set(batch_sizes) - set(entry.get("batch_sizes") or batch_sizes)
+    return not cfg.retry_failed
 
 
-def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
-    """Build (or resume) the corpus described by ``cfg`` with Ray tasks."""
-    t0 = time.perf_counter()
+def plan_tasks(cfg: DatasetConfig) -> tuple[list, set[str]]:
+    """The tasks of a build (in build order) and the architectures exempt from ``max_params``."""
+    from trappm_ray.corpus import keys
+
+    if cfg.keys_from:
+        if cfg.keys_from == "public":
+            tasks = keys.from_public_sources(cfg.public_root)
+        elif cfg.keys_from == "labels":
+            from trappm_ray.corpus import text_models
+
+            tasks = keys.from_label_store(cfg.labels, set(text_models.config_names()))
+        else:
+            raise ValueError(f"keys_from must be 'public' or 'labels', not {cfg.keys_from!r}")
+        tasks = [t for t in tasks if not cfg.groups or t.group in cfg.groups]
+        if cfg.archs:
+            tasks = [t for t in tasks if t.arch in cfg.archs]
+        if cfg.max_archs:
+            tasks = tasks[: cfg.max_archs]
+        return tasks, {t.arch for t in tasks}  # every labeled model, whatever its size
     archs = list(cfg.archs) or select_architectures(cfg.other_per_family)
     if cfg.max_archs:
         archs = archs[: cfg.max_archs]
     labeled = labeled_architectures(cfg.labels) if cfg.labels else set()
     archs += sorted(labeled - set(archs))
+    return [keys.Task(a, r, tuple(cfg.batch_sizes), "timm") for a in interleave_families(archs)
+            for r in cfg.resolutions], labeled
+
+
+def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
+    """Build (or resume) the corpus described by ``cfg`` with Ray tasks."""
+    t0 = time.perf_counter()
+    tasks, labeled = plan_tasks(cfg)
     entries = {e["task"]: e for e in read_manifest(cfg.out)}
-    todo = [(a, r) for a in interleave_families(archs) for r in cfg.resolutions
-            if not _is_done(entries.get(task_name(a, r)), cfg, labeled)]
-    progress(f"{len(archs)} architectures x {len(cfg.resolutions)} resolutions: "
-             f"{len(entries)} tasks recorded, {len(todo)} to run -> {cfg.out}")
+    todo = [t for t in tasks if not _is_done(entries.get(task_name(t.arch, t.resolution)), cfg,
+                                             labeled, t.batch_sizes)]
+    progress(f"{len(tasks)} tasks ({len({t.arch for t in tasks})} architectures): "
+             f"{len(entries)} recorded, {len(todo)} to run -> {cfg.out}")
     if todo:
-        ensure_ray(cfg.ray_address)
+        ensure_ray(cfg.ray_address, num_cpus=cfg.num_cpus or None)
         import ray
         # Workers are recycled every few tasks: exported models leave allocator caches behind.
         task = ray.remote(num_cpus=cfg.task_cpus, max_calls=8, max_retries=1)(build_shard)
-        pending = {task.remote(a, r, tuple(cfg.batch_sizes), cfg.out, cfg.keep_onnx,
-                               _limit(a, cfg, labeled)): (a, r)
-                   for a, r in todo}
+        pending = {}
+        for t in todo:
+            old = entries.get(task_name(t.arch, t.resolution)) or {}
+            bs = sorted(set(t.batch_sizes) | set(old.get("batch_sizes") or []))  # never lose graphs
+            ref = task.remote(t.arch, t.resolution, tuple(bs), cfg.out, cfg.keep_onnx,
+                              _limit(t.arch, cfg, labeled), t.source, cfg.meta_init)
+            pending[ref] = (t.arch, t.resolution)
         finished = 0
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
@@ -247,8 +272,8 @@ def finalize(cfg: DatasetConfig, entries: list[dict], ran: int, wall_s: float) -
     from trappm_ray.corpus import zoo
 
     entries = sorted(entries, key=lambda e: e["task"])
-    cols = ("task", "arch", "family", "resolution", "status", "error", "graphs", "shard",
-            "export_s", "featurize_s", "write_s")
+    cols = ("task", "arch", "family", "resolution", "source", "status", "error", "graphs",
+            "shard", "export_s", "featurize_s", "write_s")
     storage.write_table(pa.Table.from_pylist([{c: e.get(c) for c in cols} for e in entries]),
                         storage.join(cfg.out, "manifest.parquet"))
     ok = [e for e in entries if e["status"] == "ok"]

@@ -12,7 +12,6 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 
 import numpy as np
-import torch
 from ray.data.collate_fn import NumpyBatchCollateFn
 from torch_geometric.data import Batch, Data
 

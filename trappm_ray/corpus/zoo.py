@@ -6,13 +6,11 @@ torch and timm are imported lazily so that the featurizer and the service never 
 """
 from __future__ import annotations
 
-import io
 import re
 import warnings
 from dataclasses import dataclass
 
-import onnx
-
+from trappm_ray.corpus.export import KEEP_INITIALIZER_MAX_ELEMENTS
 from trappm_ray.graph.onnx_io import strip_weights
 
 # The TraPPM paper's eleven families, matched as name prefixes after vendor prefixes are removed.
@@ -34,11 +32,8 @@ _KNOWN = sorted(PAPER_FAMILIES + OTHER_FAMILIES, key=len, reverse=True)
 # Architectures above this many parameters are skipped: their export alone needs several GB and
 # minutes on a CPU, and a weight-stripped skeleton of them would still be produced the same way.
 MAX_PARAMS = 400_000_000
-OPSET = 17
+OPSET = 17  # the same as trappm_ray.corpus.export.OPSET
 EXPORTER = f"torch.onnx legacy (dynamo=False), opset {OPSET}, eval mode, dynamic batch axis"
-# Weights are stripped to typed graph inputs; small tensors stay because shape inference reads
-# them (Reshape targets, Slice bounds).
-KEEP_INITIALIZER_MAX_ELEMENTS = 64
 
 
 def family_of(arch: str) -> str:
@@ -61,17 +56,37 @@ def list_architectures(families: tuple[str, ...] | None = None) -> list[str]:
     return sorted(a for a in timm.list_models() if family_of(a) in wanted)
 
 
+# Names in timm's published benchmark CSVs that this timm version lists under another name,
+# with the same architecture (the old name's weights differ, the graph does not).
+ALIASES = {
+    **{f"swin_v2_cr_{v}": f"swinv2_cr_{v}" for v in (
+        "tiny_224", "tiny_384", "tiny_ns_224", "small_224", "small_384", "base_224", "base_384",
+        "large_224", "large_384", "huge_224", "huge_384", "giant_224", "giant_384")},
+    "vit_base_patch16_224_sam": "vit_base_patch16_224",
+    "vit_base_patch32_224_sam": "vit_base_patch32_224",
+}
+
+
 def create_model(arch: str, resolution: int, device: str | None = None):
-    """A randomly initialised timm model that accepts ``resolution`` x ``resolution`` images."""
+    """A randomly initialised timm model that accepts ``resolution`` x ``resolution`` images.
+
+    Args:
+        arch: timm name (deprecated names and :data:`ALIASES` resolve).
+        resolution: input size in pixels.
+        device: where to build it (``meta``: no memory at all), default torch's default.
+    """
     import timm
 
+    name = ALIASES.get(arch, arch)
     kwargs = dict(pretrained=False)
     if device is not None:
         kwargs["device"] = device
-    try:
-        return timm.create_model(arch, img_size=resolution, **kwargs)
-    except TypeError:  # convolutional models take any size and have no img_size argument
-        return timm.create_model(arch, **kwargs)
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # deprecated-name notices
+        try:
+            return timm.create_model(name, img_size=resolution, **kwargs)
+        except TypeError:  # convolutional models take any size and have no img_size argument
+            return timm.create_model(name, **kwargs)
 
 
 def count_params(arch: str, resolution: int) -> int:
@@ -94,37 +109,46 @@ class Skeleton:
     exporter: str = EXPORTER
 
 
-def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PARAMS) -> Skeleton:
+def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PARAMS,
+                    meta_init: bool = False) -> Skeleton:
     """Export ``arch`` at ``resolution`` with a dynamic batch axis and strip its weights.
 
+    Args:
+        arch, resolution: the timm architecture and input size.
+        max_params: refuse architectures above this many parameters (None: no limit).
+        meta_init: build the parameters on the meta device and give them random values only
+            before export (:mod:`trappm_ray.corpus.export`): no initialisation cost, same graph.
+
     Raises:
-        ValueError: the architecture has more than ``max_params`` parameters (None: no limit).
+        ValueError: the architecture has more than ``max_params`` parameters.
     """
     import torch
+
+    from trappm_ray.corpus import export
 
     if max_params is not None and (n := count_params(arch, resolution)) > max_params:
         raise ValueError(f"{arch} has {n:,} parameters, above the zoo's limit of {max_params:,}")
     # Seeded: an export in a Ray worker that has already exported other models would otherwise
     # draw other random weights, and a rare coincidence among them changes the graph by a node.
     torch.manual_seed(0)
-    model = create_model(arch, resolution).eval()
+    if meta_init:
+        with export.meta_parameters():
+            model = create_model(arch, resolution)
+        export.materialize(model)
+    else:
+        model = create_model(arch, resolution)
+    model = model.eval()
     params = sum(p.numel() for p in model.parameters())
-    with torch.no_grad():
-        # Random init leaves many tensors identical (zero-init gammas, LayerNorm ones); the
-        # exporter would merge those into shared weights and add Identity nodes. Jitter keeps
-        # every weight distinct (positive, so variances stay valid) and the graph unchanged.
-        for t in list(model.parameters()) + list(model.buffers()):
-            if t.is_floating_point():
-                t.add_(torch.rand_like(t) * 1e-3)
-    buf = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(model, torch.randn(1, 3, resolution, resolution), buf, dynamo=False,
-                          opset_version=OPSET, input_names=["input"], output_names=["output"],
-                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
-    proto = strip_weights(onnx.load_from_string(buf.getvalue()), KEEP_INITIALIZER_MAX_ELEMENTS)
-    return Skeleton(arch, resolution, proto.SerializeToString(), params)
+    # Random init leaves many tensors identical (zero-init gammas, LayerNorm ones); the exporter
+    # would merge those into shared weights and add Identity nodes. Jitter keeps every weight
+    # distinct (positive, so variances stay valid) and the graph unchanged.
+    export.jitter_real_tensors(model)
+    onnx_bytes = export.export_legacy(
+        model, (torch.randn(1, 3, resolution, resolution),), input_names=["input"],
+        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+    return Skeleton(arch, resolution, onnx_bytes, params)
 
 
 __all__ = ["PAPER_FAMILIES", "OTHER_FAMILIES", "EXPORTER", "Skeleton", "family_of",
-           "list_architectures", "create_model", "count_params", "export_skeleton", "strip_weights"]
+           "ALIASES", "list_architectures", "create_model", "count_params", "export_skeleton", "strip_weights",
+           "KEEP_INITIALIZER_MAX_ELEMENTS"]

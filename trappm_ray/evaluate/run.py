@@ -8,6 +8,7 @@ the leave-one-family-out split one fold per family.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import time
 from collections import defaultdict
@@ -24,10 +25,14 @@ from trappm_ray.labels.datasheet import neighbour_errors
 from trappm_ray.labels.examples import load_examples
 from trappm_ray.labels.store import default_slug
 from trappm_ray.train.pretrain import load_encoder
-from trappm_ray.train.regressors import (RECIPES, SEEDS, embed, fit_task, for_target, mape, pack_graphs, prepare,
+from trappm_ray.train.regressors import (RECIPES, embed, fit_task, for_target, mape, prepare,
                       random_encoder, recipe_with, rmse)
-from trappm_ray.train.build_predictor import DEFAULT_ENCODER, available_targets, data_hash
+from trappm_ray.train.build_predictor import available_targets, data_hash
+from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.splits import split
+
+log = logging.getLogger(__name__)
+
 
 def _instances(cfg: EvalConfig, families: list[str]) -> list[tuple[str, int, str | None]]:
     out = []
@@ -76,7 +81,7 @@ def load_prepared(labels: str, slug: str, targets, encoder: str):
     return ex, data, enc, enc_meta
 
 
-def evaluate(cfg: EvalConfig, progress=print) -> dict:
+def evaluate(cfg: EvalConfig) -> dict:
     """Run every (split instance, model, target) as a Ray task; write and return the results."""
     import ray
 
@@ -90,19 +95,18 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
     encoders = {"v2": enc_meta}
     rows = ex2.rows
     # the graphs live in the object store from here on, shared by the tasks
-    refs = {"v2": ray.put(pack_graphs(data2)), "x": ray.put(static_matrix(data2)),
-            "emb:pretrained": ray.put(embed(enc, data2)),
-            "emb:random": ray.put(embed(random_encoder(enc), data2)), "emb:none": None}
+    refs = {"x": ray.put(static_matrix(data2)), "emb:random": ray.put(embed(random_encoder(enc), data2)),
+            "emb:none": None}
+    refs["v2"], refs["emb:pretrained"] = share_graphs(data2, enc)
     del data2
     if "trappm-published" in cfg.models:
         # the published recipe drops out single nodes, so it cannot run on node classes
         data1 = prepare(load_examples(cfg.labels, slug, "trappm-v1", targets).data, classes=False)
         enc1, encoders["trappm-v1"] = load_encoder(cfg.encoder_v1)
-        refs["trappm-v1"], refs["emb:v1"] = ray.put(pack_graphs(data1)), ray.put(embed(enc1, data1))
+        refs["trappm-v1"], refs["emb:v1"] = share_graphs(data1, enc1)
         del data1
-    gnn, static = ray.remote(num_cpus=1)(fit_task), ray.remote(num_cpus=1)(fit_static_task)
     families = sorted({r["family"] for r in rows})
-    jobs = {}
+    calls, tests = {}, {}
     for kind, seed, fam in _instances(cfg, families):
         tr, va, te = split(rows, kind, seed, fam)
         models = cfg.models if kind == "random" else [m for m in cfg.models if m in cfg.split_models]
@@ -116,26 +120,21 @@ def evaluate(cfg: EvalConfig, progress=print) -> dict:
             for model in models:
                 if model == "analytic" and target != "train_memory_mb":
                     continue
+                key = (kind, seed, fam, model, target)
                 if model in STATIC_MODELS:
-                    ref = static.remote(refs["x"], y, ok(tr), ok(va), ok(te), model, seed)
+                    calls[key] = (fit_static_task, (refs["x"], y, ok(tr), ok(va), ok(te), model, seed), {})
                 else:
                     rec = for_target(recipe_with(model, max_epochs=cfg.max_epochs or None), target)
                     emb = refs["emb:v1"] if rec.feature_set == "trappm-v1" else refs[f"emb:{rec.embedding}"]
-                    ref = gnn.remote(refs[rec.feature_set], y, emb, ok(tr), ok(va), ok(te), rec, seed)
-                jobs[ref] = (kind, model, target, ok(te))
-    progress(f"[evaluate] {slug}: {len(rows)} examples, {len(jobs)} fits")
+                    calls[key] = (fit_task, (refs[rec.feature_set], y, emb, ok(tr), ok(va), ok(te), rec, seed), {})
+                tests[key] = ok(te)
+    log.info("%s: %d examples, %d fits", slug, len(rows), len(calls))
     done = defaultdict(list)
     seconds = defaultdict(float)
-    pending = list(jobs)
-    while pending:
-        ready, pending = ray.wait(pending, num_returns=1)
-        kind, model, target, te = jobs[ready[0]]
-        out = ray.get(ready[0])
-        done[(kind, model, target)].append((te, out["pred"]))
+    for key, out in fan_out(calls, f"evaluating on {slug}").items():
+        kind, _, _, model, target = key
+        done[(kind, model, target)].append((tests[key], out["pred"]))
         seconds[(kind, model, target)] += out["seconds"]
-        if len(pending) % 20 == 0:
-            progress(f"[evaluate] {len(jobs) - len(pending)}/{len(jobs)} fits done "
-                     f"({time.perf_counter() - t0:.0f} s)")
     results: dict = {}
     for (kind, model, target), preds in sorted(done.items()):
         y = ex2.column(target)

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import time
 from collections import deque
 from dataclasses import dataclass, field
 
@@ -18,6 +19,7 @@ from onnx import helper
 
 from trappm_ray import errors
 from trappm_ray.graph.onnx_io import Limits, check_model, infer, read_model
+from trappm_ray.graph.weights import INDEX_DTYPES, find_weights
 
 SHAPE_SLOTS = 6
 # Ops whose output is a view or a pure re-labelling in the training framework: they move no data
@@ -31,7 +33,6 @@ ELEMENT_COST = {"Softmax": 5, "LogSoftmax": 5, "LayerNormalization": 8, "BatchNo
                 "Sigmoid": 4, "Tanh": 4, "HardSwish": 3, "HardSigmoid": 3, "Swish": 5, "Mish": 6,
                 "Exp": 2, "Log": 2, "Pow": 2, "Sqrt": 2, "Div": 1, "Reciprocal": 1,
                 "RMSNormalization": 6, "Softplus": 3, "Elu": 3, "Selu": 3, "Clip": 1}
-INDEX_DTYPES = {onnx.TensorProto.INT64, onnx.TensorProto.INT32, onnx.TensorProto.BOOL}
 RNN_GATES = {"LSTM": 4, "GRU": 3, "RNN": 1}
 DTYPE_BYTES = {onnx.TensorProto.BOOL: 1, onnx.TensorProto.INT8: 1, onnx.TensorProto.UINT8: 1,
                onnx.TensorProto.FLOAT16: 2, onnx.TensorProto.BFLOAT16: 2,
@@ -165,10 +166,9 @@ def _macs(op: str, a: dict, ins: list, outs: list, out_numel: int) -> float:
 def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     """The linear pass over an inferred model (see :func:`featurize`)."""
     nodes = m.model.graph.node  # in topological order (featurize sorts them)
-    shapes, dtypes, weights = m.shapes, m.dtypes, set(m.weights)
-    for n in nodes:  # large constants carried by Constant nodes are weights too
-        if n.op_type == "Constant" and n.output and math.prod(shapes.get(n.output[0], (0,))) > 64:
-            weights.add(n.output[0])
+    shapes, dtypes = m.shapes, m.dtypes
+    # weights wherever they come from; `folded` nodes only compute weights (see weights.py)
+    weights, folded = find_weights(nodes, shapes, dtypes, set(m.weights))
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     N = len(nodes)
     numel = {k: float(math.prod(v)) for k, v in shapes.items()}
@@ -192,15 +192,16 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
                 if j is not None:
                     src.append(j)
                     dst.append(i)
-            elif x not in counted:
+            elif x not in counted and i not in folded:  # counted where the weight is used
                 counted.add(x)
                 dtype = dtypes.get(x, onnx.TensorProto.FLOAT)
                 if dtype not in INDEX_DTYPES:  # index buffers and shape constants aren't params
                     params[i] += numel.get(x, 0.0)
                 wbytes[i] += numel.get(x, 0.0) * DTYPE_BYTES.get(dtype, 4)
         out_numel = numel.get(outputs[0], 0.0) if outputs else 0.0
-        obytes[i] = sum(numel[x] * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
-                        for x in outputs if x in numel)
+        if i not in folded:  # a folded node's output is a weight (in weight_bytes), not data
+            obytes[i] = sum(numel[x] * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
+                            for x in outputs if x in numel)
         in_shape.append(_fold6(data_in[0] if data_in else (ins[0] if ins else None)))
         out_shape.append(_fold6(outs[0] if outs else None))
         n_in.append(sum(1 for x in inputs if x))
@@ -209,7 +210,7 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
         out_elems[i] = sum(numel.get(x, 0.0) for x in outputs)
         kernel = stride = group = 1
         try:
-            macs[i] = _macs(op, a, ins, outs, out_numel)
+            macs[i] = 0.0 if i in folded else _macs(op, a, ins, outs, out_numel)
             if "kernel_shape" in a:
                 kernel = int(math.prod(a["kernel_shape"]))
             elif op in ("Conv", "ConvTranspose") and len(ins) > 1 and ins[1]:
@@ -247,23 +248,27 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
                  in_elems, out_elems, attrs, static)
 
 
-def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int = 1,
+def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int | None = 1,
               resolution: int | None = None, dims: dict[str, int] | None = None,
               limits: Limits = Limits()) -> Graph:
     """Turn an ONNX model into a :class:`Graph` at a given batch size.
 
     Args:
         src: path, bytes, or a parsed model (which is copied, never modified).
-        batch_size: the value bound to every data input's first dimension.
+        batch_size: the value bound to every data input's first dimension; None keeps the
+            batch the file was exported with (1 for a dynamic batch axis). A file exported at
+            a fixed batch is re-bound to another one where that is sound
+            (``meta["batch_rebound"]``), and refused with :class:`errors.FixedBatch` where not.
         resolution: bound to symbolic spatial dimensions (dims 2.. of a data input).
         dims: values for other named symbolic dimensions, e.g. ``{"seq": 128}``.
-        limits: caps on file size, node count and unresolved shapes.
+        limits: caps on file size, node count, folded values, time and unresolved shapes.
 
     Raises:
         errors.ModelError: a subclass naming what is wrong with the input.
     """
-    if batch_size < 1:
+    if batch_size is not None and batch_size < 1:
         raise ValueError("batch_size must be >= 1")
+    deadline = time.monotonic() + limits.max_seconds
     if isinstance(src, onnx.ModelProto):
         model = onnx.ModelProto()
         model.CopyFrom(src)
@@ -280,8 +285,10 @@ def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int 
             copy.CopyFrom(nodes[i])
         del nodes[:]
         nodes.extend(ordered)
-    inferred = infer(model, batch_size, resolution, dims, limits)
-    graph = build_graph(inferred, batch_size, resolution)
+    inferred = infer(model, batch_size, resolution, dims, limits, deadline)
+    if time.monotonic() > deadline:
+        raise errors.TooSlow(f"featurizing took over {limits.max_seconds:g} s (shape inference)")
+    graph = build_graph(inferred, inferred.batch_size, resolution)
     graph.meta = {
         "opset": max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")),
                      default=0),
@@ -289,5 +296,9 @@ def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int 
         "data_inputs": inferred.data_inputs,
         "unresolved_shapes": len(inferred.unresolved),
         "external_data": inferred.external_data,
+        # a fixed-batch file featurized at another batch: its shape targets were re-bound
+        "exported_batch": inferred.exported_batch,
+        "batch_rebound": inferred.exported_batch not in (None, inferred.batch_size),
+        "rebound_targets": len(inferred.rebound),
     }
     return graph

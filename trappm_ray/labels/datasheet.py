@@ -9,6 +9,8 @@ import pyarrow.compute as pc
 from trappm_ray import storage
 from trappm_ray.labels import store
 from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
+from trappm_ray.labels.public import read_raw
+from trappm_ray.labels.public_datasheet import public_datasheet
 from trappm_ray.labels.store import compact_labels, measured_busy
 
 
@@ -44,7 +46,13 @@ def neighbour_errors(ok_rows: list[dict], column: str) -> np.ndarray:
 
 
 def datasheet(labels_dir: str, slug: str) -> str:
-    """Markdown describing ``<labels_dir>/<slug>`` (rows, coverage, provenance, load, joins)."""
+    """Markdown describing ``<labels_dir>/<slug>`` (rows, coverage, provenance, load, joins).
+
+    Devices imported from public sources (they have ``raw/runs.parquet``) get the datasheet of
+    :func:`trappm_ray.labels.public_datasheet.public_datasheet` instead.
+    """
+    if read_raw(labels_dir, slug) is not None:
+        return public_datasheet(labels_dir, slug)
     table = compact_labels(labels_dir, slug)
     rows = table.to_pylist()
     ok = [r for r in rows if r["status"] == "ok"]

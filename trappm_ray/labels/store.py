@@ -36,8 +36,20 @@ COLUMNS: dict[str, str] = {
     "device_name": _S, "driver": _S, "cuda": _S, "torch_version": _S, "timm_version": _S,
     "exporter": _S, "machine_id": _S, "boot_id": _S, "warmup": _I, "steps": _I, "date": _S,
     "harness_version": _S,
+    # What varies a measurement besides the model (imported public labels; docs/labels.md). Null in
+    # this project's CPU rows. precision: fp32, amp-fp16, amp-bf16, fp16, bf16, fp64;
+    # memory_format: nchw, nhwc, none; parallelism: single, dp2..dp4, tp4, pp4; compiled: none,
+    # dynamo, fusion. For text models `resolution` holds the sequence length (= seq_len).
+    "precision": _S, "memory_format": _S, "gpus": _I, "parallelism": _S, "compiled": _S,
+    "model_source": _S, "device_spec": _S, "seq_len": _I,
+    "train_samples_per_s": _F, "inference_samples_per_s": _F, "gmacs": _F, "macts": _F,
+    "forward_ms": _F, "backward_ms": _F, "n_measurements": _I,
+    # Provenance of imported rows (trappm_ray/labels/public.py): where the numbers come from.
+    "source_repo": _S, "source_commit": _S, "source_file": _S, "license": _S, "method": _S,
+    "date_imported": _S,
 }
-KEY = ("device_slug", "arch", "resolution", "batch_size", "dtype", "optimizer")
+KEY = ("device_slug", "arch", "resolution", "batch_size", "dtype", "optimizer", "precision",
+       "memory_format", "gpus", "parallelism", "compiled")
 
 SCHEMA = pa.schema([(name, {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[kind])
                     for name, kind in COLUMNS.items()])

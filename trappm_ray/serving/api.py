@@ -1,4 +1,4 @@
-"""One model in, its predicted training cost out: the API behind ``trappm_ray.serving.api``.
+"""One model in, its predicted training cost out: the API behind ``trappm_ray.predict``.
 
     >>> import trappm_ray
     >>> p = trappm_ray.predict("resnet101.onnx", batch_size=32, memory_budget_mb=8000)
@@ -24,15 +24,9 @@ from trappm_ray import storage
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
+from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
-# MIG profiles per GPU, smallest first: (profile, memory GB). DIPPM's A100-40GB rule, extended.
-GPU_PROFILES: dict[str, tuple[tuple[str, int], ...]] = {
-    "A100-40GB": (("1g.5gb", 5), ("2g.10gb", 10), ("3g.20gb", 20), ("7g.40gb", 40)),
-    "A100-80GB": (("1g.10gb", 10), ("2g.20gb", 20), ("3g.40gb", 40), ("7g.80gb", 80)),
-    "H100-80GB": (("1g.10gb", 10), ("1g.20gb", 20), ("2g.20gb", 20), ("3g.40gb", 40),
-                  ("4g.40gb", 40), ("7g.80gb", 80)),
-}
 DEFAULT_RESOLUTION = 224  # for timm names and torch modules, which carry no input shape
 
 
@@ -270,50 +264,6 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
                      dims=dict(opts.dims) or None)
 
 
-def fitting_profiles(memory_mb: float) -> tuple[dict[str, str | None], str | None]:
-    """Per GPU the smallest MIG profile with more memory than ``memory_mb`` (1 GB = 1024 MB),
-    and the smallest over all GPUs (least memory, then fewest compute slices)."""
-    per_gpu, best = {}, None
-    for gpu, profiles in GPU_PROFILES.items():
-        fit = next(((name, gb) for name, gb in profiles if memory_mb < gb * 1024), None)
-        per_gpu[gpu] = fit[0] if fit else None
-        rank = fit and (fit[1], int(fit[0].split("g.")[0]))  # memory, then compute slices
-        if fit and (best is None or rank < best[0]):
-            best = (rank, f"{gpu} {fit[0]}")
-    return per_gpu, best[1] if best else None
-
-
-def largest_batch(proto: onnx.ModelProto, predictor: Predictor, opts: PredictOptions) -> int:
-    """Largest batch size whose predicted training memory fits ``opts.memory_budget_mb``.
-
-    Doubling then bisection, re-featurizing at each size; this assumes memory grows with the
-    batch. A size the featurizer refuses counts as not fitting. 0: not even batch 1 fits.
-    """
-    memo: dict[int, bool] = {}
-
-    def fits(b: int) -> bool:
-        if b not in memo:
-            try:
-                row = predictor.predict_graphs([featurize_with(proto, opts, b)])[0]
-                memo[b] = row["train_memory_mb"] <= opts.memory_budget_mb
-            except errors.ModelError:
-                memo[b] = False
-        return memo[b]
-
-    if not fits(1):
-        return 0
-    lo = 1
-    while lo < opts.max_batch and fits(min(2 * lo, opts.max_batch)):
-        lo = min(2 * lo, opts.max_batch)
-    if lo == opts.max_batch:
-        return lo
-    hi = min(2 * lo, opts.max_batch)  # does not fit
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
-    return lo
-
-
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search)."""
@@ -358,7 +308,10 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
         data, opts, label = models[i]
         p = build_prediction(row, graph, predictor, opts, label, hashlib.sha256(data).hexdigest())
         if opts.memory_budget_mb is not None:
-            p.max_batch_size = largest_batch(proto, predictor, opts)
+            p.max_batch_size = largest_batch(
+                lambda b, proto=proto, opts=opts: predictor.predict_graphs(
+                    [featurize_with(proto, opts, b)])[0]["train_memory_mb"],
+                opts.memory_budget_mb, opts.max_batch)
         out[i] = p
     return out
 
@@ -396,6 +349,6 @@ def predict(model, batch_size: int = 1, device: str | None = None, *,
     return result
 
 
-__all__ = ["GPU_PROFILES", "Estimate", "Cost", "PredictOptions", "Prediction", "predict",
-           "predict_many", "load_predictor", "model_bytes", "largest_batch", "fitting_profiles",
+__all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict",
+           "predict_many", "load_predictor", "model_bytes",
            "build_prediction", "model_version", "device_of"]

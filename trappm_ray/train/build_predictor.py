@@ -6,6 +6,7 @@ the epoch. Accuracy on held-out data is measured by :mod:`trappm_ray.evaluate.ru
 from __future__ import annotations
 
 import hashlib
+import logging
 import shutil
 import time
 from dataclasses import asdict, dataclass
@@ -18,11 +19,13 @@ from trappm_ray.model import predictor as P
 from trappm_ray import storage
 from trappm_ray.labels.examples import GRAPHS_FILE, join_graphs, load_examples
 from trappm_ray.labels.store import default_slug, ok_labels
-from trappm_ray.train.pretrain import load_encoder
-from trappm_ray.train.regressors import (SEEDS, build_regressor, embed, fit_task, for_target, pack_graphs, prepare,
-                      recipe_with)
-from trappm_ray.train.splits import split
 from trappm_ray.targets import TARGETS, label_column, unit
+from trappm_ray.train.fanout import fan_out, share_graphs
+from trappm_ray.train.pretrain import load_encoder
+from trappm_ray.train.regressors import SEEDS, build_regressor, fit_task, for_target, prepare, recipe_with
+from trappm_ray.train.splits import split
+
+log = logging.getLogger(__name__)
 
 DEFAULT_ENCODER = "artifacts/pretrain/gae-v2-cpu/encoder.pt"
 
@@ -70,8 +73,8 @@ def data_hash(labels: str, slug: str) -> str:
 def label_provenance(labels: str, slug: str, examples) -> dict:
     """The manifest's ``device`` and ``data`` entries for a predictor fitted on ``examples``."""
     rows = ok_labels(labels, slug).to_pylist()
-    return {"device": {"slug": slug, "name": rows[0]["device_name"], "threads": rows[0]["threads"],
-                       "torch": rows[0]["torch_version"]},
+    return {"device": {"slug": slug, "name": rows[0]["device_name"], "kind": rows[0]["device"],
+                       "threads": rows[0]["threads"], "torch": rows[0]["torch_version"]},
             "data": {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
                      "families": sorted({r["family"] for r in examples.rows}),
                      "sha256_16": data_hash(labels, slug),
@@ -88,21 +91,19 @@ def available_targets(labels: str, slug: str) -> tuple[str, ...]:
                  and not np.isnan(np.asarray(t.column(col).to_pylist(), dtype=float)).all())
 
 
-def train_predictor(cfg: RegressConfig, progress=print) -> dict:
+def train_predictor(cfg: RegressConfig) -> dict:
     """Fit targets x seeds regressors with Ray and register them as one predictor.
 
     Returns:
         ``uri`` of the registered predictor, per-target validation MAPE (mean over seeds),
         per-task seconds and the wall time.
     """
-    import ray
-
     from trappm_ray.ray_init import ensure_ray
 
     t0 = time.perf_counter()
     ensure_ray(cfg.ray_address)
     if cfg.join_corpus:
-        progress(f"joined graphs: {join_graphs(cfg.labels, cfg.join_corpus)}")
+        log.info("joined graphs: %s", join_graphs(cfg.labels, cfg.join_corpus))
     slug = cfg.device or default_slug(cfg.labels)
     targets = cfg.targets or available_targets(cfg.labels, slug)
     recipe = recipe_with(cfg.recipe, max_epochs=cfg.max_epochs or None)
@@ -115,25 +116,22 @@ def train_predictor(cfg: RegressConfig, progress=print) -> dict:
     if encoder is not None and enc_meta["feature_set"] != recipe.feature_set:
         raise ValueError(f"encoder {cfg.encoder} uses {enc_meta['feature_set']} features, "
                          f"recipe {cfg.recipe} {recipe.feature_set}")
-    data_ref, emb_ref = ray.put(pack_graphs(data)), ray.put(embed(encoder, data))
+    data_ref, emb_ref = share_graphs(data, encoder)
     example = examples.data[0]
     examples.data = []  # the graphs live in the object store from here on, shared by the tasks
     del data
-    task = ray.remote(num_cpus=1)(fit_task)
-    jobs = {}
+    calls = {}
     for target in targets:
         y = examples.column(target)
         ok = np.flatnonzero(np.isfinite(y) & (y > 0))
         for seed in cfg.seeds:
             tr, va, _ = split([examples.rows[i] for i in ok], "none", seed)
-            jobs[task.remote(data_ref, y, emb_ref, ok[tr], ok[va], np.empty(0, np.int64),
-                             for_target(recipe, target), seed, keep_model=True)] = (target, seed)
-    results = {}
-    for ref, key in jobs.items():
-        results[key] = ray.get(ref)
-        r = results[key]
-        progress(f"{key[0]} seed {key[1]}: val MAPE {r['val_mape']:.2f}% at epoch "
-                 f"{r['best_epoch']}/{r['epochs']} ({r['seconds']:.0f} s)")
+            calls[(target, seed)] = (fit_task, (data_ref, y, emb_ref, ok[tr], ok[va], np.empty(0, np.int64),
+                                                for_target(recipe, target), seed), {"keep_model": True})
+    results = fan_out(calls, f"fitting {slug} regressors")
+    for (target, seed), r in results.items():
+        log.info("%s seed %s: val MAPE %.2f%% at epoch %s/%s (%.0f s)", target, seed, r["val_mape"],
+                 r["best_epoch"], r["epochs"], r["seconds"])
     emb_dim = 0 if encoder is None else encoder.out_dim
     heads, scalers = {}, {}
     for target in targets:

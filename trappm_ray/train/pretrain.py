@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import io
 import json
+import logging
 import os
 import tempfile
 import time
@@ -26,6 +27,8 @@ from trappm_ray.corpus.loader import GraphCollateFn, arrow_filesystem, read_grap
 from trappm_ray.model.networks import PAPER_ENCODER_DIMS, GAE, GraphEncoder
 
 STATE_FILE = "state.pt"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -102,20 +105,6 @@ def _all_gather(value: float) -> list[float]:
     return out
 
 
-def _maybe_die(spec: dict | None, epoch: int, rank: int) -> None:
-    """Fault injection for tests: one rank exits hard, once, in the middle of ``epoch``."""
-    if not spec or epoch != spec["epoch"] or rank != spec["rank"]:
-        return
-    if storage.exists(spec["marker"]):
-        return
-    storage.write_bytes(spec["marker"], b"killed")
-    # The controller registers a reported checkpoint when it next polls the workers (every 2 s):
-    # a worker dying right after report() loses that checkpoint and the run restarts one epoch
-    # earlier. Waiting past one poll makes the test deterministic.
-    time.sleep(3)
-    os._exit(1)  # like an OOM kill: no exception, no cleanup
-
-
 def _train_loop(cfg: dict) -> dict:
     """Per-worker training function (runs inside Ray Train)."""
     import ray.train
@@ -159,7 +148,6 @@ def _train_loop(cfg: dict) -> dict:
             loss_sum += loss.item() * batch.num_graphs
             graphs += batch.num_graphs
             nodes += batch.num_nodes
-            _maybe_die(cfg.get("_kill_in_epoch"), epoch + 1, rank)
         elapsed = time.perf_counter() - t0
         rates = _all_gather(graphs / elapsed if elapsed > 0 else 0.0)
         totals = _all_gather((loss_sum, graphs, nodes))
@@ -218,17 +206,13 @@ def _uri(storage_uri: str, checkpoint) -> str | None:
     return f"s3://{checkpoint.path}" if storage_uri.startswith("s3://") else checkpoint.path
 
 
-def pretrain(cfg: PretrainConfig, dataset=None, progress=print,
-             _kill_in_epoch: dict | None = None) -> PretrainResult:
+def pretrain(cfg: PretrainConfig, dataset=None) -> PretrainResult:
     """Run (or resume) GAE pretraining described by ``cfg``.
 
     Args:
         cfg: the configuration.
         dataset: a Ray Dataset of graph rows to use instead of reading ``cfg.corpus`` (the
             benchmark reuses one materialised dataset across runs).
-        progress: called with one line of text at the end.
-        _kill_in_epoch: tests only: ``{"epoch", "rank", "marker"}`` makes that rank exit once
-            during that (1-based) epoch, to exercise the restart from the last checkpoint.
     """
     from ray.train import ScalingConfig
     from ray.train.torch import TorchConfig, TorchTrainer
@@ -238,8 +222,7 @@ def pretrain(cfg: PretrainConfig, dataset=None, progress=print,
     t0 = time.perf_counter()
     ensure_ray(cfg.ray_address)
     use_gpu = _resolve_gpu(cfg.use_gpu, cfg.num_workers)
-    loop_cfg = {**asdict(cfg), "dims": list(cfg.dims), "use_gpu": use_gpu,
-                "_kill_in_epoch": _kill_in_epoch}
+    loop_cfg = {**asdict(cfg), "dims": list(cfg.dims), "use_gpu": use_gpu}
     ds = dataset if dataset is not None else read_graphs(cfg.corpus, max_graphs=cfg.max_graphs,
                                                          shuffle_files=True, seed=cfg.seed)
     if cfg.cache and dataset is None:
@@ -262,8 +245,8 @@ def pretrain(cfg: PretrainConfig, dataset=None, progress=print,
     if result.checkpoint is not None:
         out.encoder = save_encoder(result.checkpoint, cfg, out)
     out.wall_s = time.perf_counter() - t0
-    progress(f"pretrain {cfg.name}: epoch {out.epoch} (started at {out.start_epoch}), "
-             f"loss {out.final_loss}, encoder {out.encoder}")
+    log.info("pretrain %s: epoch %s (started at %s), loss %s, encoder %s", cfg.name, out.epoch,
+             out.start_epoch, out.final_loss, out.encoder)
     return out
 
 

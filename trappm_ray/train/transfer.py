@@ -10,6 +10,7 @@ predictor with all of a new device's labels and registers the result.
 from __future__ import annotations
 
 import copy
+import logging
 import time
 from dataclasses import dataclass
 from datetime import datetime, timezone
@@ -20,10 +21,13 @@ import torch
 from trappm_ray.model import predictor as P
 from trappm_ray.labels.examples import load_examples
 from trappm_ray.model.predictor import Predictor, Scaler
-from trappm_ray.train.regressors import (Recipe, predict_rows, embed, fit, mape, pack_graphs, prepare, train_epochs,
+from trappm_ray.train.regressors import (Recipe, predict_rows, embed, fit, mape, prepare, train_epochs,
                       unpack_graphs)
-from trappm_ray.train.splits import split
 from trappm_ray.targets import unit
+from trappm_ray.train.fanout import fan_out, share_graphs
+from trappm_ray.train.splits import split
+
+log = logging.getLogger(__name__)
 
 
 def recentred(head, sc: Scaler, data, emb, y: np.ndarray, idx) -> Scaler:
@@ -158,7 +162,7 @@ def _fine_tune_task(head, sc, data, emb, y, train_idx, val_idx, epochs, lr, pati
     return {**out, "head": out["head"].state_dict()}
 
 
-def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
+def transfer_predictor(cfg: TransferConfig) -> dict:
     """Fine-tune every (target, seed) head of ``cfg.source`` on the new device as Ray tasks.
 
     Each seed holds out its own 15% per family of the new device's rows to choose the epoch.
@@ -169,8 +173,6 @@ def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
         ``uri`` of the registered predictor, per-target validation MAPE before (source as is) and
         after fine-tuning (means over seeds), the targets left out, and the wall time.
     """
-    import ray
-
     from trappm_ray.ray_init import ensure_ray
     from trappm_ray.train.build_predictor import available_targets, label_provenance
 
@@ -186,20 +188,20 @@ def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
                          f"{list(source.targets)}")
     ex = load_examples(cfg.labels, cfg.device, source.feature_set, tuple(targets))
     data = prepare(ex.data)
-    data_ref, emb_ref = ray.put(pack_graphs(data)), ray.put(embed(source.encoder, data))
-    task = ray.remote(num_cpus=1)(_fine_tune_task)
-    jobs = {}
+    data_ref, emb_ref = share_graphs(data, source.encoder)
+    calls = {}
     for target in targets:
         y = ex.column(target)
         ok = np.flatnonzero(np.isfinite(y) & (y > 0))
         for k, (head, sc) in enumerate(zip(source.heads[target], source.scalers[target])):
             seed = source.manifest["seeds"][k]
             tr, va, _ = split([ex.rows[i] for i in ok], "none", seed)
-            jobs[(target, k)] = task.remote(head, sc, data_ref, emb_ref, y, ok[tr], ok[va],
-                                            cfg.epochs, cfg.lr, cfg.patience, seed)
+            calls[(target, k)] = (_fine_tune_task, (head, sc, data_ref, emb_ref, y, ok[tr], ok[va],
+                                                    cfg.epochs, cfg.lr, cfg.patience, seed), {})
+    results = fan_out(calls, f"fine-tuning on {cfg.device}")
     heads, scalers, before, after = {}, {}, {}, {}
     for target in targets:
-        outs = [ray.get(jobs[(target, k)]) for k in range(len(source.heads[target]))]
+        outs = [results[(target, k)] for k in range(len(source.heads[target]))]
         heads[target] = []
         for head, out in zip(source.heads[target], outs):
             head = copy.deepcopy(head)
@@ -208,8 +210,8 @@ def transfer_predictor(cfg: TransferConfig, progress=print) -> dict:
         scalers[target] = [o["scaler"] for o in outs]
         before[target] = float(np.mean([o["val_mape_before"] for o in outs]))
         after[target] = float(np.mean([o["val_mape"] for o in outs]))
-        progress(f"{target}: val MAPE {before[target]:.1f}% as is -> {after[target]:.1f}% "
-                 f"fine-tuned (best epochs {[o['best_epoch'] for o in outs]})")
+        log.info("%s: val MAPE %.1f%% as is -> %.1f%% fine-tuned (best epochs %s)", target,
+                 before[target], after[target], [o["best_epoch"] for o in outs])
     m = source.manifest
     manifest = {
         **{k: m[k] for k in ("feature_set", "seeds", "head", "recipe", "encoder") if k in m},

@@ -1,0 +1,33 @@
+"""Import the public GPU measurements (timm, NeuSight, ryujaehun) into label device folders.
+
+    .venv/bin/python jobs/import_labels.py                      (../shared/data/public-gpu -> data/labels)
+    .venv/bin/python jobs/import_labels.py --root ../shared/data/public-gpu --out data/labels \
+        --sources timm,neusight,ryujaehun
+
+Writes ``<out>/<slug>/labels.parquet`` (compact, one row per key) and ``<out>/<slug>/raw/runs.parquet``
+(one row per source measurement) for every imported device, replacing an earlier import of that
+device; then ``python jobs/label_datasheet.py --all true`` writes their datasheets. What the rows mean:
+``trappm_ray/labels/public.py`` and docs/labels.md.
+"""
+import logging
+import os
+from dataclasses import dataclass
+
+from trappm_ray.config_cli import parse_config
+from trappm_ray.labels.public import import_public
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@dataclass
+class ImportConfig:
+    root: str = os.path.join(ROOT, "..", "shared", "data", "public-gpu")
+    out: str = "data/labels"
+    sources: tuple[str, ...] = ("timm", "neusight", "ryujaehun")
+    imported: str | None = None  # date written to date_imported (default: today, UTC)
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = parse_config(ImportConfig, description=__doc__)
+    print(import_public(os.path.normpath(cfg.root), cfg.out, cfg.sources, cfg.imported).text())

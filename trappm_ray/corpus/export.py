@@ -1,0 +1,157 @@
+"""Weight-free model construction and the legacy ONNX export shared by every model source.
+
+Models are built with their parameters on the meta device (no memory, no initialisation cost:
+the initialisers of a 1B-parameter model take minutes on one core), while buffers are computed
+for real (index tables, masks, running statistics), because the export reads them. Torch's
+legacy TorchScript exporter cannot trace a model on the meta device (its convolution meta kernels
+reject traced sizes), so before export each meta parameter gets uninitialised memory filled with
+distinct random values; this replaces the initialisation, not the allocation. The exported graph
+does not depend on weight values (they are stripped afterwards), only on their shapes and on
+their being distinct: equal tensors would be merged by the exporter's de-duplication.
+torch is imported lazily.
+"""
+from __future__ import annotations
+
+import contextlib
+import io
+import logging
+import os
+import tempfile
+import warnings
+
+import onnx
+
+from trappm_ray.graph.onnx_io import strip_weights
+
+log = logging.getLogger(__name__)
+
+OPSET = 17
+# Weights are stripped to typed graph inputs; small tensors stay because shape inference reads
+# them (Reshape targets, Slice bounds).
+KEEP_INITIALIZER_MAX_ELEMENTS = 64
+# Above this many bytes of weights, torch writes external data (protobuf's 2 GB cap): export to a
+# temporary folder and keep the protobuf only.
+_IN_MEMORY_MAX_BYTES = 1_500_000_000
+
+
+@contextlib.contextmanager
+def meta_parameters():
+    """Within the block, every parameter a module registers is moved to the meta device.
+
+    Buffers stay where they were computed; ``nn.init`` calls on meta parameters are free.
+    """
+    import torch
+
+    original = torch.nn.Module.register_parameter
+
+    def register(module, name, param):
+        original(module, name, param)
+        p = module._parameters.get(name)
+        if p is not None and p.device.type != "meta":
+            module._parameters[name] = type(p)(p.to("meta"), requires_grad=p.requires_grad)
+
+    torch.nn.Module.register_parameter = register
+    try:
+        yield
+    finally:
+        torch.nn.Module.register_parameter = original
+
+
+def materialize(model, seed: int = 0) -> int:
+    """Give every meta parameter (and meta buffer) CPU memory with distinct random values.
+
+    Tied parameters stay tied. Float values are drawn in [0.5, 1.5) (positive, so that variances
+    stay valid); other dtypes get small positive integers.
+
+    Args:
+        model: a module built under :func:`meta_parameters` (or plain: a no-op then).
+        seed: torch seed for the values.
+
+    Returns:
+        The number of parameter elements.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed)
+    done: dict[int, torch.Tensor] = {}
+    for module in model.modules():
+        for name, p in list(module._parameters.items()):
+            if p is not None and p.device.type == "meta":
+                if id(p) not in done:  # tied weights are one Parameter object: keep them tied
+                    done[id(p)] = torch.nn.Parameter(_random_like(p, gen), requires_grad=p.requires_grad)
+                module._parameters[name] = done[id(p)]
+        for name, b in list(module._buffers.items()):
+            if b is not None and b.device.type == "meta":
+                log.warning("meta buffer %s.%s filled with random values", type(module).__name__, name)
+                if id(b) not in done:
+                    done[id(b)] = _random_like(b, gen)
+                module._buffers[name] = done[id(b)]
+    return sum(p.numel() for p in model.parameters())
+
+
+def _random_like(t, gen):
+    import torch
+
+    if t.is_floating_point():
+        return torch.rand(t.shape, generator=gen, dtype=t.dtype).add_(0.5)
+    return torch.randint(1, 8, t.shape, generator=gen, dtype=t.dtype)
+
+
+def jitter_real_tensors(model, seed: int = 0) -> None:
+    """Add < 1e-3 of noise to every real float parameter and buffer (keeps them distinct).
+
+    Random initialisation leaves many tensors identical (zero-init gammas, LayerNorm ones); the
+    exporter would merge those into shared weights and add Identity nodes.
+    """
+    import torch
+
+    gen = torch.Generator().manual_seed(seed + 1)
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.is_floating_point() and t.device.type != "meta":
+                t.add_(torch.rand(t.shape, generator=gen, dtype=t.dtype) * 1e-3)
+
+
+def export_legacy(model, args: tuple, input_names: list[str], dynamic_axes: dict,
+                  output_names: list[str] | None = None, opset: int = OPSET) -> bytes:
+    """Export with torch's legacy exporter and strip the weights; returns the ONNX bytes.
+
+    Args:
+        model: an eval-mode module with real (CPU) parameters.
+        args: example inputs.
+        input_names, output_names, dynamic_axes: as for ``torch.onnx.export``.
+        opset: ONNX opset.
+    """
+    import torch
+
+    output_names = output_names or ["output"]
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
+    kwargs = dict(dynamo=False, opset_version=opset, input_names=input_names,
+                  output_names=output_names, dynamic_axes=dynamic_axes)
+    with warnings.catch_warnings(), torch.no_grad():
+        warnings.simplefilter("ignore")
+        if nbytes < _IN_MEMORY_MAX_BYTES:
+            buf = io.BytesIO()
+            torch.onnx.export(model, args, buf, **kwargs)
+            proto = onnx.load_from_string(buf.getvalue())
+        else:
+            with tempfile.TemporaryDirectory(prefix="trappm-export-") as tmp:
+                path = os.path.join(tmp, "model.onnx")
+                torch.onnx.export(model, args, path, **kwargs)
+                proto = onnx.load(path, load_external_data=False)
+                _drop_external_refs(proto)
+    return strip_weights(proto, KEEP_INITIALIZER_MAX_ELEMENTS).SerializeToString()
+
+
+def _drop_external_refs(proto: onnx.ModelProto) -> None:
+    """Turn large external-data initializers into typed inputs before their files disappear."""
+    moved = [t for t in proto.graph.initializer if t.data_location == onnx.TensorProto.EXTERNAL]
+    keep = [t for t in proto.graph.initializer if t.data_location != onnx.TensorProto.EXTERNAL]
+    del proto.graph.initializer[:]
+    proto.graph.initializer.extend(keep)
+    proto.graph.input.extend(onnx.helper.make_tensor_value_info(t.name, t.data_type, list(t.dims))
+                             for t in moved)
+
+
+__all__ = ["OPSET", "KEEP_INITIALIZER_MAX_ELEMENTS", "meta_parameters", "materialize",
+           "jitter_real_tensors", "export_legacy"]

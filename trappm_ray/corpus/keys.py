@@ -1,0 +1,163 @@
+"""Which graphs a labeled build needs: (architecture, resolution) tasks with their batch sizes.
+
+A label row joins the graph of its (arch, resolution, batch_size). Two ways to list those keys:
+from a label store's ok rows (:func:`from_label_store`, every device) or straight from the public
+GPU sources (:func:`from_public_sources`: timm's benchmark CSVs, NeuSight's label file names,
+ryujaehun's torchvision CSVs), which works before any label is imported. Each task also names
+the model source that builds it: ``timm``, ``torchvision`` (arch ``torchvision_<name>``) or
+``hf`` (a transformers LM from a config; its resolution is the sequence length in tokens).
+"""
+from __future__ import annotations
+
+import csv
+import logging
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+TORCHVISION_PREFIX = "torchvision_"  # as trappm_ray.labels.public_ryujaehun.ARCH_PREFIX
+PUBLIC_ROOT = "../shared/data/public-gpu"
+# build order: timm training first (the largest label set), then inference, LMs, torchvision
+GROUPS = ("timm-train", "timm-infer", "hf", "torchvision", "other")
+_NEUSIGHT_NAME = re.compile(r"^(?P<model>[A-Za-z0-9_.]+)-(?P<mode>train|inf)-(?P<seq>\d+)-(?P<batch>\d+)")
+
+
+@dataclass(frozen=True)
+class Task:
+    """One export: an architecture at one resolution, featurized at ``batch_sizes``.
+
+    Args:
+        arch: the label's architecture name.
+        resolution: image size in pixels, or sequence length for ``hf``.
+        batch_sizes: every labeled batch size of this (arch, resolution), ascending.
+        source: ``timm``, ``torchvision`` or ``hf``.
+        group: one of :data:`GROUPS` (build order).
+    """
+
+    arch: str
+    resolution: int
+    batch_sizes: tuple[int, ...]
+    source: str = "timm"
+    group: str = "other"
+
+
+def source_of(arch: str, hf_names: set[str] | frozenset = frozenset()) -> str:
+    """The model source of a label architecture name."""
+    if arch.startswith(TORCHVISION_PREFIX):
+        return "torchvision"
+    if arch in hf_names:
+        return "hf"
+    return "timm"
+
+
+def _merge(found: dict, arch: str, res: int, bs: int, source: str, group: str) -> None:
+    key = (arch, res)
+    if key not in found:
+        found[key] = {"bs": set(), "source": source, "group": group}
+    found[key]["bs"].add(bs)
+    if GROUPS.index(group) < GROUPS.index(found[key]["group"]):
+        found[key]["group"] = group
+
+
+def _tasks(found: dict) -> list[Task]:
+    tasks = [Task(a, r, tuple(sorted(v["bs"])), v["source"], v["group"])
+             for (a, r), v in found.items()]
+    return sorted(tasks, key=lambda t: (GROUPS.index(t.group), t.arch, t.resolution))
+
+
+def _int(value) -> int | None:
+    try:
+        v = int(float(value))
+    except (TypeError, ValueError):
+        return None
+    return v if v >= 1 else None
+
+
+def timm_keys(root: str | Path, found: dict) -> None:
+    """Add the (model, img_size, batch_size) of every readable row of timm's benchmark CSVs."""
+    for path in sorted(Path(root, "timm").glob("benchmark-*.csv")):
+        kind = "train" if "-train-" in path.name else "infer"
+        with open(path, newline="") as f:
+            for row in csv.DictReader(f):
+                res, bs = _int(row.get(f"{kind}_img_size")), _int(row.get(f"{kind}_batch_size"))
+                if row.get("model") and res and bs:
+                    _merge(found, row["model"], res, bs, "timm", f"timm-{kind}")
+
+
+def neusight_keys(root: str | Path, found: dict) -> None:
+    """Add (model, seq, batch) from NeuSight's label file names (distributed runs included)."""
+    for path in sorted(Path(root, "neusight", "label").glob("*/*.json")):
+        m = _NEUSIGHT_NAME.match(path.name)
+        if m:
+            _merge(found, m["model"], int(m["seq"]), int(m["batch"]), "hf", "hf")
+
+
+def torchvision_keys(root: str | Path, found: dict) -> None:
+    """Add ryujaehun's torchvision models at 224 px, at each folder's batch size (default 12).
+
+    Files without model columns (``dgx.csv``: a batch/GPU sweep of unnamed runs) are skipped.
+    """
+    import json
+
+    for path in sorted(Path(root, "ryujaehun").rglob("*.csv")):
+        cfg = path.parent / "config.json"
+        batch = (_int(json.loads(cfg.read_text()).get("BATCH_SIZE")) if cfg.is_file() else None) or 12
+        with open(path, newline="") as f:
+            header = next(csv.reader(f), [])
+        if "batchs" in header:
+            continue
+        for name in header:
+            if re.fullmatch(r"[a-z][a-z0-9_]*", name or ""):
+                _merge(found, TORCHVISION_PREFIX + name, 224, batch, "torchvision", "torchvision")
+
+
+def from_public_sources(root: str | Path = PUBLIC_ROOT,
+                        sources: tuple[str, ...] = ("timm", "neusight", "ryujaehun")) -> list[Task]:
+    """Tasks for every key in the public GPU source files (see ``SOURCES.md`` there).
+
+    Args:
+        root: the ``public-gpu`` folder.
+        sources: which of its folders to read.
+    """
+    found: dict = {}
+    readers = {"timm": timm_keys, "neusight": neusight_keys, "ryujaehun": torchvision_keys}
+    for s in sources:
+        readers[s](root, found)
+    return _tasks(found)
+
+
+def from_label_store(labels: str, hf_names: set[str], skip_joined: bool = True) -> list[Task]:
+    """Tasks for every ok label row of every device of a label store.
+
+    Args:
+        labels: the label store folder (``data/labels``).
+        hf_names: architecture names built from transformers configs.
+        skip_joined: leave out keys that ``<labels>/graphs.parquet`` already holds.
+    """
+    from trappm_ray import storage
+    from trappm_ray.labels.store import device_slugs, ok_labels
+
+    have: set = set()
+    joined = storage.join(labels, "graphs.parquet")
+    if skip_joined and storage.exists(joined):
+        t = storage.read_table(joined, columns=["arch", "resolution", "batch_size"])
+        have = set(zip(*(t.column(k).to_pylist() for k in ("arch", "resolution", "batch_size"))))
+    found: dict = {}
+    for slug in device_slugs(labels):
+        t = ok_labels(labels, slug)
+        cols = [t.column(k).to_pylist() for k in ("arch", "resolution", "batch_size")]
+        mode = t.column("label").to_pylist() if "label" in t.column_names else [""] * t.num_rows
+        for (arch, res, bs), label in zip(zip(*cols), mode):
+            if (arch, res, bs) in have or res is None or bs is None:
+                continue
+            source = source_of(arch, hf_names)
+            group = {"hf": "hf", "torchvision": "torchvision"}.get(source) or (
+                "timm-train" if "train" in str(label) else "timm-infer")
+            _merge(found, arch, int(res), int(bs), source, group)
+    return _tasks(found)
+
+
+__all__ = ["Task", "GROUPS", "TORCHVISION_PREFIX", "PUBLIC_ROOT", "source_of", "timm_keys",
+           "neusight_keys", "torchvision_keys", "from_public_sources", "from_label_store"]

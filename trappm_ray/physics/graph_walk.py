@@ -1,0 +1,293 @@
+"""The structural pass of the memory model: which tensors of a graph exist in PyTorch eager
+training, who keeps them for backward, and the byte intervals they occupy on the step timeline.
+
+:func:`walk` resolves, once per graph, what is independent of precision: views to the tensor
+they alias, pointwise chains to the fused op PyTorch runs, each node's data inputs and what its
+autograd node saves. :meth:`Walk.intervals` then lays the tensors on the timeline for one
+activation precision (autocast's dtype rules). Both are linear in nodes + edges.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+FP32, HALF = 4, 2
+DEFAULT_ACT_BYTES = FP32
+# autocast (torch.amp, CUDA) runs these in the lower precision ...
+HALF_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
+# ... and these in fp32 (its "fp32" op list); pointwise ops follow their inputs.
+FP32_OPS = {"LayerNormalization", "GroupNormalization", "Softmax", "LogSoftmax", "Pow", "Exp",
+            "Log", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
+            "ReduceSumSquare", "Softplus", "Reciprocal", "CumSum"}
+PROMOTE_OPS = {"Add", "Sub", "Mul", "Div", "Concat", "Where", "Max", "Min", "Sum", "Mean"}
+# What autograd saves (PyTorch derivatives.yaml): the inputs ...
+SAVE_IN = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "BatchNormalization",
+           "LayerNormalization", "GroupNormalization", "InstanceNormalization",
+           "LpNormalization", "AveragePool", "GlobalAveragePool", "MaxPool", "GlobalMaxPool",
+           "LpPool", "LeakyRelu", "HardSwish", "HardSigmoid", "Clip", "Gelu", "Erf", "Pow",
+           "Softplus", "Mish", "Abs", "PRelu", "Log", "ReduceMax", "ReduceMin", "ReduceL2",
+           "Selu", "Elu", "Sin", "Cos", "LSTM", "GRU", "RNN"}
+# ... the output ...
+SAVE_OUT = {"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp", "Sqrt", "Reciprocal"}
+# ... both operands only when the other one needs a gradient (not a scalar constant) ...
+SAVE_IF_TENSOR = {"Mul", "Div"}
+# ... plus int64 argmax indices of the output's size.
+INDEX_OPS = {"MaxPool", "GlobalMaxPool"}
+# Outputs that alias their input in PyTorch (views, no-ops in training graphs).
+VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Expand",
+            "Slice", "Split", "Gather", "Cast", "CastLike", "Dropout"}
+# Pointwise ops: a chain of them with one data input is one fused activation in PyTorch
+# (GELU, SiLU, Mish, GELU-tanh are exported as such chains).
+POINTWISE = {"Add", "Sub", "Mul", "Div", "Pow", "Sqrt", "Erf", "Tanh", "Sigmoid", "Relu", "Exp",
+             "Log", "Neg", "Abs", "Reciprocal", "Softplus", "HardSigmoid", "HardSwish", "Clip",
+             "Min", "Max", "LeakyRelu", "Elu", "Gelu", "Mish", "Sin", "Cos", "Floor", "Ceil",
+             "Round", "Sign"}
+NORM_OPS = {"BatchNormalization", "LayerNormalization", "InstanceNormalization",
+            "GroupNormalization"}
+# Tensors this small are scalars of shape arithmetic (or tiny constants): never worth a block
+# and never a reason for a Mul/Div to keep its other operand.
+SCALAR_ELEMS = 64
+WORKSPACE_CAP = 2**30  # cuDNN picks algorithms whose workspace fits; cap the assumption at 1 GiB
+CAT_W, CAT_G, CAT_O, CAT_S, CAT_T, CAT_K = range(6)
+
+
+@dataclass
+class Intervals:
+    """Byte intervals ``[start, end)`` on the step timeline (at the graph's batch size)."""
+
+    cat: np.ndarray
+    size: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    scales: np.ndarray  # True where the size is proportional to the batch
+
+
+@dataclass
+class Walk:
+    """Precision-independent structure of a graph for the memory model (see :func:`walk`).
+
+    Index ``num_nodes`` stands for the graph's data input (the batch of images/tokens).
+    """
+
+    num_nodes: int
+    ops: list
+    elems: np.ndarray          # output elements per tensor (index n: the data input)
+    real: np.ndarray           # a tensor PyTorch allocates (bool)
+    preds: list                # per node: data-input tensor ids after resolving views/fusion
+    fused: np.ndarray          # node is the last op of a fused pointwise chain
+    req: np.ndarray            # output needs a gradient
+    folded: np.ndarray         # Conv with a BatchNorm folded in
+    weight_elems: np.ndarray   # trainable parameters per node
+    save_cond: np.ndarray      # Mul/Div with a trainable operand
+
+    def intervals(self, act_bytes: int = FP32, low_bytes: int | None = None) -> Intervals:
+        """Lay every tensor on the timeline for one precision.
+
+        Args:
+            act_bytes: bytes per element of activations outside autocast (and of the input).
+            low_bytes: autocast's lower precision (2) or None without autocast.
+        """
+        n, ops, elems, real, preds = self.num_nodes, self.ops, self.elems, self.real, self.preds
+        bwd = 2 * n  # backward of node i runs at step bwd - i
+        dt = [act_bytes] * (n + 1)
+        last = list(range(n + 1))
+        last[n] = 2 * n + 2
+        saver = [n + 1] * (n + 1)  # smallest index of a node that saves the tensor
+        cons_max = [-1] * (n + 1)
+        out: list[tuple] = []  # (cat, bytes, start, end, scales)
+        for i in range(n):
+            if not real[i] and not self.fused[i] and not preds[i]:
+                continue
+            op, ps = ops[i], preds[i]
+            if low_bytes is not None:
+                if self.fused[i]:
+                    target = None
+                    dt[i] = dt[ps[0]] if ps else act_bytes
+                elif op in HALF_OPS:
+                    target = dt[i] = low_bytes
+                elif op in FP32_OPS:
+                    target = dt[i] = FP32
+                else:
+                    target = None
+                    dt[i] = max((dt[p] for p in ps), default=act_bytes) if (
+                        op in PROMOTE_OPS) else (dt[ps[0]] if ps else act_bytes)
+            else:
+                target = None
+            saves_in = self.fused[i] or op in SAVE_IN or (op in SAVE_IF_TENSOR and (
+                len(ps) > 1 or self.save_cond[i]))
+            keep_to = bwd - i + 1 if saves_in else i + 1
+            for p in ps:
+                cons_max[p] = max(cons_max[p], i)
+                last[p] = max(last[p], i + 1)
+                if target is not None and dt[p] != target:
+                    # autocast makes a copy in the op's dtype; that copy is what is kept
+                    out.append((CAT_S if saves_in else CAT_T, elems[p] * target, i, keep_to, True))
+                elif saves_in:
+                    saver[p] = min(saver[p], i)
+            if not real[i]:
+                continue
+            if op in SAVE_OUT and not self.fused[i]:
+                saver[i] = i
+            if self.folded[i]:  # the BatchNorm's input (the conv output) and its grad
+                out.append((CAT_S, elems[i] * dt[i], i, bwd - i + 1, True))
+                out.append((CAT_T, elems[i] * dt[i], bwd - i, bwd - i + 1, True))
+            if op in INDEX_OPS:
+                out.append((CAT_S, elems[i] * 8, i, bwd - i + 1, True))
+            if op in ("Conv", "ConvTranspose"):
+                ws = min(elems[i] * dt[i], WORKSPACE_CAP)
+                out.append((CAT_K, ws, i, i + 1, True))
+                out.append((CAT_K, ws, bwd - i, bwd - i + 1, True))
+        for i in range(n + 1):
+            if not real[i]:
+                continue
+            size = elems[i] * dt[i]
+            sink = i < n and cons_max[i] < 0
+            if i == n:
+                out.append((CAT_S, size, 0, 2 * n + 2, True))
+                continue
+            if sink:  # model output: kept until its backward; the loss works on it at step n
+                out.append((CAT_S, size, i, bwd - i + 1, True))
+                out.append((CAT_T, elems[i] * FP32 * 2, n, n + 1, True))  # log-softmax + grad
+            elif saver[i] <= n:
+                out.append((CAT_S, size, i, max(bwd - saver[i] + 1, last[i]), True))
+            else:
+                out.append((CAT_T, size, i, last[i], True))
+            if self.req[i]:  # gradient w.r.t. this tensor, from its last consumer's backward
+                g0 = n if sink else bwd - cons_max[i]
+                out.append((CAT_T, size, g0, bwd - i + 1, True))
+        if low_bytes is not None:  # autocast's cache of half weight copies, until it exits
+            for i in np.flatnonzero(self.weight_elems > 0):
+                if ops[i] in HALF_OPS:
+                    out.append((CAT_W, self.weight_elems[i] * low_bytes, i, 2 * n + 1, False))
+        if not out:
+            z = np.zeros(0)
+            return Intervals(z.astype(np.int64), z, z.astype(np.int64), z.astype(np.int64),
+                             z.astype(bool))
+        cat, size, start, end, scales = zip(*out)
+        return Intervals(np.array(cat, np.int64), np.array(size, np.float64),
+                         np.array(start, np.int64), np.array(end, np.int64),
+                         np.array(scales, bool))
+
+
+def _pred_lists(graph) -> list:
+    n = graph.num_nodes
+    preds: list[list[int]] = [[] for _ in range(n)]
+    src, dst = graph.edge_index
+    for s, d in zip(src.tolist(), dst.tolist()):
+        preds[d].append(s)
+    return preds
+
+
+def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
+    """Resolve views, fused pointwise chains and data inputs of ``graph`` (one linear pass).
+
+    Args:
+        graph: a featurized :class:`~trappm_ray.graph.featurize.Graph`.
+        folded_norm: per node, True where a Conv carries a folded BatchNorm (None: none).
+    """
+    n, ops = graph.num_nodes, graph.ops
+    raw = _pred_lists(graph)
+    outdeg = np.bincount(graph.edge_index[0], minlength=n) if graph.num_edges else np.zeros(n, int)
+    out_elems = np.asarray(graph.out_elems, np.float64)
+    bpe = np.divide(graph.out_bytes, out_elems, out=np.zeros(n), where=out_elems > 0)
+    is_float = (bpe >= 2) & (bpe <= 4)
+    params = np.asarray(graph.params, np.float64)
+    weight_elems = np.where(params > SCALAR_ELEMS, params, 0.0)
+    in_elems = np.asarray(graph.in_elems, np.float64)
+    elems = np.append(out_elems, in_elems[[i for i in range(n) if not raw[i]]].max(initial=0.0))
+    dep = [False] * n
+    req = [False] * n
+    base = [-1] * (n + 1)  # tensor a node's output aliases (itself when it allocates)
+    base[n] = n
+    root = [-1] * n        # data input of the pointwise chain a node belongs to
+    absorbed = [False] * n
+    fused = np.zeros(n, bool)
+    preds: list[list[int]] = [[] for _ in range(n)]
+    for i in range(n):
+        ps = raw[i]
+        dep[i] = any(dep[p] for p in ps) or (not ps and in_elems[i] > 0)
+        req[i] = any(req[p] for p in ps) or weight_elems[i] > 0
+        if not dep[i] or not is_float[i] or out_elems[i] <= SCALAR_ELEMS:
+            continue
+        # data inputs, views resolved to their base; the graph input when nothing else feeds it
+        res = list(dict.fromkeys(base[p] for p in ps if base[p] >= 0)) or (
+            [n] if in_elems[i] > 0 else [])
+        op = ops[i]
+        if op in VIEW_OPS:
+            base[i] = res[0] if res else -1
+            continue
+        base[i] = i
+        preds[i] = res
+        if op in POINTWISE:
+            roots, parts = set(), []
+            for p in ps:
+                if base[p] < 0:
+                    continue
+                if root[p] >= 0 and outdeg[p] == 1 and ops[p] in POINTWISE:
+                    roots.add(root[p])
+                    parts.append(p)
+                else:
+                    roots.add(base[p])
+            if len(roots) == 1:
+                root[i] = roots.pop()
+                for p in parts:
+                    absorbed[p] = True
+                    fused[i] = True
+            elif not roots and res:
+                root[i] = res[0]
+    real = np.zeros(n + 1, bool)
+    for i in range(n):
+        if base[i] == i and not absorbed[i]:
+            real[i] = True
+            if fused[i]:
+                preds[i] = [root[i]]
+        elif absorbed[i]:
+            preds[i] = []
+    real[n] = elems[n] > 0
+    for i in range(n):  # drop inputs that are absorbed chain members (their tensors never exist)
+        if preds[i] and not fused[i]:
+            preds[i] = [p for p in preds[i] if p == n or real[p]]
+    folded = np.zeros(n, bool) if folded_norm is None else np.asarray(folded_norm, bool)[:n]
+    save_cond = weight_elems > 0
+    return Walk(n, list(ops), elems, real, preds, fused, np.array(req + [False]), folded,
+                weight_elems, save_cond)
+
+
+def guess_folded_norm(graph) -> np.ndarray:
+    """Guess which Convs carry a BatchNorm folded in by an eval-mode export, from the graph.
+
+    A Conv with a bias input and a spatial output that feeds no normalization (directly or via a
+    transpose/reshape, as LayerNorm2d and patch embeddings do) is taken to be Conv+BN. Wrong for
+    networks of biased convs without normalization (VGG): prefer :func:`folded_norm_mask`.
+    """
+    n = graph.num_nodes
+    norm_next = np.zeros(n, bool)
+    src, dst = graph.edge_index
+    for s, d in zip(src.tolist(), dst.tolist()):
+        if graph.ops[d] in NORM_OPS or graph.ops[d] in ("Transpose", "Reshape", "Flatten"):
+            norm_next[s] = True
+    spatial = np.asarray(graph.out_shape)[:, 2:4].prod(axis=1) > 1
+    is_conv = np.array([op == "Conv" for op in graph.ops], bool)
+    return is_conv & (np.asarray(graph.n_in) >= 3) & spatial & ~norm_next
+
+
+def folded_norm_mask(model) -> np.ndarray:
+    """Per node (featurize's order), True where a Conv's weight was made by folding a BatchNorm.
+
+    PyTorch's ONNX exporter folds eval-mode BatchNorm into the preceding Conv and names the new
+    weight ``onnx::Conv_<n>``; weights it kept carry their module path (``layer1.0.conv1.weight``).
+
+    Args:
+        model: an ``onnx.ModelProto`` or a path to one.
+    """
+    import onnx
+
+    from trappm_ray.graph.featurize import topological_order
+
+    if not isinstance(model, onnx.ModelProto):
+        model = onnx.load(str(model), load_external_data=False)
+    nodes = model.graph.node
+    order = topological_order(nodes)
+    return np.array([nodes[k].op_type == "Conv" and len(nodes[k].input) > 1
+                     and nodes[k].input[1].startswith("onnx::Conv_") for k in order], bool)

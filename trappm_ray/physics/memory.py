@@ -1,0 +1,208 @@
+"""CUDA training memory of one step (forward, loss, backward, optimizer) from an operator graph.
+
+The model replays a PyTorch eager training step over the graph's topological order as a set of
+byte intervals on a timeline of ``2N + 2`` steps (forward of node ``i`` at step ``i``, the loss
+at ``N``, backward of node ``i`` at ``2N - i``, the optimizer at ``2N + 1``) and sums them with
+one difference array, so the cost is linear in nodes and edges. What each operator keeps for
+backward follows autograd's formulas (``tools/autograd/derivatives.yaml`` in PyTorch): matmuls
+and convolutions keep their inputs, ReLU/Sigmoid/Tanh/Softmax their output, normalizations their
+input, max-pooling its input and int64 indices, additions and views nothing. Views alias their
+base tensor; chains of pointwise ops with one data input (exported GELU, SiLU, Mish) count as the
+single fused op PyTorch runs; BatchNorm folded into a Conv by an eval-mode export is restored.
+Every term is reported separately in :class:`MemoryEstimate`; ``docs/memory.md`` documents the
+constants and which peak a GPU/MIG fit uses (``device_used``).
+"""
+from __future__ import annotations
+
+import logging
+import math
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+from trappm_ray.physics.graph_walk import (DEFAULT_ACT_BYTES, FP32, HALF, Walk, walk,
+                                           guess_folded_norm)
+
+log = logging.getLogger(__name__)
+
+MiB = 2**20
+# name -> (bytes of master weights/grads/optimizer state, bytes of an activation by default,
+# bytes of what autocast lowers matmuls/convs to or None without autocast)
+PRECISIONS = {"fp32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),
+              "fp16": (2, 2, None), "fp64": (8, 8, None)}
+# optimizer -> (state tensors per parameter, temporaries per parameter during step()).
+# The temporaries are those of the multi-tensor ("foreach") kernels, PyTorch's CUDA default
+# since 2.0: weight decay and momentum each produce an out-of-place copy of the gradient list,
+# Adam's denominator is one more list. Single-tensor loops (``foreach=False``, torch < 2.0)
+# hold the same temporaries for one parameter at a time.
+OPTIMIZERS = {"none": (0, 0), "sgd": (0, 1), "sgd-momentum": (1, 2), "adam": (2, 2),
+              "adamw": (2, 1)}
+# PyTorch CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp): every request is rounded up
+# to 512 bytes; requests <= 1 MiB live in 2 MiB segments, requests < 10 MiB in 20 MiB segments,
+# larger ones get their own segment rounded up to 2 MiB.
+BLOCK, SMALL_SIZE, SMALL_SEGMENT = 512, 1 * MiB, 2 * MiB
+MID_SIZE, LARGE_SEGMENT, ROUND_LARGE = 10 * MiB, 20 * MiB, 2 * MiB
+# Assumption, not fitted: blocks freed by the forward pass and reused in backward leave holes
+# the allocator cannot fill; 5% of the live large-block bytes, within the 1.0-1.15 range of
+# max_memory_reserved / max_memory_allocated commonly seen for CNN/ViT training.
+FRAGMENTATION = 0.05
+# Assumptions, documented in docs/memory.md: the CUDA context (driver state, kernel images of
+# CUDA/cuBLAS/cuDNN) that NVML counts on top of the allocator. With lazy module loading
+# (CUDA >= 11.7, PyTorch's default since 1.13/2.0) it is ~300-500 MiB on Ampere; with eager
+# loading (CUDA 11.3 builds, as in timm's 2022 RTX 3090 runs) every kernel image is loaded at
+# start-up, ~1 GiB and more.
+CONTEXT_BYTES = {"lazy": 450 * MiB, "eager": 1100 * MiB}
+# cuBLAS workspace PyTorch keeps per handle/stream (CUBLAS_WORKSPACE_CONFIG default on sm80+:
+# ":4096:8", 8 chunks of 4 MiB); an assumption about the default, labelled as such in the docs.
+CUBLAS_WORKSPACE = 32 * MiB
+
+CATEGORIES = ("weights", "grads", "optimizer_state", "activations_saved", "transient_peak",
+              "workspace")
+_W, _G, _O, _S, _T, _K = range(6)
+
+
+@dataclass
+class MemoryEstimate:
+    """Training memory of one step, in bytes, each term at the step of the allocated peak.
+
+    ``allocated = weights + grads + optimizer_state + activations_saved + transient_peak +
+    workspace``; ``reserved = allocated + allocator_overhead``; ``device_used = reserved +
+    context``. ``weights`` includes autocast's cached half copies (``weight_cast_cache``).
+
+    Attributes:
+        allocated: what ``torch.cuda.max_memory_allocated`` reports.
+        reserved: what ``torch.cuda.max_memory_reserved`` reports.
+        device_used: what NVML reports as used (reserved + CUDA context): the value to compare
+            with a GPU's or MIG slice's memory.
+        floor: master weights + their gradients + optimizer state; no prediction goes below it.
+        peak_phase: where the allocated peak falls: ``forward``, ``backward`` or ``optimizer``.
+    """
+
+    weights: float
+    grads: float
+    optimizer_state: float
+    activations_saved: float
+    transient_peak: float
+    workspace: float
+    allocator_overhead: float
+    context: float
+    allocated: float
+    reserved: float
+    device_used: float
+    floor: float
+    weight_cast_cache: float
+    peak_phase: str
+    batch_size: int
+    precision: str
+    optimizer: str
+
+    def to_mb(self) -> dict:
+        """Every byte term in MiB (2**20 bytes), other fields unchanged."""
+        return {k: (v / MiB if isinstance(v, float) else v) for k, v in asdict(self).items()}
+
+
+def _round_block(x: np.ndarray) -> np.ndarray:
+    return np.ceil(x / BLOCK) * BLOCK
+
+
+def _reserved_extra(live: np.ndarray) -> float:
+    """Segment slack of the caching allocator for the blocks live at the peak (bytes)."""
+    small = live[live <= SMALL_SIZE].sum()
+    mid = live[(live > SMALL_SIZE) & (live < MID_SIZE)].sum()
+    large = live[live >= MID_SIZE]
+    seg = (math.ceil(small / SMALL_SEGMENT) * SMALL_SEGMENT
+           + math.ceil(mid / LARGE_SEGMENT) * LARGE_SEGMENT
+           + float((np.ceil(large / ROUND_LARGE) * ROUND_LARGE).sum()))
+    return max(0.0, seg - float(live.sum())) + FRAGMENTATION * float(large.sum())
+
+
+def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
+                    batch_size: int | None = None, folded_norm: np.ndarray | None = None,
+                    grads_set_to_none: bool = True, foreach: bool = True,
+                    context: str | float = "lazy", walked: Walk | None = None) -> MemoryEstimate:
+    """Predict the peak CUDA memory of one training step of ``graph``.
+
+    Args:
+        graph: a :class:`trappm_ray.graph.featurize.Graph` (its nodes in topological order).
+        precision: ``fp32``, ``amp-fp16``, ``amp-bf16`` (autocast, fp32 master weights),
+            ``fp16`` (``model.half()``) or ``fp64``.
+        optimizer: ``none``, ``sgd``, ``sgd-momentum``, ``adam`` or ``adamw``.
+        batch_size: predict for this batch; batch-dependent tensors are scaled from the batch
+            the graph was featurized at (exact for graphs whose activations carry the batch).
+        folded_norm: per node, True where a Conv carries a BatchNorm folded in by an eval-mode
+            export (see :func:`trappm_ray.physics.graph_walk.folded_norm_mask`); None guesses
+            it from the graph (Conv with bias feeding no normalization).
+        grads_set_to_none: ``optimizer.zero_grad(set_to_none=True)``, PyTorch's default since
+            2.0: gradients appear during backward; False keeps them allocated all step.
+        foreach: multi-tensor optimizer kernels (PyTorch >= 2.0 default on CUDA).
+        context: ``lazy``/``eager`` CUDA module loading (see ``CONTEXT_BYTES``) or bytes.
+        walked: a :class:`Walk` of ``graph`` computed before (reused across batch sizes).
+
+    Raises:
+        ValueError: unknown precision or optimizer, or a non-positive batch size.
+    """
+    if precision not in PRECISIONS or optimizer not in OPTIMIZERS:
+        raise ValueError(f"precision must be one of {sorted(PRECISIONS)} and optimizer one of "
+                         f"{sorted(OPTIMIZERS)}; got {precision!r}, {optimizer!r}")
+    master, act, low = PRECISIONS[precision]
+    n_state, n_temp = OPTIMIZERS[optimizer]
+    b0 = int(graph.static.get("batch_size", 1) or 1)
+    b = b0 if batch_size is None else int(batch_size)
+    if b < 1:
+        raise ValueError("batch_size must be >= 1")
+    if walked is None:
+        if folded_norm is None:
+            folded_norm = guess_folded_norm(graph)
+        walked = walk(graph, folded_norm)
+    iv = walked.intervals(act_bytes=act, low_bytes=low)
+    n = walked.num_nodes
+    steps = 2 * n + 2
+    scale = b / b0
+    size = np.where(iv.scales, iv.size * scale, iv.size)
+    cat, start, end = iv.cat, iv.start, np.minimum(iv.end, steps)
+    # Master parameters, one block per node that owns weights (weight + bias are separate
+    # tensors in PyTorch; one block per node keeps the rounding close enough).
+    wb = walked.weight_elems * master
+    param_bytes = float(wb.sum())
+    owner = np.flatnonzero(wb > 0)
+    grad_start = (2 * n - owner) if grads_set_to_none else np.zeros(len(owner), np.int64)
+    temp = n_temp * (param_bytes if foreach else (float(wb.max()) if len(wb) else 0.0))
+    cat = np.concatenate([cat, np.full(len(owner), _W), np.full(len(owner), _G),
+                          np.full(n_state * len(owner), _O), [_T, _K]])
+    size = np.concatenate([size, wb[owner], wb[owner], np.tile(wb[owner], n_state),
+                           [temp, CUBLAS_WORKSPACE]])
+    start = np.concatenate([start, np.zeros(len(owner), np.int64), grad_start,
+                            np.zeros(n_state * len(owner), np.int64), [2 * n + 1, 0]])
+    end = np.concatenate([end, np.full(len(owner) * (2 + n_state), steps), [steps, steps]])
+    size = _round_block(size)
+    keep = (size > 0) & (end > start)
+    cat, size, start, end = cat[keep], size[keep], start[keep].astype(np.int64), end[keep]
+    width = steps + 1
+    diff = (np.bincount(cat * width + start, weights=size, minlength=6 * width)
+            - np.bincount(cat * width + end, weights=size, minlength=6 * width))
+    timeline = np.cumsum(diff.reshape(6, width), axis=1)[:, :steps]
+    total = timeline.sum(axis=0)
+    t = int(np.argmax(total))
+    terms = timeline[:, t]
+    live = size[(start <= t) & (end > t)]
+    allocated = float(total[t])
+    overhead = _reserved_extra(live)
+    ctx = float(CONTEXT_BYTES[context] if isinstance(context, str) else context)
+    floor = param_bytes * (2 + n_state)
+    phase = "forward" if t <= n else ("backward" if t <= 2 * n else "optimizer")
+    cast_cache = float(iv.size[iv.cat == _W].sum()) if low else 0.0
+    est = MemoryEstimate(
+        weights=float(terms[_W]), grads=float(terms[_G]), optimizer_state=float(terms[_O]),
+        activations_saved=float(terms[_S]), transient_peak=float(terms[_T]),
+        workspace=float(terms[_K]), allocator_overhead=overhead, context=ctx,
+        allocated=max(allocated, floor), reserved=max(allocated + overhead, floor),
+        device_used=max(allocated + overhead, floor) + ctx, floor=floor,
+        weight_cast_cache=cast_cache, peak_phase=phase, batch_size=b, precision=precision,
+        optimizer=optimizer)
+    log.debug("memory %s/%s b=%d: %.0f MiB allocated at %s", precision, optimizer, b,
+              est.allocated / MiB, phase)
+    return est
+
+
+__all__ = ["MemoryEstimate", "PRECISIONS", "OPTIMIZERS", "CONTEXT_BYTES", "training_memory",
+           "DEFAULT_ACT_BYTES", "FP32", "HALF"]

@@ -1,0 +1,66 @@
+"""Sizing a training job: which GPU or MIG slice its memory fits, and the largest batch that fits
+a memory budget."""
+from __future__ import annotations
+
+from collections.abc import Callable
+
+from trappm_ray import devices, errors
+
+def _fits(memory_mb: float, memory_gb: float) -> bool:
+    # DIPPM's rule, "< 5 GB" for the 5 GB profile: a job at exactly the size does not fit
+    return memory_mb < memory_gb * 1024
+
+
+def fitting_profiles(memory_mb: float) -> tuple[dict[str, str | None], str | None]:
+    """Where a training job of ``memory_mb`` (device memory in use) fits.
+
+    Returns:
+        Per MIG-capable GPU of the spec table, its smallest MIG profile with more memory (the
+        profile's nominal GB, 1 GB = 1024 MB; None: not even the whole GPU), and the smallest
+        option over every GPU and MIG slice in the table (least memory, then least compute),
+        as ``"<gpu> <profile>"`` or ``"<gpu>"`` for a whole GPU without MIG.
+    """
+    per_gpu: dict[str, str | None] = {}
+    for spec in devices.load_specs().values():
+        if spec.mig_capable:
+            fit = next((p for p in devices.mig_profiles(spec.slug) if "+" not in p.profile
+                        and _fits(memory_mb, p.memory_gb)), None)
+            per_gpu[spec.slug] = fit.profile if fit else None
+    best = next((o for o in devices.all_memory_options() if _fits(memory_mb, o.memory_gb)), None)
+    if best is None:
+        return per_gpu, None
+    return per_gpu, f"{best.device_slug} {best.profile}" if best.profile else best.device_slug
+
+
+def largest_batch(memory_at: Callable[[int], float], budget_mb: float, max_batch: int) -> int:
+    """Largest batch size whose training memory ``memory_at(batch)`` fits ``budget_mb``.
+
+    Doubling then bisection; this assumes memory grows with the batch. A size whose memory
+    cannot be computed (a :class:`~trappm_ray.errors.ModelError`) counts as not fitting.
+    0: not even batch 1 fits.
+    """
+    memo: dict[int, bool] = {}
+
+    def fits(b: int) -> bool:
+        if b not in memo:
+            try:
+                memo[b] = memory_at(b) <= budget_mb
+            except errors.ModelError:
+                memo[b] = False
+        return memo[b]
+
+    if not fits(1):
+        return 0
+    lo = 1
+    while lo < max_batch and fits(min(2 * lo, max_batch)):
+        lo = min(2 * lo, max_batch)
+    if lo == max_batch:
+        return lo
+    hi = min(2 * lo, max_batch)  # does not fit
+    while hi - lo > 1:
+        mid = (lo + hi) // 2
+        lo, hi = (mid, hi) if fits(mid) else (lo, mid)
+    return lo
+
+
+__all__ = ["fitting_profiles", "largest_batch"]
