@@ -7,7 +7,7 @@
 Writes ``<out>/<slug>/labels.parquet`` (compact, one row per key) and ``<out>/<slug>/raw/runs.parquet``
 (one row per source measurement) for every imported device, replacing an earlier import of that
 device; then ``python jobs/label_datasheet.py --all true`` writes their datasheets. What the rows mean:
-``trappm_ray/labels/public.py`` and docs/labels.md.
+``trappm_ray/labels/public.py`` and the datasheets ``docs/labels_<slug>.md``.
 """
 import logging
 import os

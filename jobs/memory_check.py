@@ -38,6 +38,7 @@ def read_rows(timm_dir: str = TIMM_DIR) -> list[dict]:
                 rows.append({"model": r["model"], "batch_size": int(r["train_batch_size"]),
                              "img_size": int(r["train_img_size"]),
                              "step_ms": float(r["train_step_time"]),
+                             "param_count_m": float(r["param_count"] or "nan"),
                              "source": os.path.basename(path)})
     return rows
 

@@ -515,3 +515,31 @@ def loop_without_outputs_model() -> onnx.ModelProto:
     del node.output[:]
     model.graph.output[0].name = "x"
     return model
+
+
+def weighty_mlp(layers: int = 4, width: int = 1024, out_path=None) -> onnx.ModelProto | None:
+    """``x[N, width]`` through ``layers`` MatMul+Add+Relu with real (stored) weights.
+
+    ``layers * width**2 * 4`` bytes of weights: 40 layers of 2048 is a GPT-2-small-sized file
+    (~670 MB). With ``out_path`` the file is written one layer at a time at the wire level, so
+    building it never holds more than one layer in memory, and None is returned.
+    """
+    x = helper.make_tensor_value_info("x", F, ["N", width])
+    y = helper.make_tensor_value_info(f"h{layers}", F, ["N", width])
+    nodes, inits = [], []
+    for i in range(layers):
+        nodes += [helper.make_node("MatMul", [f"h{i}" if i else "x", f"W{i}"], [f"m{i}"]),
+                  helper.make_node("Add", [f"m{i}", f"b{i}"], [f"a{i}"]),
+                  helper.make_node("Relu", [f"a{i}"], [f"h{i + 1}"])]
+        inits.append(_init(f"b{i}", (width,), value=0.01))
+        if out_path is None:
+            inits.append(_init(f"W{i}", (width, width), value=0.01))
+    model = _model(nodes, [x], [y], inits)
+    if out_path is None:
+        return model
+    with open(out_path, "wb") as f:
+        f.write(model.SerializeToString())
+        for i in range(layers):  # graph fields merge: each appended initializer joins the graph
+            w = _init(f"W{i}", (width, width), value=0.01).SerializeToString()
+            f.write(_ld(7, _ld(5, w)))
+    return None

@@ -107,5 +107,6 @@ def test_stages_are_subpackages():
     for stage in ("graph", "corpus", "labels", "model", "train", "evaluate", "serving"):
         assert (PACKAGE / stage / "__init__.py").is_file(), stage
     flat = {p.stem for p in PACKAGE.glob("*.py")}
-    shared = {"__init__", "cli", "config_cli", "devices", "errors", "ray_init", "storage", "targets"}
+    shared = {"__init__", "cli", "config_cli", "devices", "errors", "presets", "ray_init", "storage",
+              "targets"}
     assert flat <= shared, flat - shared

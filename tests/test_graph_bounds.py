@@ -86,3 +86,19 @@ def test_fold_cap_is_configurable():
         == 10**12
     assert shape_fold.output_size("Tile", {}, [np.ones((2, 3)), np.array([5, 7])]) == 210
     assert shape_fold.output_size("Range", {}, [np.array(0), np.array(5), np.array(0)]) is None
+
+
+def test_node_cap_refuses_200001_nodes():
+    from trappm_ray import errors
+    from trappm_ray.graph.featurize import featurize
+    with pytest.raises(errors.TooLarge, match="200,001 nodes"):
+        featurize(B.to_bytes(B.many_nodes_model(200_001)))
+
+
+def test_time_limit_is_a_typed_error():
+    from trappm_ray import errors
+    from trappm_ray.graph.featurize import featurize
+    from trappm_ray.graph.onnx_io import Limits
+    with pytest.raises(errors.TooSlow) as info:
+        featurize(B.to_bytes(B.shape_arith_model(divide=True)), limits=Limits(max_seconds=0))
+    assert str(info.value).startswith("timeout: ") and info.value.status == 413

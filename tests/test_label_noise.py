@@ -2,6 +2,7 @@
 from trappm_ray.labels import store
 from trappm_ray.labels import noise as label_noise
 from trappm_ray.labels import harness as labels
+from trappm_ray.labels import machine
 
 
 def _row(arch, ms, load=0.5):
@@ -18,7 +19,7 @@ def test_remeasure_reports_relative_differences(tmp_path, monkeypatch):
                                          _row("busy", 100.0, load=3.0),
                                          _row("busier", 100.0, load=4.0)])
     new = {"a": 110.0, "b": 150.0, "busy": 100.0, "busier": 100.0}
-    monkeypatch.setattr(labels, "device_info", lambda device: {"device": device})
+    monkeypatch.setattr(machine, "device_info", lambda device: {"device": device})
     monkeypatch.setattr(labels, "measure", lambda spec, info: {
         "status": "ok", "train_step_ms": new[spec.arch], "inference_ms": new[spec.arch] / 2,
         "mem_peak_rss_mb": 500.0, "mem_above_baseline_mb": 60.0})
@@ -39,8 +40,8 @@ def test_max_load_draws_only_quiet_rows_and_waits(tmp_path, monkeypatch):
     rows += [_row(f"busy{i}", 100.0, load=2.0 + i) for i in range(6)]
     store.write_rows(out, "cpu-t1", rows)
     waits = []
-    monkeypatch.setattr(labels, "device_info", lambda device: {"device": device})
-    monkeypatch.setattr(labels, "wait_for_load", lambda limit, max_wait: waits.append(limit) or 0.0)
+    monkeypatch.setattr(machine, "device_info", lambda device: {"device": device})
+    monkeypatch.setattr(machine, "wait_for_load", lambda limit, max_wait: waits.append(limit) or 0.0)
     monkeypatch.setattr(labels, "measure", lambda spec, info: {
         "status": "ok", "train_step_ms": 100.0, "inference_ms": 50.0,
         "mem_peak_rss_mb": 500.0, "mem_above_baseline_mb": 50.0})

@@ -98,15 +98,15 @@ def test_device_info():
 def test_wait_for_load_waits_until_quiet_or_gives_up(monkeypatch):
     loads = iter([3.0, 2.2, 1.4, 1.4, 9.0])
     busy = iter([1.0, 0.1])  # read only when the load average is low enough
-    monkeypatch.setattr(labels.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
-    monkeypatch.setattr(labels, "_busy_cpus", lambda window_s: next(busy))
+    monkeypatch.setattr(machine.os, "getloadavg", lambda: (next(loads), 0.0, 0.0))
+    monkeypatch.setattr(machine, "busy_cpus", lambda window_s: next(busy))
     slept = []
-    monkeypatch.setattr(labels.time, "sleep", slept.append)
+    monkeypatch.setattr(machine.time, "sleep", slept.append)
     machine.wait_for_load(1.5, max_wait_s=60, poll_s=5)
     # 3.0 and 2.2 are too busy on average, the first 1.4 still busy right now, then quiet
     assert slept == [5, 5, 5]
-    monkeypatch.setattr(labels.os, "getloadavg", lambda: (4.0, 0.0, 0.0))
+    monkeypatch.setattr(machine.os, "getloadavg", lambda: (4.0, 0.0, 0.0))
     clock = iter(range(0, 1000, 10))
-    monkeypatch.setattr(labels.time, "monotonic", lambda: next(clock))
+    monkeypatch.setattr(machine.time, "monotonic", lambda: next(clock))
     waited = machine.wait_for_load(1.5, max_wait_s=30, poll_s=5)
     assert waited >= 30 and len(slept) == 3 + 2  # gave up after 30 s of a busy machine

@@ -14,6 +14,8 @@ from trappm_ray.train.pretrain import PretrainConfig
 
 # The corpus every labeled architecture joins; 49 min on the 2-core machine.
 _CORPUS = "artifacts/corpus"
+# The device the shipped CPU predictor and the committed CPU results are for.
+_CPU_DEVICE = "intel-r-xeon-r-processor-t1"
 # CPU-sized encoders (the paper's 1024-512-512-512 would take ~836 h here, benchmarks/README.md).
 _CPU_ENCODER = dict(corpus=_CORPUS, storage="artifacts/pretrain", dims=(128, 64, 64, 64),
                     num_workers=1, cache=True)
@@ -33,10 +35,10 @@ PRESETS: dict[type, dict[str, object]] = {
                                      epochs=5, **_CPU_ENCODER),
     },
     RegressConfig: {
-        "ship": RegressConfig(ship=True),
+        "ship": RegressConfig(device=_CPU_DEVICE, ship=True),
     },
     EvalConfig: {
-        "results": EvalConfig(arch_seeds=2, baseline_seeds=1,
+        "results": EvalConfig(device=_CPU_DEVICE, arch_seeds=2, baseline_seeds=1,
                               split_targets=("train_step_ms", "train_memory_mb"),
                               transfer_predictor="trappm_ray/predictors/default",
                               transfer_to="intel-r-xeon-r-processor-t2"),

@@ -20,13 +20,16 @@ import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
-import numpy as np
 import pyarrow as pa
 
 from trappm_ray import storage
+from trappm_ray.corpus.selection import (
+    interleave_families,
+    labeled_architectures,
+    select_architectures,
+)
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import GRAPH_VERSION, graph_to_row
-from trappm_ray.corpus.selection import interleave_families, labeled_architectures, select_architectures
 from trappm_ray.ray_init import ensure_ray
 
 RESOLUTIONS = (64, 128, 224)
@@ -53,6 +56,10 @@ class DatasetConfig:
             (empty = none).
         keep_onnx: also store the skeletons.
         retry_failed: re-run tasks whose manifest entry is an error.
+        max_export_params: a cap even for labeled and exempt architectures, from what the
+            machine's memory holds during an export (about 12 bytes per parameter; 0 = none).
+        join_labels: after the build, append the graphs of every ok label key under this label
+            store that its ``graphs.parquet`` lacks (``trappm_ray.corpus.label_join``).
         keys_from: build exactly the labeled keys instead of the grid: ``public`` (the public GPU
             source files under ``public_root``) or ``labels`` (every device's ok rows under
             ``labels``, less the keys its ``graphs.parquet`` already holds); each (arch,
@@ -78,6 +85,8 @@ class DatasetConfig:
     labels: str = ""
     keep_onnx: bool = True
     retry_failed: bool = False
+    max_export_params: int = 0
+    join_labels: str = ""
     keys_from: str = ""
     public_root: str = "../shared/data/public-gpu"
     groups: tuple[str, ...] = ()
@@ -182,7 +191,7 @@ def _limit(arch: str, cfg: DatasetConfig, labeled: set[str]) -> float:
     from trappm_ray.corpus import zoo
 
     exempt = zoo.family_of(arch) in cfg.exempt_families or arch in labeled
-    return float("inf") if exempt else cfg.max_params
+    return (cfg.max_export_params or float("inf")) if exempt else cfg.max_params
 
 
 def _is_done(entry: dict | None, cfg: DatasetConfig, labeled: set[str],

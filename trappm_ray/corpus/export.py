@@ -57,7 +57,7 @@ def meta_parameters():
         torch.nn.Module.register_parameter = original
 
 
-def materialize(model, seed: int = 0) -> int:
+def materialize(model, seed: int = 0, expanded: bool = False) -> int:
     """Give every meta parameter (and meta buffer) CPU memory with distinct random values.
 
     Tied parameters stay tied. Float values are drawn in [0.5, 1.5) (positive, so that variances
@@ -66,6 +66,8 @@ def materialize(model, seed: int = 0) -> int:
     Args:
         model: a module built under :func:`meta_parameters` (or plain: a no-op then).
         seed: torch seed for the values.
+        expanded: give each parameter one random scalar broadcast to its shape (stride 0, no
+            memory); only for exports that keep no weight values (``export_params=False``).
 
     Returns:
         The number of parameter elements.
@@ -78,7 +80,8 @@ def materialize(model, seed: int = 0) -> int:
         for name, p in list(module._parameters.items()):
             if p is not None and p.device.type == "meta":
                 if id(p) not in done:  # tied weights are one Parameter object: keep them tied
-                    done[id(p)] = torch.nn.Parameter(_random_like(p, gen), requires_grad=p.requires_grad)
+                    value = _random_like(p, gen, expanded)
+                    done[id(p)] = torch.nn.Parameter(value, requires_grad=p.requires_grad and not expanded)
                 module._parameters[name] = done[id(p)]
         for name, b in list(module._buffers.items()):
             if b is not None and b.device.type == "meta":
@@ -89,9 +92,11 @@ def materialize(model, seed: int = 0) -> int:
     return sum(p.numel() for p in model.parameters())
 
 
-def _random_like(t, gen):
+def _random_like(t, gen, expanded: bool = False):
     import torch
 
+    if expanded:
+        return _random_like(torch.empty((), dtype=t.dtype, device="meta"), gen).expand(t.shape)
     if t.is_floating_point():
         return torch.rand(t.shape, generator=gen, dtype=t.dtype).add_(0.5)
     return torch.randint(1, 8, t.shape, generator=gen, dtype=t.dtype)
@@ -108,12 +113,14 @@ def jitter_real_tensors(model, seed: int = 0) -> None:
     gen = torch.Generator().manual_seed(seed + 1)
     with torch.no_grad():
         for t in list(model.parameters()) + list(model.buffers()):
-            if t.is_floating_point() and t.device.type != "meta":
+            broadcast = t.numel() > 1 and 0 in t.stride()  # materialize(expanded=True)
+            if t.is_floating_point() and t.device.type != "meta" and not broadcast:
                 t.add_(torch.rand(t.shape, generator=gen, dtype=t.dtype) * 1e-3)
 
 
 def export_legacy(model, args: tuple, input_names: list[str], dynamic_axes: dict,
-                  output_names: list[str] | None = None, opset: int = OPSET) -> bytes:
+                  output_names: list[str] | None = None, opset: int = OPSET,
+                  export_params: bool = True) -> bytes:
     """Export with torch's legacy exporter and strip the weights; returns the ONNX bytes.
 
     Args:
@@ -121,13 +128,16 @@ def export_legacy(model, args: tuple, input_names: list[str], dynamic_axes: dict
         args: example inputs.
         input_names, output_names, dynamic_axes: as for ``torch.onnx.export``.
         opset: ONNX opset.
+        export_params: False leaves every weight out of the file (typed graph inputs, as
+            stripping does) and never copies weight values: for models whose weights would not
+            fit in memory twice. The exporter still folds constants, as with True.
     """
     import torch
 
     output_names = output_names or ["output"]
-    nbytes = sum(p.numel() * p.element_size() for p in model.parameters())
-    kwargs = dict(dynamo=False, opset_version=opset, input_names=input_names,
-                  output_names=output_names, dynamic_axes=dynamic_axes)
+    nbytes = sum(p.numel() * p.element_size() for p in model.parameters()) if export_params else 0
+    kwargs = {"dynamo": False, "export_params": export_params, "opset_version": opset, "input_names": input_names,
+              "output_names": output_names, "dynamic_axes": dynamic_axes}
     with warnings.catch_warnings(), torch.no_grad():
         warnings.simplefilter("ignore")
         if nbytes < _IN_MEMORY_MAX_BYTES:
@@ -153,5 +163,11 @@ def _drop_external_refs(proto: onnx.ModelProto) -> None:
                              for t in moved)
 
 
-__all__ = ["OPSET", "KEEP_INITIALIZER_MAX_ELEMENTS", "meta_parameters", "materialize",
-           "jitter_real_tensors", "export_legacy"]
+__all__ = [
+    "KEEP_INITIALIZER_MAX_ELEMENTS",
+    "OPSET",
+    "export_legacy",
+    "jitter_real_tensors",
+    "materialize",
+    "meta_parameters",
+]

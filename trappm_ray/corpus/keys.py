@@ -159,5 +159,15 @@ def from_label_store(labels: str, hf_names: set[str], skip_joined: bool = True) 
     return _tasks(found)
 
 
-__all__ = ["Task", "GROUPS", "TORCHVISION_PREFIX", "PUBLIC_ROOT", "source_of", "timm_keys",
-           "neusight_keys", "torchvision_keys", "from_public_sources", "from_label_store"]
+__all__ = [
+    "GROUPS",
+    "PUBLIC_ROOT",
+    "TORCHVISION_PREFIX",
+    "Task",
+    "from_label_store",
+    "from_public_sources",
+    "neusight_keys",
+    "source_of",
+    "timm_keys",
+    "torchvision_keys",
+]

@@ -42,4 +42,4 @@ def labeled_architectures(labels: str) -> set[str]:
     return {a for slug in device_slugs(labels) for a in read_rows(labels, slug).column("arch").to_pylist()}
 
 
-__all__ = ["select_architectures", "interleave_families", "labeled_architectures"]
+__all__ = ["interleave_families", "labeled_architectures", "select_architectures"]

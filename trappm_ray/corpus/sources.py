@@ -6,7 +6,10 @@ spatial dimensions; text models bind their ``seq`` axis to the task's resolution
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass, field
+
+log = logging.getLogger(__name__)
 
 SOURCES = ("timm", "torchvision", "hf")
 
@@ -83,8 +86,14 @@ def export(arch: str, resolution: int, source: str = "timm", meta_init: bool = T
         raise ValueError(f"unknown model source {source!r}, expected one of {SOURCES}")
     from trappm_ray.corpus import zoo
 
-    sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=meta_init)
+    try:
+        sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=meta_init)
+    except Exception as e:  # noqa: BLE001 - some constructors read their own weights' values
+        if not meta_init:
+            raise
+        log.warning("%s@%s: meta-device build failed (%s), building it for real", arch, resolution, e)
+        sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=False)
     return Exported(sk.onnx_bytes, sk.params, sk.exporter, resolution)
 
 
-__all__ = ["SOURCES", "Exported", "family_of", "count_params", "export"]
+__all__ = ["SOURCES", "Exported", "count_params", "export", "family_of"]

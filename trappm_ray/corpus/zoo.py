@@ -33,6 +33,8 @@ _KNOWN = sorted(PAPER_FAMILIES + OTHER_FAMILIES, key=len, reverse=True)
 # minutes on a CPU, and a weight-stripped skeleton of them would still be produced the same way.
 MAX_PARAMS = 400_000_000
 OPSET = 17  # the same as trappm_ray.corpus.export.OPSET
+# meta_init exports of models above this many parameters never hold their weights in memory
+LEAN_ABOVE_PARAMS = 200_000_000
 EXPORTER = f"torch.onnx legacy (dynamo=False), opset {OPSET}, eval mode, dynamic batch axis"
 
 
@@ -78,7 +80,7 @@ def create_model(arch: str, resolution: int, device: str | None = None):
     import timm
 
     name = ALIASES.get(arch, arch)
-    kwargs = dict(pretrained=False)
+    kwargs: dict = {"pretrained": False}
     if device is not None:
         kwargs["device"] = device
     with warnings.catch_warnings():
@@ -118,6 +120,8 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
         max_params: refuse architectures above this many parameters (None: no limit).
         meta_init: build the parameters on the meta device and give them random values only
             before export (:mod:`trappm_ray.corpus.export`): no initialisation cost, same graph.
+            Above :data:`LEAN_ABOVE_PARAMS`, each weight is a broadcast scalar and the export
+            keeps no weight values (no memory for weights, no 2 GB protobuf limit).
 
     Raises:
         ValueError: the architecture has more than ``max_params`` parameters.
@@ -131,10 +135,11 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
     # Seeded: an export in a Ray worker that has already exported other models would otherwise
     # draw other random weights, and a rare coincidence among them changes the graph by a node.
     torch.manual_seed(0)
+    lean = meta_init and count_params(arch, resolution) > LEAN_ABOVE_PARAMS
     if meta_init:
         with export.meta_parameters():
             model = create_model(arch, resolution)
-        export.materialize(model)
+        export.materialize(model, expanded=lean)
     else:
         model = create_model(arch, resolution)
     model = model.eval()
@@ -145,10 +150,22 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
     export.jitter_real_tensors(model)
     onnx_bytes = export.export_legacy(
         model, (torch.randn(1, 3, resolution, resolution),), input_names=["input"],
-        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
+        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, export_params=not lean)
     return Skeleton(arch, resolution, onnx_bytes, params)
 
 
-__all__ = ["PAPER_FAMILIES", "OTHER_FAMILIES", "EXPORTER", "Skeleton", "family_of",
-           "ALIASES", "list_architectures", "create_model", "count_params", "export_skeleton", "strip_weights",
-           "KEEP_INITIALIZER_MAX_ELEMENTS"]
+__all__ = [
+    "ALIASES",
+    "EXPORTER",
+    "KEEP_INITIALIZER_MAX_ELEMENTS",
+    "LEAN_ABOVE_PARAMS",
+    "OTHER_FAMILIES",
+    "PAPER_FAMILIES",
+    "Skeleton",
+    "count_params",
+    "create_model",
+    "export_skeleton",
+    "family_of",
+    "list_architectures",
+    "strip_weights",
+]

@@ -22,6 +22,7 @@ from trappm_ray.graph.onnx_io import Limits, check_model, infer, read_model
 from trappm_ray.graph.weights import INDEX_DTYPES, find_weights
 
 SHAPE_SLOTS = 6
+INT_CAP = 2**62  # hostile attributes and dims are clipped here so int64 arrays cannot overflow
 # Ops whose output is a view or a pure re-labelling in the training framework: they move no data
 # worth keeping for backward and cost (almost) no arithmetic.
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Shape", "Size", "Constant",
@@ -93,6 +94,15 @@ def _fold6(shape: tuple[int, ...] | None) -> list[int]:
     if len(s) > SHAPE_SLOTS:  # keep the element count: fold the leading dims together
         s = [int(math.prod(s[: len(s) - SHAPE_SLOTS + 1]))] + s[len(s) - SHAPE_SLOTS + 1:]
     return s + [0] * (SHAPE_SLOTS - len(s))
+
+
+def _checked_numel(name: str, shape: tuple[int, ...]) -> int:
+    """Element count; a tensor past 2**62 elements is no model any device could hold."""
+    n = math.prod(shape)
+    if n > INT_CAP or any(d > INT_CAP for d in shape):
+        raise errors.TooLarge(f"tensor '{name}' of shape {list(shape)[:8]} has about "
+                              f"1e{len(str(n)) - 1} elements, beyond what any device holds")
+    return n
 
 
 def topological_order(nodes) -> list[int]:
@@ -171,7 +181,7 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     weights, folded = find_weights(nodes, shapes, dtypes, set(m.weights))
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
     N = len(nodes)
-    numel = {k: float(math.prod(v)) for k, v in shapes.items()}
+    numel = {k: float(_checked_numel(k, v)) for k, v in shapes.items()}
     # Per-node values go to Python lists first: element writes into numpy arrays cost more
     # than the arithmetic itself on graphs of thousands of nodes.
     macs, params, wbytes, obytes, in_elems, out_elems = ([0.0] * N for _ in range(6))
@@ -221,7 +231,7 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
         except (ValueError, TypeError, KeyError, IndexError, OverflowError) as e:
             raise errors.UnsupportedConstruct(  # attributes of the wrong type or rank
                 f"cannot cost node '{n.name or op}' ({op}): {e}") from None
-        attrs.append((kernel, stride, group))
+        attrs.append(tuple(min(max(v, -INT_CAP), INT_CAP) for v in (kernel, stride, group)))
     macs, params, wbytes, obytes, in_elems, out_elems = (
         np.array(v, np.float64) for v in (macs, params, wbytes, obytes, in_elems, out_elems))
     in_shape = np.array(in_shape, np.int64).reshape(N, SHAPE_SLOTS)

@@ -128,6 +128,9 @@ def _check_external(model: onnx.ModelProto) -> bool:
             continue
         found = True
         loc = next((e.value for e in t.external_data if e.key == "location"), "")
+        if not isinstance(loc, str):  # protobuf hands back bytes for invalid UTF-8
+            raise errors.ExternalData(f"tensor '{t.name}' has an external-data location that "
+                                      "is not valid text")
         parts = Path(loc).parts
         if not loc or Path(loc).is_absolute() or ".." in parts or loc.startswith(("\\", "~")):
             raise errors.ExternalData(
@@ -308,6 +311,7 @@ def infer(model: onnx.ModelProto, batch_size: int | None, resolution: int | None
         shapes0, _ = _shapes_at(model, data, exported, resolution, dims, limits, deadline)
         constants = weights | {o for n in g.node if n.op_type == "Constant" for o in n.output}
         rebound = rebind.rebind_batch(model, shapes0, constants, exported, batch)
+        rebind.rebind_custom_outputs(model, exported, batch)
         try:
             shapes, dtypes = _shapes_at(model, data, batch, resolution, dims, limits, deadline)
         except errors.UnsupportedConstruct as e:

@@ -84,6 +84,20 @@ def rebind_batch(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
     return changed
 
 
+def rebind_custom_outputs(model: onnx.ModelProto, exported: int, batch: int) -> None:
+    """Declared shapes of custom-domain outputs (which nothing can infer) follow the batch.
+
+    Their leading dimension is taken to be the batch where it equals the exported one, as for
+    the data inputs; the check on the graph's outputs still applies afterwards.
+    """
+    custom = {o for n in model.graph.node if n.domain not in ("", "ai.onnx") for o in n.output}
+    for vi in model.graph.value_info:
+        dims = vi.type.tensor_type.shape.dim
+        if vi.name in custom and dims and dims[0].HasField("dim_value") \
+                and dims[0].dim_value == exported:
+            dims[0].dim_value = batch
+
+
 def check_rebound(outputs: dict[str, tuple[int, ...]], shapes: dict[str, tuple[int, ...]],
                   exported: int, batch: int) -> None:
     """Refuse a re-bound result where an output that had the exported batch kept it.

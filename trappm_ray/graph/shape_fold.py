@@ -106,6 +106,13 @@ def output_size(op: str, a: dict, v: list) -> int | None:
     a 300-byte file can ask for ``Range(0, 10**12, 1)``, and evaluating first to check after
     is what let such files exhaust memory. None means "cannot bound": the value stays unknown.
     """
+    try:
+        return _output_size(op, a, v)
+    except (AttributeError, TypeError, ValueError, IndexError, OverflowError, ZeroDivisionError):
+        return None  # malformed inputs (absent, wrong rank or type): not evaluated at all
+
+
+def _output_size(op: str, a: dict, v: list) -> int | None:
     present = [x for x in v if x is not None]
     if op in _NO_GROWTH:
         return int(v[0].size)
@@ -274,7 +281,8 @@ def resolve_shapes(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
                 args = [known[x] if x else None for x in inputs]
                 size = output_size(op, a, args)
                 if size is not None and size <= max_elements:
-                    value = np.asarray(_OPS[op](a, args))
+                    with np.errstate(all="ignore"):  # hostile values: no warning spam
+                        value = np.asarray(_OPS[op](a, args))
                 else:  # too big to be shape arithmetic, or unbounded: leave it unknown
                     log.debug("not folding %s '%s': %s elements", op, node.name, size)
         except (ValueError, TypeError, IndexError, KeyError, OverflowError, MemoryError,

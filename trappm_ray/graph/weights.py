@@ -30,6 +30,10 @@ WEIGHT_SLOTS = {
     "Gather": (0,),  # an embedding table
     "LSTM": (1, 2, 3, 7), "GRU": (1, 2, 3), "RNN": (1, 2, 3),
 }
+# Elementwise ops whose constant operands are weights when they have more than one element:
+# a Caffe2 "Scale" layer (BatchNorm's affine part as Mul + Add) or a positional embedding,
+# not the scalar 0.5 or sqrt(d) of an attention block.
+ELEMENTWISE_SLOTS = {"Add": (0, 1), "Mul": (0, 1), "Sub": (0, 1), "Div": (0, 1)}
 # Ops whose outputs are not a function of their inputs (or that the featurizer refuses).
 NOT_FOLDABLE = {"RandomNormal", "RandomUniform", "RandomNormalLike", "RandomUniformLike",
                 "Multinomial", "Bernoulli", "If", "Loop", "Scan", "SequenceMap"}
@@ -67,13 +71,24 @@ def find_weights(nodes, shapes: dict, dtypes: dict, weights: set[str]
             found.add(n.output[0])
         if n.domain not in ("", "ai.onnx"):
             continue
-        for i in WEIGHT_SLOTS.get(n.op_type, ()):
+        slots = WEIGHT_SLOTS.get(n.op_type) or ELEMENTWISE_SLOTS.get(n.op_type, ())
+        min_elements = 2 if n.op_type in ELEMENTWISE_SLOTS else 0
+        for i in slots:
             x = n.input[i] if i < len(n.input) else ""
-            if x and x in const and dtypes.get(x, onnx.TensorProto.FLOAT) not in INDEX_DTYPES:
+            if (x and x in const and dtypes.get(x, onnx.TensorProto.FLOAT) not in INDEX_DTYPES
+                    and math.prod(shapes.get(x, (0,))) >= min_elements):
                 found.add(x)
+    # Walk back from the weights through the nodes that compute them (ConstantOfShape ->
+    # Unsqueeze -> Mul, a stored matrix -> Reshape -> Gemm): those are folded, and their float
+    # inputs are weight sources whose producers may be folded in turn.
     folded = set()
-    for i, n in enumerate(nodes):
+    for i in range(len(nodes) - 1, -1, -1):
+        n = nodes[i]
         outs = [o for o in n.output if o]
-        if outs and n.op_type != "Constant" and all(o in found and o not in weights for o in outs):
-            folded.add(i)
+        if (not outs or n.op_type == "Constant" or any(o not in found for o in outs)
+                or not all(x in const for x in n.input if x)):
+            continue
+        folded.add(i)
+        found.update(x for x in n.input
+                     if x and dtypes.get(x, onnx.TensorProto.FLOAT) not in INDEX_DTYPES)
     return found, folded

@@ -29,13 +29,14 @@ DEVICES = {
     "AMD_Instinct_MI210": "mi210", "AMD_Instinct_MI250": "mi250",
 }
 METHOD = ("NeuSight collect_label.py (scripts/asplos): model built with transformers from the HF "
-          "config DLmodel_configs/<arch>.json (float32; cuDNN TF32 off), random token inputs of "
-          "batch x seqlen, timed by NeuSight's trace_graph(bench=True; one traced layer for all "
-          "but Switch, num_layer recorded); e2e_latency in ms per step = fw_latency + bwall_latency "
-          "(backward) for training, forward only for inference; no optimizer step")
-METHOD_PARALLEL = ("NeuSight 4-GPU training run ({kind}4: data/tensor/pipeline parallel) of the HF "
-                   "config model, float32, forward + backward, no optimizer step; only e2e_latency "
-                   "(ms per step) is given")
+          "config DLmodel_configs/<arch>.json (float32, cuDNN TF32 off), random token inputs of "
+          "batch x seqlen, timed by NeuSight's trace_graph(bench=True, one traced layer for all "
+          "but Switch, num_layer recorded): e2e_latency in ms per step = fw_latency + bwall_latency "
+          "(backward) for training, forward only for inference, no optimizer step")
+METHOD_PARALLEL = ("NeuSight training run on {gpus} GPUs, {words} ({variant}), of the HF config model, "
+                   "float32, forward + backward, no optimizer step, only e2e_latency (ms per step) "
+                   "is given")
+_WORDS = {"dp": "data parallel", "tp": "tensor parallel", "pp": "pipeline parallel"}
 
 
 def _configs(folder: str) -> dict[str, dict]:
@@ -93,7 +94,8 @@ def read_file(path: str, device_dir: str, configs: dict[str, dict]) -> tuple[lis
                 resolution=seq, seq_len=seq, batch_size=int(m["batch"]), optimizer="none",
                 memory_format="none", gpus=gpus, parallelism=parallelism, compiled=compiled,
                 model_source="transformers", source_file=source_file, error=error,
-                method=METHOD if gpus == 1 else METHOD_PARALLEL.format(kind=parallelism[:2]),
+                method=METHOD if gpus == 1 else METHOD_PARALLEL.format(
+                    gpus=gpus, words=_WORDS[parallelism[:2]], variant=f"file suffix -{variant}"),
                 forward_ms=fw if train else None, backward_ms=bw if train else None)
     label = "train_step_ms" if train else "inference_ms"
     return [measurement(NEUSIGHT, DEVICES[device_dir], "fp32", label, data.get("e2e_latency"), **cols)], []

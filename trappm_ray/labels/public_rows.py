@@ -4,13 +4,15 @@ See :mod:`trappm_ray.labels.public` for what the rows mean and how they are summ
 """
 from __future__ import annotations
 
-import csv
 import functools
+import logging
 import math
 from dataclasses import dataclass
-from pathlib import Path
 
-DEVICES_CSV = Path(__file__).resolve().parents[2] / "data" / "devices.csv"
+from trappm_ray import devices
+
+log = logging.getLogger(__name__)
+
 # precision -> the device folder's suffix ("regime") and the dtype column
 REGIMES = {"amp-fp16": "amp", "amp-bf16": "amp-bf16", "fp32": "fp32", "fp16": "fp16",
            "bf16": "bf16", "fp64": "fp64"}
@@ -32,13 +34,15 @@ NEUSIGHT = Source("neusight", "sitar-lab/NeuSight", "6945927", "MIT")
 RYUJAEHUN = Source("ryujaehun", "ryujaehun/pytorch-gpu-benchmark", "3f47a9e", "MIT")
 
 
-@functools.lru_cache(maxsize=4)
-def device_names(path: Path = DEVICES_CSV) -> dict[str, tuple[str, str]]:
-    """``{spec slug: (full name, kind)}`` from the GPU spec table, or {} while it does not exist."""
-    if not path.is_file():
+@functools.lru_cache(maxsize=1)
+def device_names() -> dict[str, tuple[str, str]]:
+    """``{spec slug: (full name, kind)}`` from the device spec table (:mod:`trappm_ray.devices`);
+    {} when the table cannot be read (rows then carry the slug as their device name)."""
+    try:
+        return {slug: (spec.name, spec.kind) for slug, spec in devices.load_specs().items()}
+    except (OSError, ValueError) as e:
+        log.warning("device spec table unreadable (%s): device names fall back to slugs", e)
         return {}
-    with open(path, newline="") as f:
-        return {r["slug"]: (r["name"], r["kind"]) for r in csv.DictReader(f)}
 
 
 def measurement(source: Source, spec: str, precision: str, label: str, value, samples=None,
@@ -47,7 +51,8 @@ def measurement(source: Source, spec: str, precision: str, label: str, value, sa
 
     Args:
         source: where it comes from (fills the provenance columns).
-        spec: the GPU's slug in ``data/devices.csv``; the device folder is ``<spec>-<regime>``.
+        spec: the device's slug in the spec table (``trappm_ray/data/devices.csv``); the
+            device folder is ``<spec>-<regime>``.
         precision: one of :data:`REGIMES`.
         label: ``train_step_ms`` or ``inference_ms``: which label ``value`` is.
         value: the source's time in ms per step (any type; validated here).
@@ -71,6 +76,8 @@ def measurement(source: Source, spec: str, precision: str, label: str, value, sa
 
 def _bad_time(value) -> str | None:
     """Why ``value`` is not a usable time in ms (None when it is)."""
+    if value is None or (isinstance(value, str) and not value.strip()):
+        return "time missing in the source"
     try:
         v = float(value)
     except (TypeError, ValueError):
@@ -80,5 +87,5 @@ def _bad_time(value) -> str | None:
     return None if v > 0 else f"non-positive time {v}"
 
 
-__all__ = ["Source", "TIMM", "NEUSIGHT", "RYUJAEHUN", "DEVICES_CSV", "REGIMES", "DTYPES", "device_names",
+__all__ = ["Source", "TIMM", "NEUSIGHT", "RYUJAEHUN", "REGIMES", "DTYPES", "device_names",
            "measurement"]

@@ -35,8 +35,8 @@ ARCH_PREFIX = "torchvision_"
 BATCH, WARMUP, RESOLUTION = 12, 5, 224
 METHOD = ("ryujaehun benchmark_models.py: torchvision model, random {res}x{res} inputs, batch {batch} "
           "(with gpus > 1 wrapped in nn.DataParallel), {warmup} warm-up iterations, then each "
-          "timed iteration's wall time around torch.cuda.synchronize() (ms); train = forward + loss "
-          "+ backward, no optimizer step; inference = forward; half/double = model and inputs cast "
+          "timed iteration's wall time around torch.cuda.synchronize() (ms), train = forward + loss "
+          "+ backward, no optimizer step, inference = forward, half/double = model and inputs cast "
           "to float16/float64 (not autocast)")
 
 

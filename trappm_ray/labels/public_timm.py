@@ -28,10 +28,10 @@ PRECISIONS = {"amp": "amp-fp16", "fp32": "fp32", "fp16": "fp16", "bf16": "amp-bf
 WARMUP, STEPS = 10, 50
 METHOD = {
     "train": "timm benchmark.py, train: random inputs and targets, zero_grad + forward + cross-entropy + "
-             "backward + SGD step; 10 warm-up + 50 timed steps, wall time synchronised with the "
-             "device, averaged over the timed steps (ms per step); batch started at 256/512 and was "
+             "backward + SGD step, 10 warm-up + 50 timed steps, wall time synchronised with the "
+             "device, averaged over the timed steps (ms per step), batch started at 256/512 and was "
              "reduced on out-of-memory until a run fitted",
-    "infer": "timm benchmark.py, inference: eval mode, no_grad, forward on random inputs; 10 "
+    "infer": "timm benchmark.py, inference: eval mode, no_grad, forward on random inputs, 10 "
              "warm-up + 50 timed steps, synchronised wall time averaged over the timed steps",
 }
 

@@ -36,7 +36,7 @@ COLUMNS: dict[str, str] = {
     "device_name": _S, "driver": _S, "cuda": _S, "torch_version": _S, "timm_version": _S,
     "exporter": _S, "machine_id": _S, "boot_id": _S, "warmup": _I, "steps": _I, "date": _S,
     "harness_version": _S,
-    # What varies a measurement besides the model (imported public labels; docs/labels.md). Null in
+    # What varies a measurement besides the model (imported public labels: labels/public.py). Null in
     # this project's CPU rows. precision: fp32, amp-fp16, amp-bf16, fp16, bf16, fp64;
     # memory_format: nchw, nhwc, none; parallelism: single, dp2..dp4, tp4, pp4; compiled: none,
     # dynamo, fusion. For text models `resolution` holds the sequence length (= seq_len).

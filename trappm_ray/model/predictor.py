@@ -29,7 +29,7 @@ from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 
 FORMAT_VERSION = 1
-DEFAULT_DIR = Path(__file__).parent / "predictors" / "default"
+DEFAULT_DIR = Path(__file__).parents[1] / "predictors" / "default"
 
 
 class PredictorError(ValueError):
@@ -97,7 +97,7 @@ class Scaler:
 
 def code_version() -> str:
     """The package's git commit (with ``+dirty``), or ``unknown`` outside a checkout."""
-    root = Path(__file__).parent.parent
+    root = Path(__file__).parents[2]
     try:
         sha = subprocess.run(["git", "-C", str(root), "rev-parse", "--short=12", "HEAD"],
                              capture_output=True, text=True, timeout=5, check=True).stdout.strip()

@@ -16,10 +16,14 @@ FP32, HALF = 4, 2
 DEFAULT_ACT_BYTES = FP32
 # autocast (torch.amp, CUDA) runs these in the lower precision ...
 HALF_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
-# ... and these in fp32 (its "fp32" op list); pointwise ops follow their inputs.
-FP32_OPS = {"LayerNormalization", "GroupNormalization", "Softmax", "LogSoftmax", "Pow", "Exp",
-            "Log", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2", "ReduceLogSumExp",
-            "ReduceSumSquare", "Softplus", "Reciprocal", "CumSum"}
+# ... these in fp32 on an fp32 copy of their inputs (its "fp32" list) ...
+FP32_OPS = {"LayerNormalization", "GroupNormalization", "Pow", "Exp", "Log", "Softplus",
+            "Reciprocal", "ReduceLogSumExp"}
+# ... and these with an fp32 result but no copy of the input (its "fp32_set_opt_dtype" and
+# "fp32_append_dtype" lists: softmax, sums, norms get ``dtype=float32``). Pointwise ops follow
+# their inputs.
+FP32_RESULT_OPS = {"Softmax", "LogSoftmax", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2",
+                   "ReduceSumSquare", "CumSum"}
 PROMOTE_OPS = {"Add", "Sub", "Mul", "Div", "Concat", "Where", "Max", "Min", "Sum", "Mean"}
 # What autograd saves (PyTorch derivatives.yaml): the inputs ...
 SAVE_IN = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "BatchNormalization",
@@ -32,8 +36,14 @@ SAVE_IN = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "BatchNormalizat
 SAVE_OUT = {"Relu", "Sigmoid", "Tanh", "Softmax", "LogSoftmax", "Exp", "Sqrt", "Reciprocal"}
 # ... both operands only when the other one needs a gradient (not a scalar constant) ...
 SAVE_IF_TENSOR = {"Mul", "Div"}
+# ... the output instead of the input when run in place after a BatchNorm, as timm's
+# BatchNormAct layers do (``leaky_relu_``/``hardtanh_``/``elu_`` derivatives use the result) ...
+INPLACE_RESULT = {"LeakyRelu", "Clip", "Elu", "Selu"}
 # ... plus int64 argmax indices of the output's size.
 INDEX_OPS = {"MaxPool", "GlobalMaxPool"}
+# cuDNN's RNN training keeps a reserve space of every gate and state of every step: per output
+# element, the gates plus the cell and hidden state (an assumption sized from cuDNN's layout).
+RNN_RESERVE = {"LSTM": 6, "GRU": 5, "RNN": 2}
 # Outputs that alias their input in PyTorch (views, no-ops in training graphs).
 VIEW_OPS = {"Reshape", "Flatten", "Squeeze", "Unsqueeze", "Identity", "Transpose", "Expand",
             "Slice", "Split", "Gather", "Cast", "CastLike", "Dropout"}
@@ -61,6 +71,7 @@ class Intervals:
     start: np.ndarray
     end: np.ndarray
     scales: np.ndarray  # True where the size is proportional to the batch
+    node: np.ndarray    # the node an interval belongs to (n: the data input)
 
 
 @dataclass
@@ -95,7 +106,7 @@ class Walk:
         last[n] = 2 * n + 2
         saver = [n + 1] * (n + 1)  # smallest index of a node that saves the tensor
         cons_max = [-1] * (n + 1)
-        out: list[tuple] = []  # (cat, bytes, start, end, scales)
+        out: list[tuple] = []  # (cat, bytes, start, end, scales, node)
         for i in range(n):
             if not real[i] and not self.fused[i] and not preds[i]:
                 continue
@@ -108,66 +119,72 @@ class Walk:
                     target = dt[i] = low_bytes
                 elif op in FP32_OPS:
                     target = dt[i] = FP32
+                elif op in FP32_RESULT_OPS:
+                    target, dt[i] = None, FP32
                 else:
                     target = None
                     dt[i] = max((dt[p] for p in ps), default=act_bytes) if (
                         op in PROMOTE_OPS) else (dt[ps[0]] if ps else act_bytes)
             else:
                 target = None
-            saves_in = self.fused[i] or op in SAVE_IN or (op in SAVE_IF_TENSOR and (
-                len(ps) > 1 or self.save_cond[i]))
+            in_place = op in INPLACE_RESULT and len(ps) == 1 and ps[0] < n and self.folded[ps[0]]
+            saves_in = not in_place and (self.fused[i] or op in SAVE_IN or (
+                op in SAVE_IF_TENSOR and (len(ps) > 1 or self.save_cond[i])))
             keep_to = bwd - i + 1 if saves_in else i + 1
             for p in ps:
                 cons_max[p] = max(cons_max[p], i)
                 last[p] = max(last[p], i + 1)
                 if target is not None and dt[p] != target:
                     # autocast makes a copy in the op's dtype; that copy is what is kept
-                    out.append((CAT_S if saves_in else CAT_T, elems[p] * target, i, keep_to, True))
+                    out.append((CAT_S if saves_in else CAT_T, elems[p] * target, i, keep_to,
+                                True, i))
                 elif saves_in:
                     saver[p] = min(saver[p], i)
             if not real[i]:
                 continue
-            if op in SAVE_OUT and not self.fused[i]:
+            if (op in SAVE_OUT and not self.fused[i]) or in_place:
                 saver[i] = i
             if self.folded[i]:  # the BatchNorm's input (the conv output) and its grad
-                out.append((CAT_S, elems[i] * dt[i], i, bwd - i + 1, True))
-                out.append((CAT_T, elems[i] * dt[i], bwd - i, bwd - i + 1, True))
+                out.append((CAT_S, elems[i] * dt[i], i, bwd - i + 1, True, i))
+                out.append((CAT_T, elems[i] * dt[i], bwd - i, bwd - i + 1, True, i))
+            if op in RNN_RESERVE:
+                out.append((CAT_S, elems[i] * RNN_RESERVE[op] * dt[i], i, bwd - i + 1, True, i))
             if op in INDEX_OPS:
-                out.append((CAT_S, elems[i] * 8, i, bwd - i + 1, True))
+                out.append((CAT_S, elems[i] * 8, i, bwd - i + 1, True, i))
             if op in ("Conv", "ConvTranspose"):
                 ws = min(elems[i] * dt[i], WORKSPACE_CAP)
-                out.append((CAT_K, ws, i, i + 1, True))
-                out.append((CAT_K, ws, bwd - i, bwd - i + 1, True))
+                out.append((CAT_K, ws, i, i + 1, True, i))
+                out.append((CAT_K, ws, bwd - i, bwd - i + 1, True, i))
         for i in range(n + 1):
             if not real[i]:
                 continue
             size = elems[i] * dt[i]
             sink = i < n and cons_max[i] < 0
             if i == n:
-                out.append((CAT_S, size, 0, 2 * n + 2, True))
+                out.append((CAT_S, size, 0, 2 * n + 2, True, i))
                 continue
             if sink:  # model output: kept until its backward; the loss works on it at step n
-                out.append((CAT_S, size, i, bwd - i + 1, True))
-                out.append((CAT_T, elems[i] * FP32 * 2, n, n + 1, True))  # log-softmax + grad
+                out.append((CAT_S, size, i, bwd - i + 1, True, i))
+                out.append((CAT_T, elems[i] * FP32 * 2, n, n + 1, True, i))  # log-softmax + grad
             elif saver[i] <= n:
-                out.append((CAT_S, size, i, max(bwd - saver[i] + 1, last[i]), True))
+                out.append((CAT_S, size, i, max(bwd - saver[i] + 1, last[i]), True, i))
             else:
-                out.append((CAT_T, size, i, last[i], True))
+                out.append((CAT_T, size, i, last[i], True, i))
             if self.req[i]:  # gradient w.r.t. this tensor, from its last consumer's backward
                 g0 = n if sink else bwd - cons_max[i]
-                out.append((CAT_T, size, g0, bwd - i + 1, True))
+                out.append((CAT_T, size, g0, bwd - i + 1, True, i))
         if low_bytes is not None:  # autocast's cache of half weight copies, until it exits
             for i in np.flatnonzero(self.weight_elems > 0):
                 if ops[i] in HALF_OPS:
-                    out.append((CAT_W, self.weight_elems[i] * low_bytes, i, 2 * n + 1, False))
+                    out.append((CAT_W, self.weight_elems[i] * low_bytes, i, 2 * n + 1, False, i))
         if not out:
             z = np.zeros(0)
             return Intervals(z.astype(np.int64), z, z.astype(np.int64), z.astype(np.int64),
-                             z.astype(bool))
-        cat, size, start, end, scales = zip(*out)
+                             z.astype(bool), z.astype(np.int64))
+        cat, size, start, end, scales, node = zip(*out)
         return Intervals(np.array(cat, np.int64), np.array(size, np.float64),
                          np.array(start, np.int64), np.array(end, np.int64),
-                         np.array(scales, bool))
+                         np.array(scales, bool), np.array(node, np.int64))
 
 
 def _pred_lists(graph) -> list:
@@ -193,7 +210,9 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
     bpe = np.divide(graph.out_bytes, out_elems, out=np.zeros(n), where=out_elems > 0)
     is_float = (bpe >= 2) & (bpe <= 4)
     params = np.asarray(graph.params, np.float64)
-    weight_elems = np.where(params > SCALAR_ELEMS, params, 0.0)
+    # Scalars (0.5 of an exported GELU) are constants, not parameters; anything larger is a
+    # parameter, biases of a few channels included (they are small initializers in exports).
+    weight_elems = np.where(params > 1, params, 0.0)
     in_elems = np.asarray(graph.in_elems, np.float64)
     elems = np.append(out_elems, in_elems[[i for i in range(n) if not raw[i]]].max(initial=0.0))
     dep = [False] * n
@@ -249,7 +268,7 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
         if preds[i] and not fused[i]:
             preds[i] = [p for p in preds[i] if p == n or real[p]]
     folded = np.zeros(n, bool) if folded_norm is None else np.asarray(folded_norm, bool)[:n]
-    save_cond = weight_elems > 0
+    save_cond = params > SCALAR_ELEMS  # Mul/Div by a learned tensor (layer scale), not a constant
     return Walk(n, list(ops), elems, real, preds, fused, np.array(req + [False]), folded,
                 weight_elems, save_cond)
 

@@ -26,6 +26,7 @@ from trappm_ray.physics.graph_walk import (DEFAULT_ACT_BYTES, FP32, HALF, Walk, 
 log = logging.getLogger(__name__)
 
 MiB = 2**20
+MODEL_VERSION = 4  # bump when a rule changes: cached predictions of older versions are dropped
 # name -> (bytes of master weights/grads/optimizer state, bytes of an activation by default,
 # bytes of what autocast lowers matmuls/convs to or None without autocast)
 PRECISIONS = {"fp32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),
@@ -76,6 +77,9 @@ class MemoryEstimate:
             with a GPU's or MIG slice's memory.
         floor: master weights + their gradients + optimizer state; no prediction goes below it.
         peak_phase: where the allocated peak falls: ``forward``, ``backward`` or ``optimizer``.
+        saved_at_backward: activations kept for backward when backward starts (the data input
+            included), comparable with what ``saved_tensors_hooks`` see in PyTorch.
+        input_bytes: the data input batch.
     """
 
     weights: float
@@ -91,6 +95,8 @@ class MemoryEstimate:
     device_used: float
     floor: float
     weight_cast_cache: float
+    saved_at_backward: float
+    input_bytes: float
     peak_phase: str
     batch_size: int
     precision: str
@@ -105,7 +111,7 @@ def _round_block(x: np.ndarray) -> np.ndarray:
     return np.ceil(x / BLOCK) * BLOCK
 
 
-def _reserved_extra(live: np.ndarray) -> float:
+def _reserved_extra(live: np.ndarray, fragmentation: float) -> float:
     """Segment slack of the caching allocator for the blocks live at the peak (bytes)."""
     small = live[live <= SMALL_SIZE].sum()
     mid = live[(live > SMALL_SIZE) & (live < MID_SIZE)].sum()
@@ -113,13 +119,14 @@ def _reserved_extra(live: np.ndarray) -> float:
     seg = (math.ceil(small / SMALL_SEGMENT) * SMALL_SEGMENT
            + math.ceil(mid / LARGE_SEGMENT) * LARGE_SEGMENT
            + float((np.ceil(large / ROUND_LARGE) * ROUND_LARGE).sum()))
-    return max(0.0, seg - float(live.sum())) + FRAGMENTATION * float(large.sum())
+    return max(0.0, seg - float(live.sum())) + fragmentation * float(large.sum())
 
 
 def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
                     batch_size: int | None = None, folded_norm: np.ndarray | None = None,
                     grads_set_to_none: bool = True, foreach: bool = True,
-                    context: str | float = "lazy", walked: Walk | None = None) -> MemoryEstimate:
+                    context: str | float = "lazy", walked: Walk | None = None,
+                    fragmentation: float = FRAGMENTATION) -> MemoryEstimate:
     """Predict the peak CUDA memory of one training step of ``graph``.
 
     Args:
@@ -137,6 +144,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         foreach: multi-tensor optimizer kernels (PyTorch >= 2.0 default on CUDA).
         context: ``lazy``/``eager`` CUDA module loading (see ``CONTEXT_BYTES``) or bytes.
         walked: a :class:`Walk` of ``graph`` computed before (reused across batch sizes).
+        fragmentation: reserved-but-unusable share of the live large blocks (an assumption).
 
     Raises:
         ValueError: unknown precision or optimizer, or a non-positive batch size.
@@ -186,7 +194,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     terms = timeline[:, t]
     live = size[(start <= t) & (end > t)]
     allocated = float(total[t])
-    overhead = _reserved_extra(live)
+    overhead = _reserved_extra(live, fragmentation)
     ctx = float(CONTEXT_BYTES[context] if isinstance(context, str) else context)
     floor = param_bytes * (2 + n_state)
     phase = "forward" if t <= n else ("backward" if t <= 2 * n else "optimizer")
@@ -197,7 +205,9 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         workspace=float(terms[_K]), allocator_overhead=overhead, context=ctx,
         allocated=max(allocated, floor), reserved=max(allocated + overhead, floor),
         device_used=max(allocated + overhead, floor) + ctx, floor=floor,
-        weight_cast_cache=cast_cache, peak_phase=phase, batch_size=b, precision=precision,
+        weight_cast_cache=cast_cache, saved_at_backward=float(timeline[_S, n]),
+        input_bytes=float(walked.elems[n] * act * scale), peak_phase=phase, batch_size=b,
+        precision=precision,
         optimizer=optimizer)
     log.debug("memory %s/%s b=%d: %.0f MiB allocated at %s", precision, optimizer, b,
               est.allocated / MiB, phase)

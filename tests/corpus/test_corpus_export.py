@@ -1,0 +1,64 @@
+"""Weight-free construction and export: the graph is the one a normal export gives."""
+import pytest
+import torch
+
+from trappm_ray.corpus import export
+from trappm_ray.graph.featurize import featurize
+
+
+class Tiny(torch.nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.conv = torch.nn.Conv2d(3, 8, 3, padding=1)
+        self.bn = torch.nn.BatchNorm2d(8)
+        self.register_buffer("index", torch.arange(8))
+        self.head = torch.nn.Linear(8, 8)
+        self.tied = torch.nn.Linear(8, 8)
+        self.tied.weight = self.head.weight
+
+    def forward(self, x):
+        y = self.bn(self.conv(x)).mean((2, 3))[:, self.index]
+        return self.tied(self.head(y)).reshape(x.shape[0], 2, 4)
+
+
+def _graph(onnx_bytes, bs=4):
+    g = featurize(onnx_bytes, batch_size=bs, resolution=16)
+    return g.ops, g.edge_index.tolist(), g.out_shape.tolist(), g.static
+
+
+def _export(model, export_params=True):
+    return export.export_legacy(model.eval(), (torch.randn(1, 3, 16, 16),), input_names=["input"],
+                                dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}},
+                                export_params=export_params)
+
+
+def test_meta_parameters_keep_buffers_real_and_ties():
+    with export.meta_parameters():
+        model = Tiny()
+    assert model.conv.weight.device.type == "meta"
+    assert model.index.device.type == "cpu" and model.index.tolist() == list(range(8))
+    assert model.bn.running_var.device.type == "cpu"
+    n = export.materialize(model)
+    assert n == sum(p.numel() for p in Tiny().parameters())
+    assert model.tied.weight is model.head.weight
+    assert all(p.device.type == "cpu" and (p > 0).all() for p in model.parameters())
+
+
+def test_expanded_weights_take_no_memory():
+    with export.meta_parameters():
+        model = torch.nn.Linear(4096, 4096)
+    export.materialize(model, expanded=True)
+    assert model.weight.shape == (4096, 4096) and model.weight.stride() == (0, 0)
+    export.jitter_real_tensors(model)  # skips broadcast tensors instead of failing on them
+
+
+@pytest.mark.parametrize("expanded", [False, True])
+def test_meta_init_export_gives_the_real_export_graph(expanded):
+    torch.manual_seed(0)
+    real = Tiny()
+    export.jitter_real_tensors(real)
+    with export.meta_parameters():
+        lean = Tiny()
+    export.materialize(lean, expanded=expanded)
+    export.jitter_real_tensors(lean)
+    assert _graph(_export(lean, export_params=not expanded)) == _graph(_export(real))

@@ -1,0 +1,42 @@
+"""Graphs of new label keys are appended to the committed graphs file; old rows are kept."""
+import json
+
+import pyarrow as pa
+import pyarrow.compute as pc
+
+from tests.label_builders import SLUG, make_labeled_dir
+from tests.onnx_builders import cnn_model
+from trappm_ray import storage
+from trappm_ray.corpus.label_join import extend_joined_graphs
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.graph.rows import graph_to_row
+from trappm_ray.labels.store import compact, read_rows, write_rows
+
+
+def test_new_keys_join_from_the_corpus_and_old_rows_stay(tmp_path):
+    labels = make_labeled_dir(str(tmp_path / "labels"))
+    before = storage.read_table(storage.join(labels, "graphs.parquet"))
+    rows = read_rows(labels, SLUG).filter(pc.equal(pc.field("arch"), "cnn8")).to_pylist()[:1]
+    new = [dict(rows[0], device_slug="gpu-x", batch_size=64), dict(rows[0], device_slug="gpu-x", arch="gone")]
+    write_rows(labels, "gpu-x", new)
+    compact(labels, "gpu-x")
+    corpus = tmp_path / "corpus"
+    graph = featurize(cnn_model(hw=8).SerializeToString(), batch_size=64, resolution=8)
+    row = graph_to_row(graph, arch="cnn8", family="cnn", exporter="test")
+    row["resolution"] = 8
+    storage.write_table(pa.Table.from_pylist([row]), str(corpus / "graphs" / "cnn8@8.parquet"))
+    (corpus / "manifest").mkdir()
+    (corpus / "manifest" / "cnn8@8.json").write_text(json.dumps(
+        {"task": "cnn8@8", "arch": "cnn8", "resolution": 8, "status": "ok", "graphs": 1}))
+    (corpus / "manifest" / "gone@8.json").write_text(json.dumps(
+        {"task": "gone@8", "arch": "gone", "resolution": 8, "status": "error", "graphs": 0,
+         "error": "export: RuntimeError: no"}))
+
+    summary = extend_joined_graphs(labels, str(corpus))
+
+    after = storage.read_table(storage.join(labels, "graphs.parquet"))
+    assert summary["added"] == 1 and summary["kept"] == before.num_rows
+    assert after.slice(0, before.num_rows).to_pylist() == before.to_pylist()
+    assert after.slice(before.num_rows).column("batch_size").to_pylist() == [64]
+    assert summary["missing"] == {"export failed": [("gone", 8, rows[0]["batch_size"])]}
+    assert summary["label_rows_missing"] == 1

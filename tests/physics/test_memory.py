@@ -1,0 +1,182 @@
+"""The CUDA training-memory model on tiny graphs whose answers are worked out by hand."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trappm_ray.graph.featurize import Graph, featurize
+from trappm_ray.physics import censored
+from trappm_ray.physics.graph_walk import folded_norm_mask, guess_folded_norm, walk
+from trappm_ray.physics.memory import (CONTEXT_BYTES, CUBLAS_WORKSPACE, MiB, OPTIMIZERS,
+                                       training_memory)
+from tests import onnx_builders as ob
+
+B = 32
+
+
+def rb(x: float) -> float:
+    """The allocator's 512-byte rounding."""
+    return float(np.ceil(x / 512) * 512)
+
+
+def make_graph(nodes: list[tuple], batch: int = B, input_elems: int = 0) -> Graph:
+    """A Graph from ``(op, [pred indices], out_elems, params)`` rows in topological order.
+
+    Node 0 (and any node without predecessors) reads the data input of ``input_elems``.
+    """
+    n = len(nodes)
+    src = [p for i, (_, ps, _, _) in enumerate(nodes) for p in ps]
+    dst = [i for i, (_, ps, _, _) in enumerate(nodes) for _ in ps]
+    out_elems = np.array([float(e) for _, _, e, _ in nodes])
+    params = np.array([float(p) for _, _, _, p in nodes])
+    in_elems = np.array([input_elems if not ps else sum(out_elems[p] for p in ps)
+                         for _, ps, _, _ in nodes], float)
+    shape = np.zeros((n, 6), np.int64)
+    shape[:, :4] = [batch, 4, 8, 8]
+    return Graph(ops=[op for op, _, _, _ in nodes], edge_index=np.array([src, dst], np.int32),
+                 macs=np.zeros(n), params=params, weight_bytes=params * 4, out_bytes=out_elems * 4,
+                 in_shape=shape, out_shape=shape.copy(),
+                 n_in=np.array([3 if op == "Conv" else 1 + (w > 0) for op, _, _, w in nodes]),
+                 n_out=np.ones(n, np.int32), in_elems=in_elems, out_elems=out_elems,
+                 attrs=np.ones((n, 3), np.int64), static={"batch_size": batch})
+
+
+X, C, P, K = 3 * 64 * B, 4 * 64 * B, 4 * B, 10 * B  # input, conv/relu, pooled, logits elements
+W_CONV, W_FC = 4 * 3 * 9 + 4, 4 * 10 + 10
+
+
+def cnn(extra: list[tuple] | None = None) -> Graph:
+    """x -> Conv -> Relu -> GlobalAveragePool -> Flatten -> Gemm (the pooled tensor is > 64)."""
+    nodes = [("Conv", [], C, W_CONV), ("Relu", [0], C, 0), ("GlobalAveragePool", [1], P, 0),
+             ("Flatten", [2], P, 0), ("Gemm", [3], K, W_FC)]
+    return make_graph(nodes + (extra or []), input_elems=X)
+
+
+def est(g, **kw):
+    kw.setdefault("folded_norm", np.zeros(g.num_nodes, bool))
+    return training_memory(g, **{"precision": "fp32", "optimizer": "sgd", **kw})
+
+
+def test_saved_activations_by_operator_class():
+    e = est(cnn())
+    # input (always live) + relu output (saved by Relu and by the pool) + pooled (saved by Gemm,
+    # through the Flatten view) + logits (kept until their backward); the conv output is freed.
+    assert e.saved_at_backward == rb(X * 4) + rb(C * 4) + rb(P * 4) + rb(K * 4)
+    assert e.input_bytes == X * 4
+
+
+def test_weights_grads_optimizer_and_floor():
+    w = (W_CONV + W_FC) * 4.0
+    for opt, (n_state, _) in OPTIMIZERS.items():
+        e = est(cnn(), optimizer=opt, grads_set_to_none=False)
+        assert e.floor == w * (2 + n_state)
+        assert e.allocated >= e.floor and e.reserved >= e.allocated
+        assert e.optimizer_state == pytest.approx(sum(rb(x * 4) for x in (W_CONV, W_FC)) * n_state)
+    assert est(cnn(), optimizer="adam").floor > est(cnn(), optimizer="sgd-momentum").floor
+
+
+def test_precision_effects():
+    g = cnn()
+    fp32, amp, half, dbl = (est(g, precision=p) for p in ("fp32", "amp-fp16", "fp16", "fp64"))
+    assert amp.floor == fp32.floor and half.floor == fp32.floor / 2 and dbl.floor == 2 * fp32.floor
+    assert amp.weight_cast_cache == (W_CONV + W_FC) * 2 and fp32.weight_cast_cache == 0
+    # autocast: conv output half, so the relu output is half; the input stays fp32 but the conv
+    # keeps a half copy of it
+    assert amp.saved_at_backward - amp.input_bytes < fp32.saved_at_backward - fp32.input_bytes
+    assert dbl.saved_at_backward == pytest.approx(2 * fp32.saved_at_backward, rel=0.01)
+
+
+def test_monotone_and_linear_in_batch():
+    g = cnn()
+    peaks = [est(g, batch_size=b).allocated for b in (1, 8, 32, 128, 512)]
+    assert all(a < b for a, b in zip(peaks, peaks[1:]))
+    w = walk(g)
+    s64, s128 = (est(g, batch_size=b, walked=w).saved_at_backward for b in (64, 128))
+    assert s128 == pytest.approx(2 * s64, rel=0.01)
+
+
+def test_featurized_batch_matches_scaled_batch():
+    proto = ob.cnn_model(batch="N", hw=16)
+    g8, g64 = featurize(proto, batch_size=8), featurize(proto, batch_size=64)
+    a = training_memory(g8, precision="fp32", batch_size=64, folded_norm=folded_norm_mask(proto))
+    b = training_memory(g64, precision="fp32", folded_norm=folded_norm_mask(proto))
+    assert a.saved_at_backward == pytest.approx(b.saved_at_backward, rel=0.02)
+
+
+def test_maxpool_keeps_int64_indices():
+    base = est(cnn([("Relu", [4], K, 0)]))
+    g = make_graph([("Conv", [], C, W_CONV), ("MaxPool", [0], C // 4, 0),
+                    ("GlobalAveragePool", [1], P, 0), ("Gemm", [2], K, W_FC)], input_elems=X)
+    e = est(g)
+    # input, conv output (saved by the pool), pool output (saved by GAP), indices, pooled, logits
+    assert e.saved_at_backward == (rb(X * 4) + rb(C * 4) + rb(C // 4 * 4) + rb(C // 4 * 8)
+                                   + rb(P * 4) + rb(K * 4))
+    assert base.saved_at_backward > 0
+
+
+def test_silu_chain_is_one_fused_op():
+    # conv -> Sigmoid -> Mul(conv, sigmoid): PyTorch's SiLU keeps only its input
+    g = make_graph([("Conv", [], C, W_CONV), ("Sigmoid", [0], C, 0), ("Mul", [0, 1], C, 0),
+                    ("GlobalAveragePool", [2], P, 0), ("Gemm", [3], K, W_FC)], input_elems=X)
+    e = est(g)
+    assert e.saved_at_backward == rb(X * 4) + rb(C * 4) * 2 + rb(P * 4) + rb(K * 4)
+    # an SE-style gate (Mul of two different tensors) keeps both operands instead
+    w = walk(g)
+    assert w.fused[2] and not w.real[1]
+
+
+def test_folded_batchnorm_restores_its_input():
+    g = cnn()
+    plain = est(g, folded_norm=np.zeros(g.num_nodes, bool))
+    folded = est(g, folded_norm=np.array([True, False, False, False, False]))
+    assert folded.saved_at_backward - plain.saved_at_backward == rb(C * 4)
+    assert guess_folded_norm(g).tolist() == [True, False, False, False, False]
+
+
+def test_allocator_and_context_terms():
+    e = est(cnn(), context="lazy")
+    assert e.device_used == e.reserved + CONTEXT_BYTES["lazy"]
+    assert e.reserved - e.allocated == pytest.approx(e.allocator_overhead)
+    assert e.allocator_overhead >= 0
+    assert est(cnn(), context=123.0).context == 123.0
+    assert e.workspace >= CUBLAS_WORKSPACE
+    terms = (e.weights + e.grads + e.optimizer_state + e.activations_saved + e.transient_peak
+             + e.workspace)
+    assert terms == pytest.approx(e.allocated)
+
+
+def test_grads_set_to_none():
+    kept = est(cnn(), grads_set_to_none=False, optimizer="sgd-momentum")
+    assert kept.grads == pytest.approx(sum(rb(x * 4) for x in (W_CONV, W_FC)))
+
+
+def test_rejects_bad_arguments():
+    with pytest.raises(ValueError):
+        est(cnn(), precision="int8")
+    with pytest.raises(ValueError):
+        est(cnn(), optimizer="lamb")
+    with pytest.raises(ValueError):
+        est(cnn(), batch_size=0)
+
+
+def test_decay_sequence_is_timms():
+    assert censored.decay_sequence()[:8] == [512, 384, 256, 192, 128, 96, 64, 48]
+    assert censored.decay_sequence()[-4:] == [4, 3, 2, 1]
+    assert censored.previous_size(384) == 512 and censored.previous_size(512) is None
+    assert censored.previous_size(3) == 4 and censored.previous_size(100) is None
+
+
+def test_censored_check_counts_both_sides(tmp_path):
+    path = tmp_path / "tiny@16.onnx"
+    path.write_bytes(ob.to_bytes(ob.cnn_model(batch="N", hw=16)))
+    skeletons = censored.load_skeletons(str(tmp_path))
+    assert skeletons == {("tiny", 16): str(path)}
+    rows = [{"model": "tiny", "img_size": 16, "batch_size": b} for b in (512, 96)]
+    rows.append({"model": "absent", "img_size": 16, "batch_size": 8})
+    settings = dict(precision="fp32", optimizer="sgd", context=0.0)
+    small = censored.censored_check(rows, skeletons, capacity_bytes=1 * MiB, settings=settings)
+    big = censored.censored_check(rows, skeletons, capacity_bytes=2**40, settings=settings)
+    assert small["summary"]["rows_checked"] == 2 and small["summary"]["rows_without_graph"] == 1
+    assert small["summary"]["fits_side_share"] == 0 and big["summary"]["fits_side_share"] == 1
+    assert small["summary"]["nofit_side_share"] == 1 and big["summary"]["nofit_side_share"] == 0
+    assert small["summary"]["reduced_rows"] == 1

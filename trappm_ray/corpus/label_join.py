@@ -1,0 +1,110 @@
+"""Add the graphs of newly labeled keys to ``<labels>/graphs.parquet``, keeping the rows it has.
+
+:func:`trappm_ray.labels.examples.join_graphs` rewrites that file from one corpus. The public GPU
+labels are covered by another corpus (``jobs/build_dataset.py --keys-from public``) than the CPU
+labels, whose corpus may no longer exist: :func:`extend_joined_graphs` keeps every row already in
+the file unchanged and appends the graph of each ok label key it lacks, taken from ``corpus``.
+Keys still without a graph are reported with the reason the corpus manifest gives.
+"""
+from __future__ import annotations
+
+import io
+import logging
+
+import pyarrow as pa
+import pyarrow.compute as pc
+import pyarrow.parquet as pq
+
+from trappm_ray import storage
+from trappm_ray.corpus.build import read_manifest, task_name
+from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
+from trappm_ray.labels.store import device_slugs, ok_labels
+
+log = logging.getLogger(__name__)
+
+ZSTD_LEVEL = 19  # the file is committed: smallest size, read speed unchanged
+
+
+def labeled_keys(labels_dir: str) -> dict[tuple, set[str]]:
+    """Every ok label key (arch, resolution, batch_size) and the devices that measured it."""
+    found: dict[tuple, set[str]] = {}
+    for slug in device_slugs(labels_dir):
+        t = ok_labels(labels_dir, slug)
+        for key in zip(*(t.column(k).to_pylist() for k in GRAPH_KEY)):
+            found.setdefault(key, set()).add(slug)
+    return found
+
+
+def _reason(entry: dict | None, batch_size: int) -> str:
+    if entry is None:
+        return "not built"
+    if entry["status"] == "ok":
+        if batch_size in (entry.get("failed_batch_sizes") or []):
+            return "featurize failed"
+        return "batch size not built"
+    if entry["status"] == "skipped":
+        return "skipped (size)"
+    error = entry.get("error", "")
+    if error.startswith("worker died"):
+        return "worker died (memory)"
+    return "featurize failed" if error.startswith("featurize") else "export failed"
+
+
+def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) -> dict:
+    """Append to ``<labels_dir>/graphs.parquet`` the corpus graph of every ok label key it lacks.
+
+    Args:
+        labels_dir: the label store (``data/labels``).
+        corpus: a corpus holding the missing keys (``artifacts/corpus-gpu``).
+        dry_run: count only; write nothing.
+
+    Returns:
+        Counts (labeled keys, kept rows, added rows, ok label rows without a graph) and the keys
+        still missing, grouped by reason (``export failed``, ``featurize failed``, ``not built``...).
+    """
+    uri = storage.join(labels_dir, GRAPHS_FILE)
+    existing = storage.read_table(uri) if storage.exists(uri) else None
+    have = set()
+    if existing is not None:
+        have = set(zip(*(existing.column(k).to_pylist() for k in GRAPH_KEY)))
+    wanted = labeled_keys(labels_dir)
+    todo = sorted(k for k in wanted if k not in have)
+    manifest = {e["task"]: e for e in read_manifest(corpus)}
+    columns = existing.column_names if existing is not None else None
+    tables, missing = [], {}
+    for arch, res in sorted({(a, r) for a, r, _ in todo}):
+        sizes = sorted(b for a, r, b in todo if (a, r) == (arch, res))
+        entry = manifest.get(task_name(arch, res))
+        shard = storage.join(corpus, "graphs", f"{task_name(arch, res)}.parquet")
+        got: set = set()
+        if entry is not None and entry["status"] == "ok" and storage.exists(shard):
+            t = storage.read_table(shard, columns=columns)
+            t = t.filter(pc.is_in(t.column("batch_size"), pa.array(sizes, t.column("batch_size").type)))
+            got = set(t.column("batch_size").to_pylist())
+            tables.append(t)
+        for b in sizes:
+            if b not in got:
+                missing.setdefault(_reason(entry, b), []).append((arch, res, b))
+    added = pa.concat_tables(tables, promote_options="permissive") if tables else None
+    if added is not None and existing is not None:
+        added = added.select(existing.column_names).cast(existing.schema)
+    out = [t for t in (existing, added) if t is not None]
+    label_rows_missing = sum(len(wanted[k]) for keys in missing.values() for k in keys)
+    summary = {"labeled_keys": len(wanted), "kept": 0 if existing is None else existing.num_rows,
+               "added": 0 if added is None else added.num_rows,
+               "keys_missing": sum(len(v) for v in missing.values()),
+               "label_rows_missing": label_rows_missing,
+               "missing_by_reason": {r: len(v) for r, v in sorted(missing.items())},
+               "missing": {r: v for r, v in sorted(missing.items())}}
+    if out and not dry_run:
+        table = pa.concat_tables(out)
+        buf = io.BytesIO()
+        pq.write_table(table, buf, compression="zstd", compression_level=ZSTD_LEVEL,
+                       row_group_size=2048)
+        storage.write_bytes(uri, buf.getvalue())
+        summary["bytes"] = len(buf.getvalue())
+    log.info("joined graphs: %s", {k: v for k, v in summary.items() if k != "missing"})
+    return summary
+
+
+__all__ = ["ZSTD_LEVEL", "extend_joined_graphs", "labeled_keys"]

@@ -1,0 +1,204 @@
+"""Transformer language models from configs (no weights): NeuSight's LMs and a few common ones.
+
+A model is named by its config: NeuSight's ``DLmodel_configs/<name>.json`` (``bert_large``,
+``gpt2_xl``, ``opt_13``, ``switchxl4``, ...) or one of :data:`EXTRA_CONFIGS` (BERT-base, GPT-2
+small, a T5-small encoder, a LLaMA-style decoder). It is built with ``transformers`` from the
+config alone, its parameters on the meta device, and exported by torch's legacy exporter with
+``input_ids [batch, seq]`` and both axes dynamic; the output is the logits (the last hidden
+state for encoders). ``trappm-ray graph FILE --batch-size 4 --dim seq=512`` featurizes it.
+
+Weights are never copied: each parameter is one random scalar broadcast to its shape and the
+export leaves weight values out (``export_params=False``), which gives the graph of a normal
+export (checked by ``tests/corpus/test_text_models.py``) for models of several GB.
+"""
+from __future__ import annotations
+
+import contextlib
+import json
+import logging
+from functools import lru_cache
+from pathlib import Path
+
+log = logging.getLogger(__name__)
+
+CONFIG_DIR = str(Path(__file__).resolve().parents[3] / "shared/data/public-gpu/neusight/DLmodel_configs")
+EXPORTER = ("torch.onnx legacy (dynamo=False), opset 17, eval mode, transformers from config, "
+            "input_ids with dynamic batch and seq axes")
+# Common architectures beside NeuSight's (issue 23): published sizes, written out here.
+EXTRA_CONFIGS = {
+    "hf_bert_base": {"model_type": "bert", "architectures": ["BertForMaskedLM"], "hidden_size": 768,
+                     "num_hidden_layers": 12, "num_attention_heads": 12, "intermediate_size": 3072,
+                     "vocab_size": 30522, "max_position_embeddings": 512},
+    "hf_gpt2": {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 768,
+                "n_layer": 12, "n_head": 12, "vocab_size": 50257, "n_positions": 1024},
+    "hf_t5_small_encoder": {"model_type": "t5", "architectures": ["T5EncoderModel"], "d_model": 512,
+                            "d_kv": 64, "d_ff": 2048, "num_layers": 6, "num_heads": 8,
+                            "vocab_size": 32128},
+    "hf_llama_decoder": {"model_type": "llama", "architectures": ["LlamaForCausalLM"],
+                         "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
+                         "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
+                         "max_position_embeddings": 4096},
+}
+
+
+def _config_dir(config_dir: str | None) -> Path:
+    return Path(config_dir or CONFIG_DIR)
+
+
+@lru_cache(maxsize=4)
+def config_names(config_dir: str | None = None) -> tuple[str, ...]:
+    """Every model name this module builds: NeuSight's configs (if present) and the extras."""
+    d = _config_dir(config_dir)
+    found = sorted(p.stem for p in d.glob("*.json")) if d.is_dir() else []
+    return tuple(found) + tuple(EXTRA_CONFIGS)
+
+
+def config_dict(name: str, config_dir: str | None = None) -> dict:
+    """The config of ``name`` as a dict.
+
+    Raises:
+        KeyError: no such config.
+    """
+    if name in EXTRA_CONFIGS:
+        return dict(EXTRA_CONFIGS[name])
+    path = _config_dir(config_dir) / f"{name}.json"
+    if not path.is_file():
+        raise KeyError(f"no text-model config {name!r} (looked in {path.parent} and EXTRA_CONFIGS)")
+    return json.loads(path.read_text())
+
+
+def family_of(name: str, config_dir: str | None = None) -> str:
+    """The config's ``model_type`` (``bert``, ``gpt2``, ``opt``, ...), or the name's first word."""
+    try:
+        return str(config_dict(name, config_dir)["model_type"])
+    except (KeyError, OSError, ValueError):
+        return name.removeprefix("hf_").split("_")[0]
+
+
+def build_model(name: str, config_dir: str | None = None, meta: bool = True):
+    """A transformers model of config ``name``, eval mode, KV cache off, eager attention.
+
+    Args:
+        name: a name from :func:`config_names`.
+        config_dir: folder of NeuSight-style configs (default :data:`CONFIG_DIR`).
+        meta: parameters on the meta device (see :func:`trappm_ray.corpus.export.meta_parameters`).
+    """
+    import torch
+    import transformers
+
+    from trappm_ray.corpus import export
+
+    d = config_dict(name, config_dir)
+    d.pop("_name_or_path", None)
+    arch = (d.get("architectures") or ["AutoModelForCausalLM"])[0]
+    config = transformers.AutoConfig.for_model(**d)
+    config.use_cache = False
+    if arch == "BertLMHeadModel":
+        config.is_decoder = True  # as NeuSight runs it: a causal LM head on BERT
+    cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
+    torch.manual_seed(0)
+    with export.meta_parameters() if meta else contextlib.nullcontext():
+        model = cls._from_config(config, attn_implementation="eager")
+    return model.eval()
+
+
+class _LogitsOnly:
+    """Wraps a transformers model so that tracing sees ``input_ids -> logits`` only."""
+
+    def __new__(cls, model):
+        import torch
+
+        class Wrapper(torch.nn.Module):
+            def __init__(self, inner):
+                super().__init__()
+                self.inner = inner
+                self.seq2seq = bool(getattr(inner.config, "is_encoder_decoder", False))
+
+            def forward(self, input_ids):
+                kwargs = {"input_ids": input_ids, "return_dict": False}
+                if self.seq2seq:
+                    kwargs["decoder_input_ids"] = input_ids
+                return self.inner(**kwargs)[0]
+
+        return Wrapper(model)
+
+
+@contextlib.contextmanager
+def traceable_masks():
+    """Within the block, transformers builds attention masks by broadcasting instead of vmap.
+
+    transformers >= 4.53 evaluates its mask functions under ``torch.vmap``, which the
+    TorchScript tracer cannot follow; the mask functions are elementwise comparisons of
+    indices, so broadcasting the index vectors gives the same mask.
+    """
+    try:
+        from transformers import masking_utils
+    except ImportError:  # older transformers: nothing to patch
+        yield
+        return
+    original = getattr(masking_utils, "_vmap_for_bhqkv", None)
+    packed = getattr(masking_utils, "find_packed_sequence_indices", None)
+
+    def broadcast(mask_function, bh_indices: bool = True):
+        def fn(batch_idx, head_idx, q_idx, kv_idx):
+            if not bh_indices:
+                return mask_function(None, None, q_idx[:, None], kv_idx[None, :]).expand(
+                    q_idx.shape[0], kv_idx.shape[0])
+            out = mask_function(batch_idx[:, None, None, None], head_idx[None, :, None, None],
+                                q_idx[None, None, :, None], kv_idx[None, None, None, :])
+            return out.expand(batch_idx.shape[0], head_idx.shape[0], q_idx.shape[0], kv_idx.shape[0])
+        return fn
+
+    if original is not None:
+        masking_utils._vmap_for_bhqkv = broadcast
+    if packed is not None:  # packed-sequence detection reads position values: not traceable
+        masking_utils.find_packed_sequence_indices = lambda position_ids: None
+    try:
+        yield
+    finally:
+        if original is not None:
+            masking_utils._vmap_for_bhqkv = original
+        if packed is not None:
+            masking_utils.find_packed_sequence_indices = packed
+
+
+def count_params(name: str, config_dir: str | None = None) -> int:
+    """Parameter count (tied weights once), on the meta device."""
+    import torch
+
+    with torch.device("meta"):
+        model = build_model(name, config_dir, meta=False)
+    return sum(p.numel() for p in model.parameters())
+
+
+def export_text_model(name: str, config_dir: str | None = None, meta_init: bool = True,
+                      example_batch: int = 2, example_seq: int = 16) -> tuple[bytes, int]:
+    """Export ``name`` with dynamic ``batch`` and ``seq`` axes; returns (ONNX bytes, params).
+
+    Args:
+        name, config_dir: see :func:`build_model`.
+        meta_init: broadcast scalars for weights and no weight values in the export (False:
+            real random weights, exported then stripped: the reference the lean way is checked
+            against).
+        example_batch, example_seq: the traced input's size (neither is baked into the graph).
+    """
+    import torch
+
+    from trappm_ray.corpus import export
+
+    model = build_model(name, config_dir, meta=True)
+    export.materialize(model, expanded=meta_init)
+    if not meta_init:
+        export.jitter_real_tensors(model)
+    params = sum(p.numel() for p in model.parameters())
+    ids = torch.ones(example_batch, example_seq, dtype=torch.long)
+    with traceable_masks():
+        onnx_bytes = export.export_legacy(
+            _LogitsOnly(model), (ids,), input_names=["input_ids"], output_names=["logits"],
+            dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
+            export_params=not meta_init)
+    return onnx_bytes, params
+
+
+__all__ = ["CONFIG_DIR", "EXPORTER", "EXTRA_CONFIGS", "build_model", "config_dict",
+           "config_names", "count_params", "export_text_model", "family_of", "traceable_masks"]

@@ -1,0 +1,316 @@
+"""Roofline time of a model on a device: per operator, the larger of its arithmetic over the
+device's peak and its memory traffic over the memory bandwidth.
+
+The roofline model (S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual
+performance model for multicore architectures", CACM 52(4), 2009) bounds a kernel's time below
+by ``max(FLOPs / peak FLOP/s, bytes / bandwidth)``. Applied node by node to an operator graph
+(each ONNX node is one or a few kernels in PyTorch eager mode) and summed, it gives the time a
+step could take if every kernel ran at the device's peak for its limiting resource: a physical
+floor. A measured or predicted step time below it means a peak in the spec table is wrong, the
+graph counts work the framework skips (fusion under ``torch.compile``, tiny tensors served from
+cache), or the measurement is wrong; predictors built on it clamp their output to be at least the
+roofline total (see ``trappm_ray/evaluate/gpu.py``). It ignores launch latency, so real steps at
+small batch sizes sit far above it; learning that gap is left to the regressors.
+
+Counting rules (per node, forward pass):
+
+* FLOPs: ``2 * MACs`` for the matmul class (Conv, ConvTranspose, Gemm, MatMul, Einsum, RNNs);
+  for every other op the featurizer's ``macs``, which is already a per-op cost per output element
+  (1 for additions and ReLU, ``ELEMENT_COST`` in ``graph/featurize.py`` for softmax (5),
+  layer norm (8), GELU (8), ...; the kernel size for pooling). Views count nothing.
+* Peak: the tensor-core peak of the precision (``devices.peak_flops``) for the matmul class at
+  ``amp-fp16``/``amp-bf16``/``fp16``/``bf16``/``tf32``; the vector peak (FP32, or the FP16 vector
+  units where the table has them, FP64 at fp64) for everything else, including depthwise and
+  other thin grouped convolutions, which cuDNN runs on the CUDA cores. ``fp32`` uses the FP32
+  vector peak for all ops (PyTorch's TF32 convolutions on Ampere can beat it: see the floor).
+* Bytes: data inputs + outputs at the activation element size (4 B at fp32/tf32; 2 B at
+  fp16/bf16 and under autocast, except the ops autocast runs in fp32, which write 4 B) plus the
+  weights (fp32 master weights under autocast, read once and, for the matmul class, cast to a
+  half copy that is written and read again: 8 B per parameter). Views move nothing.
+* A BatchNorm that an eval-mode ONNX export folded into its Conv is put back (the training and
+  eager inference runs execute it): one extra memory-bound pass over the Conv's output.
+
+Training (forward + backward + optimizer): backward costs ``BACKWARD_FACTOR`` (2) times the
+forward FLOPs and bytes of every node (input and weight gradients), and the optimizer step moves
+``OPTIMIZER_BYTES`` per parameter (fp32 state read and written), plus the gradient unscale pass of
+the AMP grad scaler.
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass
+
+import numpy as np
+
+from trappm_ray import devices
+from trappm_ray.physics.graph_walk import (FP32_OPS, FP32_RESULT_OPS, HALF_OPS, VIEW_OPS,
+                                           POINTWISE, guess_folded_norm, walk)
+
+log = logging.getLogger(__name__)
+
+FREE, VECTOR, TENSOR = 0, 1, 2  # node classes: no work, CUDA/vector cores, tensor/matrix cores
+# Ops that only re-label or index tensors in a training framework: besides the memory model's
+# views, the shape arithmetic ONNX exporters emit (on scalars: nothing worth a kernel).
+FREE_OPS = set(VIEW_OPS) | {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
+# Reduction length per output element under which a grouped Conv counts as depthwise-like:
+# too thin for the tensor cores (cuDNN runs depthwise convolutions on the CUDA cores).
+THIN_GROUP_REDUCTION = 16
+BACKWARD_FACTOR = 2.0  # backward ~ 2x forward: gradients w.r.t. inputs and w.r.t. weights
+# Optimizer step, bytes per parameter with fp32 state: read param + grad (+ each state tensor),
+# write param (+ each state tensor). SGD momentum: p, g, buf read; p, buf written.
+OPTIMIZER_BYTES = {"none": 0, "sgd": 12, "sgd-momentum": 20, "adam": 28, "adamw": 28}
+AMP_UNSCALE_BYTES = 8  # GradScaler.unscale_: every fp32 gradient read and written once
+BN_FLOPS_PER_ELEM = 2  # a restored (folded) BatchNorm: scale and shift per element
+
+# precision -> (tensor peak key for devices.peak_flops or None, activation bytes,
+# weight bytes per parameter for a matmul-class node, for any other node)
+PRECISIONS = {
+    "fp32": (None, 4, 4, 4), "tf32": ("tf32", 4, 4, 4),
+    "amp-fp16": ("amp-fp16", 2, 8, 4), "amp-bf16": ("bf16", 2, 8, 4),
+    "fp16": ("fp16", 2, 2, 2), "bf16": ("bf16", 2, 2, 2), "fp64": ("fp64", 8, 8, 8),
+}
+FEATURE_NAMES = ("log_compute_us", "log_memory_us", "log_roofline_us", "log2_intensity_over_ridge",
+                 "compute_bound")
+
+
+@dataclass
+class RooflineEstimate:
+    """Roofline times of one graph on one device (forward pass per node; totals in ms).
+
+    Attributes:
+        node_class: per node FREE (0), VECTOR (1) or TENSOR (2).
+        flops, bytes: per node forward FLOPs and bytes moved.
+        compute_ms, memory_ms, node_ms: per node forward times; ``node_ms`` is their maximum.
+        forward_ms, backward_ms, optimizer_ms: totals (backward and optimizer 0 for inference).
+        total_ms: the floor of one step in ``mode``: their sum.
+        compute_bound_share: share of ``forward_ms`` spent in compute-bound nodes.
+        peak_tensor, peak_vector, bandwidth: the device figures used (FLOP/s, FLOP/s, B/s).
+    """
+
+    node_class: np.ndarray
+    flops: np.ndarray
+    bytes: np.ndarray
+    compute_ms: np.ndarray
+    memory_ms: np.ndarray
+    node_ms: np.ndarray
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    total_ms: float
+    compute_bound_share: float
+    peak_tensor: float
+    peak_vector: float
+    bandwidth: float
+    mode: str
+    precision: str
+    device: str
+
+    def summary(self) -> dict:
+        """Totals as plain JSON types."""
+        return {k: getattr(self, k) for k in ("device", "precision", "mode", "forward_ms",
+                                              "backward_ms", "optimizer_ms", "total_ms",
+                                              "compute_bound_share")}
+
+
+def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float, float]:
+    """``(tensor peak, vector peak, bandwidth)`` in FLOP/s, FLOP/s and B/s for ``precision``.
+
+    Args:
+        spec: the device (``trappm_ray.devices``).
+        precision: a key of :data:`PRECISIONS`.
+
+    Raises:
+        ValueError: unknown precision, or the device lacks a sourced FP32 peak or bandwidth.
+    """
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; expected one of {sorted(PRECISIONS)}")
+    if not spec.memory_bw_gbs:
+        raise ValueError(f"device {spec.slug!r} has no sourced memory bandwidth: no roofline")
+    key = PRECISIONS[precision][0]
+    if precision == "fp64":
+        vector = devices.peak_flops(spec, "fp64")
+    elif precision in ("amp-fp16", "fp16") and spec.peak_fp16_tflops:
+        vector = spec.peak_fp16_tflops * 1e12  # FP16 vector units (P100's half2 rate)
+    else:
+        vector = devices.peak_flops(spec, "fp32") if spec.peak_fp32_tflops else None
+        if vector is None:
+            raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no roofline")
+    tensor = vector if key is None else max(devices.peak_flops(spec, key), vector)
+    return tensor, vector, spec.memory_bw_gbs * 1e9
+
+
+def node_classes(graph) -> np.ndarray:
+    """Per node FREE / VECTOR / TENSOR (see the module docstring for the rules).
+
+    Args:
+        graph: a :class:`trappm_ray.graph.featurize.Graph`.
+    """
+    ops = graph.ops
+    cls = np.array([FREE if op in FREE_OPS else TENSOR if op in HALF_OPS else VECTOR for op in ops],
+                   np.int8)
+    if len(ops):
+        groups = np.asarray(graph.attrs)[:, 2]
+        reduction = np.asarray(graph.macs) / np.maximum(np.asarray(graph.out_elems), 1.0)
+        thin = (cls == TENSOR) & (groups > 1) & (reduction < THIN_GROUP_REDUCTION)
+        cls[thin] = VECTOR
+    return cls
+
+
+def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.ndarray:
+    """Per node, True for the score tensors of attention that a fused kernel keeps on chip.
+
+    The pattern: a MatMul of two activations (``q @ k^T``), optionally a few single-input
+    pointwise ops (scale, bias, mask), a Softmax, consumed only by MatMuls of two activations
+    (``p @ v``). FlashAttention (Dao et al., NeurIPS 2022), which PyTorch 2's
+    ``scaled_dot_product_attention`` runs, never writes these to memory.
+
+    Args:
+        graph: a :class:`trappm_ray.graph.featurize.Graph`.
+        tensors: its ``graph_walk.walk`` (computed when None).
+        cls: its :func:`node_classes` (computed when None).
+    """
+    tensors = walk(graph) if tensors is None else tensors
+    cls = node_classes(graph) if cls is None else cls
+    n, ops, params = len(cls), graph.ops, np.asarray(graph.params)
+    plain_mm = (cls == TENSOR) & (params == 0)
+    consumers: list[list[int]] = [[] for _ in range(n + 1)]
+    for i, ps in enumerate(tensors.preds):
+        for p in ps:
+            consumers[p].append(i)
+    mask = np.zeros(n, bool)
+    for s in (i for i, op in enumerate(ops) if op == "Softmax" and tensors.real[i]):
+        chain, cur, found = [s], s, False
+        while len(chain) < 8:
+            data = [p for p in tensors.preds[cur] if p < n]
+            if any(plain_mm[p] for p in data):
+                chain.append(next(p for p in data if plain_mm[p]))
+                found = True
+                break
+            if len(data) != 1 or ops[data[0]] not in POINTWISE:
+                break
+            cur = data[0]
+            chain.append(cur)
+        if found and consumers[s] and all(plain_mm[c] for c in consumers[s]):
+            mask[chain] = True
+    return mask
+
+
+def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fused_attention: bool,
+                  compiled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per node forward FLOPs, bytes, and the FLOPs/bytes of restored BatchNorms.
+
+    Tensors follow the memory model's walk (``graph_walk.walk``): views alias their base and
+    move nothing, a chain of pointwise ops with one data input (an exported GELU's five nodes)
+    reads its input and writes its result once, as the single kernel PyTorch runs for it, and
+    shape arithmetic on scalars allocates nothing. A bias Add after a MatMul with weights is the
+    GEMM's epilogue (``torch.addmm``; ONNX exporters split ``nn.Linear`` on 3-D inputs in two).
+    """
+    _, act, w_tensor, w_other = PRECISIONS[precision]
+    tensors = walk(graph)
+    n = len(cls)
+    macs = np.asarray(graph.macs, np.float64)
+    params = np.asarray(graph.params, np.float64)
+    flops = np.where(cls == TENSOR, 2.0 * macs, macs)
+    flops[cls == FREE] = 0.0
+    out_elems = np.asarray(graph.out_elems, np.float64)
+    elem_bytes = np.full(n + 1, float(act))  # index n: the data input
+    if act == 2:  # autocast (and pure half) keep these ops' results in fp32
+        elem_bytes[[i for i, op in enumerate(graph.ops) if op in FP32_OPS or op in FP32_RESULT_OPS]] = 4.0
+    on_chip = attention_scores(graph, tensors, cls) if fused_attention else np.zeros(n, bool)
+    stored = np.append(tensors.real[:n] & ~on_chip, True)
+    reads = np.array([sum(tensors.elems[p] * elem_bytes[p] for p in ps if stored[p])
+                      for ps in tensors.preds])
+    moved = np.where(tensors.real[:n], reads, 0.0) + np.where(stored[:n], out_elems * elem_bytes[:n], 0.0)
+    epilogue = [i for i, op in enumerate(graph.ops) if op == "Add" and params[i] > 0
+                and len(tensors.preds[i]) == 1 and tensors.preds[i][0] < n
+                and cls[tensors.preds[i][0]] == TENSOR and params[tensors.preds[i][0]] > 0]
+    moved[epilogue] = 0.0
+    if compiled:  # a compiler may fuse every vector op into a neighbouring kernel's prologue/epilogue
+        moved[cls == VECTOR] = 0.0
+    wbytes = params * np.where(cls == TENSOR, w_tensor, w_other)
+    moved += np.where(cls == FREE, 0.0, wbytes)
+    bn_flops = folded * out_elems * BN_FLOPS_PER_ELEM
+    bn_bytes = folded * out_elems * 2 * act * (not compiled)  # read conv output, write result
+    return flops, moved, np.stack([bn_flops, bn_bytes])
+
+
+def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode: str = "train",
+             optimizer: str = "sgd-momentum", restore_folded_bn: bool = True,
+             folded_norm: np.ndarray | None = None, fused_attention: bool = True,
+             compiled: bool = False) -> RooflineEstimate:
+    """The roofline floor of one step of ``graph`` on ``spec`` (see the module docstring).
+
+    Args:
+        graph: a :class:`trappm_ray.graph.featurize.Graph` at the batch size of the step.
+        spec: the device.
+        precision: a key of :data:`PRECISIONS` (``amp-fp16`` = torch autocast to float16).
+        mode: ``train`` (forward + backward + optimizer step) or ``infer`` (forward only).
+        optimizer: a key of :data:`OPTIMIZER_BYTES` (timm's ``sgd`` is SGD with momentum).
+        restore_folded_bn: add back the BatchNorms an eval-mode export folded into Convs.
+        folded_norm: per node mask of such Convs; default: ``guess_folded_norm(graph)``.
+        fused_attention: attention scores stay on chip (:func:`attention_scores`), as with
+            PyTorch 2's fused attention; the default, since a floor must not count traffic a
+            fused kernel avoids. Pass False for eager PyTorch 1.x, which materializes them.
+        compiled: the step runs under a fusing compiler (``torch.compile``): vector ops (and
+            restored BatchNorms) are assumed fused into their neighbours and move no memory.
+
+    Returns:
+        A :class:`RooflineEstimate`; ``total_ms`` is the floor no real step can go below.
+    """
+    if mode not in ("train", "infer"):
+        raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
+    if optimizer not in OPTIMIZER_BYTES:
+        raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(OPTIMIZER_BYTES)}")
+    tensor, vector, bw = device_rates(spec, precision)
+    cls = node_classes(graph)
+    n = len(cls)
+    if restore_folded_bn and n:
+        folded = np.asarray(guess_folded_norm(graph) if folded_norm is None else folded_norm, bool)
+    else:
+        folded = np.zeros(n, bool)
+    flops, moved, (bn_flops, bn_bytes) = _forward_work(graph, precision, cls, folded, fused_attention, compiled)
+    compute_ms = flops / np.where(cls == TENSOR, tensor, vector) * 1e3
+    memory_ms = moved / bw * 1e3
+    # A restored BatchNorm is its own (memory-bound) kernel after the Conv: its time adds.
+    bn_ms = np.maximum(bn_flops / vector, bn_bytes / bw) * 1e3
+    node_ms = np.maximum(compute_ms, memory_ms) + bn_ms
+    forward = float(node_ms.sum())
+    backward = optimizer_ms = 0.0
+    if mode == "train":
+        backward = BACKWARD_FACTOR * forward
+        amp = AMP_UNSCALE_BYTES if precision.startswith("amp") else 0
+        optimizer_ms = float(np.sum(graph.params)) * (OPTIMIZER_BYTES[optimizer] + amp) / bw * 1e3
+    bound = compute_ms >= memory_ms
+    share = float(node_ms[bound & (flops > 0)].sum() / forward) if forward > 0 else 0.0
+    return RooflineEstimate(cls, flops, moved, compute_ms, memory_ms, node_ms, forward, backward,
+                            optimizer_ms, forward + backward + optimizer_ms, share, tensor, vector,
+                            bw, mode, precision, spec.slug)
+
+
+def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
+                  estimate: RooflineEstimate | None = None) -> np.ndarray:
+    """Per node roofline features for a GNN, ``[N, len(FEATURE_NAMES)]`` float32: log1p of the
+    compute, memory and roofline times in microseconds, log2 of the node's arithmetic intensity
+    over the device's ridge point (peak / bandwidth; > 0: compute-bound side, clipped to +-16, 0
+    for nodes that move nothing) and a compute-bound flag.
+
+    Args:
+        graph: a :class:`trappm_ray.graph.featurize.Graph`.
+        spec: the device.
+        precision: a key of :data:`PRECISIONS`.
+        estimate: a forward :class:`RooflineEstimate` of the same graph, to skip recomputing it.
+    """
+    est = estimate or roofline(graph, spec, precision, mode="infer")
+    peak = np.where(est.node_class == TENSOR, est.peak_tensor, est.peak_vector)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        ratio = (est.flops / est.bytes) / (peak / est.bandwidth)
+        rel = np.where((est.bytes > 0) & (est.flops > 0), np.log2(ratio), 0.0)
+    rel = np.clip(np.nan_to_num(rel), -16.0, 16.0)
+    cols = [np.log1p(est.compute_ms * 1e3), np.log1p(est.memory_ms * 1e3), np.log1p(est.node_ms * 1e3),
+            rel, (est.compute_ms > est.memory_ms).astype(np.float64)]
+    return np.stack(cols, axis=1).astype(np.float32)
+
+
+__all__ = ["FREE", "VECTOR", "TENSOR", "FREE_OPS", "BACKWARD_FACTOR", "OPTIMIZER_BYTES", "PRECISIONS",
+           "FEATURE_NAMES", "RooflineEstimate", "device_rates", "node_classes", "attention_scores", "roofline",
+           "node_features"]
