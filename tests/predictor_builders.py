@@ -1,4 +1,6 @@
-"""A small, randomly initialised Predictor for tests that need one without training."""
+"""A small, randomly initialised Predictor (and encoder) for tests that need one without training."""
+import json
+
 import torch
 
 from trappm_ray.graph import features
@@ -29,3 +31,13 @@ def random_predictor(targets=("train_step_ms", "train_memory_mb", "inference_ms"
                             if encoder is not None else None),
                 "device": {"slug": "test-device", "name": "test"}}
     return Predictor(manifest, encoder, heads, scalers)
+
+
+def save_encoder(path, in_dim: int, feature_set: str) -> str:
+    """An untrained tiny encoder saved as ``<path>/encoder.pt`` + its sidecar; its path."""
+    enc = GraphEncoder(in_dim, (8, 4), 0.0)
+    path.mkdir(parents=True, exist_ok=True)
+    torch.save(enc.state_dict(), path / "encoder.pt")
+    (path / "encoder.json").write_text(json.dumps(
+        {"feature_set": feature_set, "in_dim": in_dim, "dims": [8, 4], "dropout": 0.0}))
+    return str(path / "encoder.pt")

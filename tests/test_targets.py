@@ -6,6 +6,7 @@ import pytest
 
 from tests.label_builders import make_labeled_dir
 from tests.onnx_builders import cnn_model
+from tests.predictor_builders import save_encoder
 from trappm_ray import targets
 from trappm_ray.labels.examples import load_examples
 
@@ -37,13 +38,12 @@ def test_gpu_rows_feed_training_memory(tmp_path):
 def test_gpu_label_table_trains_a_predictor_that_reports_memory_and_fit(tmp_path, ray_session):
     from trappm_ray.serving import api
     from trappm_ray.train.build_predictor import RegressConfig, available_targets, train_predictor
-    from tests.test_regress_job import _save_encoder
 
     labels = make_labeled_dir(str(tmp_path / "labels"), slug="test-gpu", device="cuda")
     assert available_targets(labels, "test-gpu") == (
         "train_step_ms", "train_memory_mb", "inference_ms", "train_power_w")
     out = train_predictor(RegressConfig(
-        labels=labels, encoder=_save_encoder(tmp_path / "enc", 195, "v2"), seeds=(1,),
+        labels=labels, encoder=save_encoder(tmp_path / "enc", 195, "v2"), seeds=(1,),
         targets=("train_step_ms", "train_memory_mb"), max_epochs=2,
         registry=str(tmp_path / "registry"), name="gpu"))
     manifest = json.loads((tmp_path / "registry" / "gpu" / "v0001" / "manifest.json").read_text())

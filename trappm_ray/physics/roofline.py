@@ -3,37 +3,35 @@ device's peak and its memory traffic over the memory bandwidth.
 
 The roofline model (S. Williams, A. Waterman, D. Patterson, "Roofline: an insightful visual
 performance model for multicore architectures", CACM 52(4), 2009) bounds a kernel's time below
-by ``max(FLOPs / peak FLOP/s, bytes / bandwidth)``. Applied node by node to an operator graph
-(each ONNX node is one or a few kernels in PyTorch eager mode) and summed, it gives the time a
-step could take if every kernel ran at the device's peak for its limiting resource: a physical
-floor. A measured or predicted step time below it means a peak in the spec table is wrong, the
-graph counts work the framework skips (fusion under ``torch.compile``, tiny tensors served from
-cache), or the measurement is wrong; predictors built on it clamp their output to be at least the
-roofline total (see ``trappm_ray/evaluate/gpu.py``). It ignores launch latency, so real steps at
+by ``max(FLOPs / peak FLOP/s, bytes / bandwidth)``. Summed over an operator graph it is the time
+a step would take if every kernel ran at the device's peak for its limiting resource: a physical
+floor. A measured step below it means a peak in the spec table is wrong, the graph counts work
+the framework skipped, or the measurement is wrong; predictors clamp their output to at least the
+roofline total (``trappm_ray/evaluate/gpu.py``). Launch latency is ignored, so real steps at
 small batch sizes sit far above it; learning that gap is left to the regressors.
 
-Counting rules (per node, forward pass):
+Counting rules (per node, forward pass); every choice errs low, as a floor must:
 
-* FLOPs: ``2 * MACs`` for the matmul class (Conv, ConvTranspose, Gemm, MatMul, Einsum, RNNs);
-  for every other op the featurizer's ``macs``, which is already a per-op cost per output element
-  (1 for additions and ReLU, ``ELEMENT_COST`` in ``graph/featurize.py`` for softmax (5),
-  layer norm (8), GELU (8), ...; the kernel size for pooling). Views count nothing.
+* FLOPs: ``2 * MACs`` for the matmul class (Conv, Gemm, MatMul, Einsum, RNNs); for every other
+  op the featurizer's ``macs``, already a cost per output element (1 for Add/ReLU; softmax 5,
+  layer norm 8, ...: ``ELEMENT_COST`` in ``graph/featurize.py``; the window for pooling).
 * Peak: the tensor-core peak of the precision (``devices.peak_flops``) for the matmul class at
-  ``amp-fp16``/``amp-bf16``/``fp16``/``bf16``/``tf32``; the vector peak (FP32, or the FP16 vector
-  units where the table has them, FP64 at fp64) for everything else, including depthwise and
-  other thin grouped convolutions, which cuDNN runs on the CUDA cores. ``fp32`` uses the FP32
-  vector peak for all ops (PyTorch's TF32 convolutions on Ampere can beat it: see the floor).
-* Bytes: data inputs + outputs at the activation element size (4 B at fp32/tf32; 2 B at
-  fp16/bf16 and under autocast, except the ops autocast runs in fp32, which write 4 B) plus the
-  weights (fp32 master weights under autocast, read once and, for the matmul class, cast to a
-  half copy that is written and read again: 8 B per parameter). Views move nothing.
-* A BatchNorm that an eval-mode ONNX export folded into its Conv is put back (the training and
-  eager inference runs execute it): one extra memory-bound pass over the Conv's output.
+  ``amp-*``/``fp16``/``bf16``/``tf32``; the vector peak (FP32, FP16 vector units where listed,
+  FP64 at fp64) for the rest, depthwise and thin grouped convolutions included (cuDNN runs them
+  on the CUDA cores). ``fp32`` uses the FP32 vector peak throughout (TF32 convolutions, cuDNN's
+  default on Ampere, can beat it).
+* Bytes: data inputs + outputs at the activation size (4 B at fp32/tf32, 2 B at fp16/bf16 and
+  under autocast, except ops autocast runs in fp32) plus weights (autocast: the fp32 master read
+  and, for the matmul class, a half copy written and read: 8 B per parameter). Tensors follow the
+  memory model's walk (``graph_walk.walk``): views move nothing, a pointwise chain with one data
+  input (an exported GELU) is one kernel, a bias Add after a weighted MatMul is the GEMM's
+  epilogue; attention scores of fused attention stay on chip (:func:`attention_scores`); under
+  a fusing compiler (``compiled``) vector ops move nothing.
+* A BatchNorm folded into its Conv by an eval-mode export is put back (eager PyTorch runs it).
 
-Training (forward + backward + optimizer): backward costs ``BACKWARD_FACTOR`` (2) times the
-forward FLOPs and bytes of every node (input and weight gradients), and the optimizer step moves
-``OPTIMIZER_BYTES`` per parameter (fp32 state read and written), plus the gradient unscale pass of
-the AMP grad scaler.
+Training: backward costs ``BACKWARD_FACTOR`` (2) x the forward of every node (input and weight
+gradients); the optimizer moves ``OPTIMIZER_BYTES`` per parameter (fp32 state read and written),
+plus the AMP grad scaler's unscale pass.
 """
 from __future__ import annotations
 
@@ -43,8 +41,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.physics.graph_walk import (FP32_OPS, FP32_RESULT_OPS, HALF_OPS, VIEW_OPS,
-                                           POINTWISE, guess_folded_norm, walk)
+from trappm_ray.physics.graph_walk import (FP32_OPS, FP32_RESULT_OPS, HALF_OPS, POINTWISE,
+                                           VIEW_OPS, guess_folded_norm, walk)
 
 log = logging.getLogger(__name__)
 
@@ -52,9 +50,9 @@ FREE, VECTOR, TENSOR = 0, 1, 2  # node classes: no work, CUDA/vector cores, tens
 # Ops that only re-label or index tensors in a training framework: besides the memory model's
 # views, the shape arithmetic ONNX exporters emit (on scalars: nothing worth a kernel).
 FREE_OPS = set(VIEW_OPS) | {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
-# Reduction length per output element under which a grouped Conv counts as depthwise-like:
-# too thin for the tensor cores (cuDNN runs depthwise convolutions on the CUDA cores).
-THIN_GROUP_REDUCTION = 16
+# Input channels per group under which a grouped Conv counts as depthwise-like: too thin for
+# the tensor cores, whose tiles need 8 channels (cuDNN runs depthwise convs on the CUDA cores).
+THIN_GROUP_CHANNELS = 8
 BACKWARD_FACTOR = 2.0  # backward ~ 2x forward: gradients w.r.t. inputs and w.r.t. weights
 # Optimizer step, bytes per parameter with fp32 state: read param + grad (+ each state tensor),
 # write param (+ each state tensor). SGD momentum: p, g, buf read; p, buf written.
@@ -107,9 +105,8 @@ class RooflineEstimate:
 
     def summary(self) -> dict:
         """Totals as plain JSON types."""
-        return {k: getattr(self, k) for k in ("device", "precision", "mode", "forward_ms",
-                                              "backward_ms", "optimizer_ms", "total_ms",
-                                              "compute_bound_share")}
+        return {k: getattr(self, k) for k in ("device", "precision", "mode", "forward_ms", "backward_ms",
+                                              "optimizer_ms", "total_ms", "compute_bound_share")}
 
 
 def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float, float]:
@@ -119,22 +116,19 @@ def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float
         spec: the device (``trappm_ray.devices``).
         precision: a key of :data:`PRECISIONS`.
 
-    Raises:
-        ValueError: unknown precision, or the device lacks a sourced FP32 peak or bandwidth.
+    Raises ValueError for an unknown precision or a device without a sourced peak or bandwidth.
     """
     if precision not in PRECISIONS:
         raise ValueError(f"unknown precision {precision!r}; expected one of {sorted(PRECISIONS)}")
     if not spec.memory_bw_gbs:
         raise ValueError(f"device {spec.slug!r} has no sourced memory bandwidth: no roofline")
     key = PRECISIONS[precision][0]
-    if precision == "fp64":
-        vector = devices.peak_flops(spec, "fp64")
-    elif precision in ("amp-fp16", "fp16") and spec.peak_fp16_tflops:
+    if precision in ("amp-fp16", "fp16") and spec.peak_fp16_tflops:
         vector = spec.peak_fp16_tflops * 1e12  # FP16 vector units (P100's half2 rate)
+    elif precision == "fp64" or spec.peak_fp32_tflops:
+        vector = devices.peak_flops(spec, "fp64" if precision == "fp64" else "fp32")
     else:
-        vector = devices.peak_flops(spec, "fp32") if spec.peak_fp32_tflops else None
-        if vector is None:
-            raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no roofline")
+        raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no roofline")
     tensor = vector if key is None else max(devices.peak_flops(spec, key), vector)
     return tensor, vector, spec.memory_bw_gbs * 1e9
 
@@ -149,10 +143,9 @@ def node_classes(graph) -> np.ndarray:
     cls = np.array([FREE if op in FREE_OPS else TENSOR if op in HALF_OPS else VECTOR for op in ops],
                    np.int8)
     if len(ops):
-        groups = np.asarray(graph.attrs)[:, 2]
-        reduction = np.asarray(graph.macs) / np.maximum(np.asarray(graph.out_elems), 1.0)
-        thin = (cls == TENSOR) & (groups > 1) & (reduction < THIN_GROUP_REDUCTION)
-        cls[thin] = VECTOR
+        groups = np.maximum(np.asarray(graph.attrs)[:, 2], 1)
+        per_group = np.asarray(graph.in_shape)[:, 1] / groups  # NCHW: dim 1 is the channels
+        cls[(cls == TENSOR) & (groups > 1) & (per_group < THIN_GROUP_CHANNELS)] = VECTOR
     return cls
 
 
@@ -179,18 +172,14 @@ def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.n
             consumers[p].append(i)
     mask = np.zeros(n, bool)
     for s in (i for i, op in enumerate(ops) if op == "Softmax" and tensors.real[i]):
-        chain, cur, found = [s], s, False
-        while len(chain) < 8:
-            data = [p for p in tensors.preds[cur] if p < n]
-            if any(plain_mm[p] for p in data):
-                chain.append(next(p for p in data if plain_mm[p]))
-                found = True
+        chain = [s]  # back from the Softmax through pointwise ops to the q @ k^T MatMul
+        while len(chain) < 8 and not plain_mm[chain[-1]]:
+            data = [p for p in tensors.preds[chain[-1]] if p < n]
+            mm = [p for p in data if plain_mm[p]]
+            if not mm and (len(data) != 1 or ops[data[0]] not in POINTWISE):
                 break
-            if len(data) != 1 or ops[data[0]] not in POINTWISE:
-                break
-            cur = data[0]
-            chain.append(cur)
-        if found and consumers[s] and all(plain_mm[c] for c in consumers[s]):
+            chain.append((mm or data)[0])
+        if plain_mm[chain[-1]] and consumers[s] and all(plain_mm[c] for c in consumers[s]):
             mask[chain] = True
     return mask
 
@@ -221,10 +210,9 @@ def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fu
     reads = np.array([sum(tensors.elems[p] * elem_bytes[p] for p in ps if stored[p])
                       for ps in tensors.preds])
     moved = np.where(tensors.real[:n], reads, 0.0) + np.where(stored[:n], out_elems * elem_bytes[:n], 0.0)
-    epilogue = [i for i, op in enumerate(graph.ops) if op == "Add" and params[i] > 0
-                and len(tensors.preds[i]) == 1 and tensors.preds[i][0] < n
-                and cls[tensors.preds[i][0]] == TENSOR and params[tensors.preds[i][0]] > 0]
-    moved[epilogue] = 0.0
+    one = [ps[0] if len(ps) == 1 and ps[0] < n else -1 for ps in tensors.preds]
+    moved[[i for i, op in enumerate(graph.ops) if op == "Add" and params[i] > 0 and one[i] >= 0
+           and cls[one[i]] == TENSOR and params[one[i]] > 0]] = 0.0  # bias in the GEMM epilogue
     if compiled:  # a compiler may fuse every vector op into a neighbouring kernel's prologue/epilogue
         moved[cls == VECTOR] = 0.0
     wbytes = params * np.where(cls == TENSOR, w_tensor, w_other)
@@ -263,11 +251,8 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
         raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(OPTIMIZER_BYTES)}")
     tensor, vector, bw = device_rates(spec, precision)
     cls = node_classes(graph)
-    n = len(cls)
-    if restore_folded_bn and n:
-        folded = np.asarray(guess_folded_norm(graph) if folded_norm is None else folded_norm, bool)
-    else:
-        folded = np.zeros(n, bool)
+    folded = np.zeros(len(cls), bool) if not (restore_folded_bn and len(cls)) else np.asarray(
+        guess_folded_norm(graph) if folded_norm is None else folded_norm, bool)
     flops, moved, (bn_flops, bn_bytes) = _forward_work(graph, precision, cls, folded, fused_attention, compiled)
     compute_ms = flops / np.where(cls == TENSOR, tensor, vector) * 1e3
     memory_ms = moved / bw * 1e3
@@ -290,9 +275,8 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
 def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
                   estimate: RooflineEstimate | None = None) -> np.ndarray:
     """Per node roofline features for a GNN, ``[N, len(FEATURE_NAMES)]`` float32: log1p of the
-    compute, memory and roofline times in microseconds, log2 of the node's arithmetic intensity
-    over the device's ridge point (peak / bandwidth; > 0: compute-bound side, clipped to +-16, 0
-    for nodes that move nothing) and a compute-bound flag.
+    compute, memory and roofline times in us, log2 of the arithmetic intensity over the ridge
+    point (peak / bandwidth; clipped to +-16, 0 without traffic) and a compute-bound flag.
 
     Args:
         graph: a :class:`trappm_ray.graph.featurize.Graph`.
@@ -311,6 +295,6 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-__all__ = ["FREE", "VECTOR", "TENSOR", "FREE_OPS", "BACKWARD_FACTOR", "OPTIMIZER_BYTES", "PRECISIONS",
-           "FEATURE_NAMES", "RooflineEstimate", "device_rates", "node_classes", "attention_scores", "roofline",
-           "node_features"]
+__all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "OPTIMIZER_BYTES", "PRECISIONS",
+           "TENSOR", "VECTOR", "RooflineEstimate", "attention_scores", "device_rates", "node_classes",
+           "node_features", "roofline"]

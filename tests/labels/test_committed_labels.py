@@ -10,7 +10,7 @@ from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE, load_examples
 from trappm_ray.labels.public import read_raw
 from trappm_ray.labels.store import compact_labels, device_slugs
 
-LABELS = str(Path(__file__).parent.parent / "data" / "labels")
+LABELS = str(Path(__file__).resolve().parents[2] / "data" / "labels")
 SLUGS = device_slugs(LABELS)
 # Devices this project's harness measured; imported ones have their own provenance checks
 # (tests/labels/test_committed_public_labels.py).

@@ -18,7 +18,7 @@ import yaml
 import onnx_builders as B
 from predictor_builders import random_predictor
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = Path(__file__).resolve().parents[2]
 YAML = ROOT / "serve_configs" / "predict.yaml"
 TOKEN = "test-token-not-a-secret"
 LIMIT_MB = 0.25

@@ -6,6 +6,7 @@ import pytest
 
 from tests.label_builders import SLUG, make_labeled_dir
 from tests.onnx_builders import cnn_model
+from tests.predictor_builders import save_encoder
 from trappm_ray.model import predictor as P
 from trappm_ray.evaluate.config import EvalConfig
 from trappm_ray.evaluate.run import evaluate
@@ -14,22 +15,11 @@ from trappm_ray.model.networks import GraphEncoder
 from trappm_ray.train.build_predictor import RegressConfig, available_targets, train_predictor
 
 
-def _save_encoder(path, in_dim: int, feature_set: str):
-    import torch
-
-    enc = GraphEncoder(in_dim, (8, 4), 0.0)
-    path.mkdir(parents=True, exist_ok=True)
-    torch.save(enc.state_dict(), path / "encoder.pt")
-    (path / "encoder.json").write_text(json.dumps(
-        {"feature_set": feature_set, "in_dim": in_dim, "dims": [8, 4], "dropout": 0.0}))
-    return str(path / "encoder.pt")
-
-
 @pytest.fixture(scope="module")
 def setup(tmp_path_factory):
     root = tmp_path_factory.mktemp("regress")
     labels = make_labeled_dir(str(root / "labels"))
-    return root, labels, _save_encoder(root / "enc2", 195, "v2"), _save_encoder(root / "enc1", 113, "trappm-v1")
+    return root, labels, save_encoder(root / "enc2", 195, "v2"), save_encoder(root / "enc1", 113, "trappm-v1")
 
 
 def test_train_predictor_registers_a_loadable_predictor(setup, ray_session):

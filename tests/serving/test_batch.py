@@ -136,7 +136,7 @@ def test_job_script_positional_args(predictor_dir, tmp_path):
     from pathlib import Path
 
     write_inputs(lambda p, d: storage.write_bytes(p, d), str(tmp_path / "in"))
-    script = Path(__file__).resolve().parents[1] / "jobs" / "batch_predict.py"
+    script = Path(__file__).resolve().parents[2] / "jobs" / "batch_predict.py"
     env = {**os.environ, "RAY_ENABLE_WINDOWS_OR_OSX_CLUSTER": "0", "PYTHONWARNINGS": "ignore"}
     env.pop("RAY_ADDRESS", None)
     proc = subprocess.run([sys.executable, str(script), str(tmp_path / "in"), str(tmp_path / "out"),
