@@ -50,7 +50,7 @@ def main() -> None:
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--json", default=None)
     a = p.parse_args()
-    os.sched_setaffinity(0, {sorted(os.sched_getaffinity(0))[0]})
+    os.sched_setaffinity(0, {min(os.sched_getaffinity(0))})
     import onnx
 
     from trappm_ray.graph.featurize import featurize

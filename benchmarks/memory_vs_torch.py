@@ -25,7 +25,7 @@ import os
 
 os.environ.setdefault("TIMM_FUSED_ATTN", "0")
 
-import torch  # noqa: E402
+import torch
 
 MiB = 2**20
 _VIEW_GRADS = ("TBackward", "ViewBackward", "TransposeBackward", "PermuteBackward",

@@ -13,6 +13,7 @@ import sys
 from dataclasses import replace
 
 from trappm_ray import errors
+from trappm_ray.model import options
 
 
 def _dims(items: list[str]) -> dict[str, int]:
@@ -126,9 +127,11 @@ def _predict(args: argparse.Namespace) -> int:
 
     from trappm_ray.serving import api
 
+    setting = dict(precision=args.precision, optimizer=args.optimizer, gpus=args.gpus,
+                   memory_format=args.memory_format)
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
-                price_per_hour=args.price_per_hour)
+                price_per_hour=args.price_per_hour, **setting)
     predictor = api.load_predictor(args.predictor, args.device)
     p = api.predict(args.file, args.batch_size, predictor=predictor, **opts)
     report, sweep_rows, plot = p.to_dict(), None, None
@@ -136,7 +139,7 @@ def _predict(args: argparse.Namespace) -> int:
         data, label = api.model_bytes(args.file, args.resolution)
         sizes = [2 ** i for i in range(args.sweep_max.bit_length()) if 2 ** i <= args.sweep_max]
         base = api.PredictOptions(1, args.resolution, tuple(sorted(opts["dims"].items())),
-                                  interval_z=args.interval_z, max_batch=max(sizes))
+                                  interval_z=args.interval_z, max_batch=max(sizes), **setting)
         items = [(data, replace(base, batch_size=b), label) for b in sizes]
         results = api.predict_many(items, predictor)
         sweep_rows = [r.to_dict() | {"throughput_samples_s": r.throughput_samples_s}
@@ -179,6 +182,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="value for a named symbolic input dimension (repeatable)")
     p.add_argument("--device", default=None, help="use the shipped predictor of this device")
+    p.add_argument("--precision", default=None, choices=options.PRECISIONS,
+                   help="training precision (default: what the device's labels used)")
+    p.add_argument("--optimizer", default=None, choices=options.OPTIMIZERS,
+                   help="optimizer of the training step (default: the labels')")
+    p.add_argument("--gpus", type=int, default=None, help="GPUs per job where the labels vary it")
+    p.add_argument("--memory-format", default=None, choices=options.MEMORY_FORMATS)
     p.add_argument("--predictor", default=None, help="predictor directory or URI (default: shipped)")
     p.add_argument("--memory-budget-mb", type=float, default=None,
                    help="also report the largest batch size whose training memory fits")

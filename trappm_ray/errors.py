@@ -1,7 +1,8 @@
 """Typed errors for bad model input.
 
-Every error a user's file can cause is a :class:`ModelError`: the CLI prints its one-line message,
-the server answers it with ``status`` (4xx), and the batch job stores it as an error row.
+Every error a user's file (or a request's options) can cause is a :class:`ModelError`: the CLI
+prints its one-line message, the server answers it with ``status`` (4xx), and the batch job
+stores it as an error row.
 """
 from __future__ import annotations
 
@@ -89,3 +90,11 @@ class FixedBatch(UnsupportedConstruct):
     """The batch size is baked into the graph in a way that cannot be re-bound soundly."""
 
     code = "fixed_batch"
+
+
+class UnsupportedOption(ModelError):
+    """A prediction option (precision, optimizer, GPUs, memory format) the device's predictor was
+    never trained on: refused rather than silently ignored."""
+
+    code = "unsupported_option"
+    status = 400

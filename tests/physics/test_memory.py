@@ -1,15 +1,22 @@
 """The CUDA training-memory model on tiny graphs whose answers are worked out by hand."""
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 
+from tests import onnx_builders as ob
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.physics import censored
 from trappm_ray.physics.graph_walk import folded_norm_mask, guess_folded_norm, walk
-from trappm_ray.physics.memory import (CONTEXT_BYTES, CUBLAS_WORKSPACE, MiB, OPTIMIZERS,
-                                       training_memory)
-from tests import onnx_builders as ob
+from trappm_ray.physics.memory import (
+    CONTEXT_BYTES,
+    CUBLAS_WORKSPACE,
+    OPTIMIZERS,
+    MiB,
+    training_memory,
+)
 
 B = 32
 
@@ -89,7 +96,7 @@ def test_precision_effects():
 def test_monotone_and_linear_in_batch():
     g = cnn()
     peaks = [est(g, batch_size=b).allocated for b in (1, 8, 32, 128, 512)]
-    assert all(a < b for a, b in zip(peaks, peaks[1:]))
+    assert all(a < b for a, b in itertools.pairwise(peaks))
     w = walk(g)
     s64, s128 = (est(g, batch_size=b, walked=w).saved_at_backward for b in (64, 128))
     assert s128 == pytest.approx(2 * s64, rel=0.01)
@@ -173,7 +180,7 @@ def test_censored_check_counts_both_sides(tmp_path):
     assert skeletons == {("tiny", 16): str(path)}
     rows = [{"model": "tiny", "img_size": 16, "batch_size": b} for b in (512, 96)]
     rows.append({"model": "absent", "img_size": 16, "batch_size": 8})
-    settings = dict(precision="fp32", optimizer="sgd", context=0.0)
+    settings = {"precision": "fp32", "optimizer": "sgd", "context": 0.0}
     small = censored.censored_check(rows, skeletons, capacity_bytes=1 * MiB, settings=settings)
     big = censored.censored_check(rows, skeletons, capacity_bytes=2**40, settings=settings)
     assert small["summary"]["rows_checked"] == 2 and small["summary"]["rows_without_graph"] == 1

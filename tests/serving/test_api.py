@@ -150,3 +150,11 @@ def test_torch_module_exported_on_the_fly(saved):
     p = P.predict(net, 16, predictor=saved, resolution=32)
     assert p.batch_size == 16 and p.graph["params"] == sum(x.numel() for x in net.parameters())
     assert p.model == "Sequential"
+
+
+def test_training_setting_defaults_to_the_labels_and_refuses_the_unseen(saved):
+    p = P.predict(B.cnn_model(), 2, predictor=saved)
+    assert p.options == {"precision": "fp32", "optimizer": "adam", "gpus": 1, "memory_format": None}
+    assert p.to_dict()["options"]["optimizer"] == "adam"
+    with pytest.raises(errors.UnsupportedOption, match="trained on precision fp32"):
+        P.predict(B.cnn_model(), 2, predictor=saved, precision="amp-fp16")

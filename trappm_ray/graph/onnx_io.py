@@ -9,6 +9,7 @@ runs once more.
 from __future__ import annotations
 
 import io
+import logging
 import math
 import os
 from dataclasses import dataclass, field
@@ -19,9 +20,10 @@ import onnx
 from google.protobuf.message import DecodeError
 
 from trappm_ray import errors
-from trappm_ray.graph import rebind, wire
+from trappm_ray.graph import rebind, safe_infer, wire
 from trappm_ray.graph.shape_fold import MAX_ELEMENTS, resolve_shapes
 
+log = logging.getLogger(__name__)
 MAX_FILE_BYTES = 2**31 - 1  # protobuf cannot parse a message of 2 GiB or more
 MAX_NODES = 200_000
 CONTROL_FLOW = {"If", "Loop", "Scan", "SequenceMap"}
@@ -233,16 +235,6 @@ def _collect_shapes(model: onnx.ModelProto, into: dict, dtypes: dict) -> None:
         dtypes[t.name] = t.data_type
 
 
-def _infer(model: onnx.ModelProto) -> onnx.ModelProto:
-    try:
-        return onnx.shape_inference.infer_shapes(model, check_type=False, strict_mode=True,
-                                                 data_prop=True)
-    except (onnx.shape_inference.InferenceError, onnx.checker.ValidationError, RuntimeError,
-            ValueError, TypeError, UnicodeDecodeError) as e:  # the C++ checker's view of bad input
-        msg = str(e).strip().splitlines()[0] if str(e).strip() else e.__class__.__name__
-        raise errors.UnsupportedConstruct(f"shape inference failed: {msg[:300]}") from None
-
-
 def _label(node: onnx.NodeProto) -> str:
     """A node's name for messages: its name, else its first named output, else its op."""
     return node.name or next((o for o in node.output if o), "") or node.op_type
@@ -272,7 +264,7 @@ def _shapes_at(model: onnx.ModelProto, data: list[str], batch: int, resolution, 
     for vi in g.output:
         if vi.name not in custom_out:
             vi.type.tensor_type.ClearField("shape")
-    inferred = _infer(model)
+    inferred = safe_infer.infer_shapes(model)
     shapes: dict[str, tuple[int, ...]] = {}
     dtypes: dict[str, int] = {}
     _collect_shapes(inferred, shapes, dtypes)

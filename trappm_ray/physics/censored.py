@@ -16,8 +16,13 @@ import os
 from collections import defaultdict
 
 from trappm_ray.physics.graph_walk import folded_norm_mask, walk
-from trappm_ray.physics.memory import (CONTEXT_BYTES, FRAGMENTATION, MODEL_VERSION, MiB,
-                                       training_memory)
+from trappm_ray.physics.memory import (
+    CONTEXT_BYTES,
+    FRAGMENTATION,
+    MODEL_VERSION,
+    MiB,
+    training_memory,
+)
 
 log = logging.getLogger(__name__)
 
@@ -25,8 +30,8 @@ START_BATCH = 512
 # timm's 2022 RTX 3090 runs: native AMP (float16 autocast), timm's "sgd" optimizer (SGD,
 # momentum 0.9, Nesterov, weight decay 1e-4), torch 1.10-1.12 (zero_grad keeps gradients,
 # single-tensor optimizer loops), CUDA 11.3 (no lazy module loading).
-TIMM_2022 = dict(precision="amp-fp16", optimizer="sgd-momentum", grads_set_to_none=False,
-                 foreach=False, context="eager")
+TIMM_2022 = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "grads_set_to_none": False,
+             "foreach": False, "context": "eager"}
 FEATURIZE_BATCH = 32  # graphs are featurized once at this batch and scaled to each row's batch
 # A row whose parameter count differs from the exported graph's by more than this is of another
 # model than the one timm exports today under that name (renamed/remapped checkpoints).
@@ -101,7 +106,7 @@ def _evaluate(rows: list[dict], preds: dict, fkey: str, capacity: float) -> tupl
             out_rows.append({**r, "status": "no_graph"})
             continue
         want = r.get("param_count_m", float("nan")) * 1e6
-        if want == want and abs(p_all["params"] - want) > PARAMS_TOLERANCE * want:
+        if not math.isnan(want) and abs(p_all["params"] - want) > PARAMS_TOLERANCE * want:
             out_rows.append({**r, "status": "param_mismatch", "graph_params": p_all["params"]})
             continue
         fam = family_of(r["model"])

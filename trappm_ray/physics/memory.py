@@ -20,8 +20,14 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from trappm_ray.physics.graph_walk import (DEFAULT_ACT_BYTES, FP32, HALF, Walk, walk,
-                                           guess_folded_norm)
+from trappm_ray.physics.graph_walk import (
+    DEFAULT_ACT_BYTES,
+    FP32,
+    HALF,
+    Walk,
+    guess_folded_norm,
+    walk,
+)
 
 log = logging.getLogger(__name__)
 
@@ -207,12 +213,11 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         device_used=max(allocated + overhead, floor) + ctx, floor=floor,
         weight_cast_cache=cast_cache, saved_at_backward=float(timeline[_S, n]),
         input_bytes=float(walked.elems[n] * act * scale), peak_phase=phase, batch_size=b,
-        precision=precision,
-        optimizer=optimizer)
+        precision=precision, optimizer=optimizer)
     log.debug("memory %s/%s b=%d: %.0f MiB allocated at %s", precision, optimizer, b,
               est.allocated / MiB, phase)
     return est
 
 
-__all__ = ["MemoryEstimate", "PRECISIONS", "OPTIMIZERS", "CONTEXT_BYTES", "training_memory",
-           "DEFAULT_ACT_BYTES", "FP32", "HALF"]
+__all__ = ["CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "FP32", "HALF", "OPTIMIZERS", "PRECISIONS",
+           "MemoryEstimate", "training_memory"]

@@ -23,6 +23,7 @@ from trappm_ray import errors
 from trappm_ray import storage
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
+from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
@@ -63,6 +64,9 @@ class PredictOptions:
         steps, price_per_hour: when both set, the cost of that many training steps.
         interval_z: half-width of the interval in ensemble standard deviations.
         max_batch: upper end of the largest-batch search.
+        precision, optimizer, gpus, memory_format: the training setting predicted for
+            (:mod:`trappm_ray.model.options`); None = the predictor's default, the setting its
+            labels were measured in (the CPU predictor: fp32, Adam, 1).
     """
 
     batch_size: int = 1
@@ -73,6 +77,10 @@ class PredictOptions:
     price_per_hour: float | None = None
     interval_z: float = 1.96
     max_batch: int = 4096
+    precision: str | None = None
+    optimizer: str | None = None
+    gpus: int | None = None
+    memory_format: str | None = None
 
     def __post_init__(self) -> None:
         if not 1 <= self.batch_size <= self.max_batch:
@@ -108,6 +116,7 @@ class Prediction:
     memory_budget_mb: float | None = None
     max_batch_size: int | None = None
     training_cost: Cost | None = None
+    options: dict = field(default_factory=dict)
 
     @property
     def throughput_samples_s(self) -> float | None:
@@ -140,7 +149,8 @@ class Prediction:
                    smallest_profile=self.smallest_profile, memory_budget_mb=self.memory_budget_mb,
                    max_batch_size=self.max_batch_size,
                    training_cost=asdict(self.training_cost) if self.training_cost else None,
-                   model_version=self.model_version, device=self.device, graph=self.graph)
+                   model_version=self.model_version, device=self.device, graph=self.graph,
+                   options=self.options)
         return out
 
 
@@ -206,23 +216,14 @@ def load_predictor(predictor: str | os.PathLike | Predictor | None = None,
 
 # -- models -------------------------------------------------------------------------------------
 def _export_module(module, resolution: int, input_shape: tuple[int, ...] | None) -> bytes:
-    """A torch module exported as the zoo exports timm models (dynamic batch, weights stripped)."""
-    import io
-    import warnings
-
+    """A torch module exported as the corpus exports models (dynamic batch, weights stripped)."""
     import torch
 
-    from trappm_ray.corpus.zoo import KEEP_INITIALIZER_MAX_ELEMENTS, OPSET, strip_weights
+    from trappm_ray.corpus.export import export_legacy
 
     shape = tuple(input_shape or (3, resolution, resolution))
-    buf = io.BytesIO()
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        torch.onnx.export(module.eval(), torch.randn(1, *shape), buf, dynamo=False,
-                          opset_version=OPSET, input_names=["input"], output_names=["output"],
-                          dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
-    proto = strip_weights(onnx.load_from_string(buf.getvalue()), KEEP_INITIALIZER_MAX_ELEMENTS)
-    return proto.SerializeToString()
+    return export_legacy(module.eval(), (torch.randn(1, *shape),), ["input"],
+                         {"input": {0: "batch"}, "output": {0: "batch"}})
 
 
 def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ...] | None = None,
@@ -281,7 +282,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                    ("train_step_ms", "train_memory_mb", "inference_ms", "train_power_w")),
                    model_version(predictor), device_of(predictor),
                    {k: summary[k] for k in ("nodes", "edges", "macs", "params") if k in summary},
-                   opts.interval_z, memory_budget_mb=opts.memory_budget_mb)
+                   opts.interval_z, memory_budget_mb=opts.memory_budget_mb,
+                   options=resolve_options(asdict(opts), predictor.manifest))
     if p.train_memory_mb is not None:
         p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
     if opts.steps and opts.price_per_hour and p.train_step_ms is not None:
@@ -299,6 +301,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
     ok: list[tuple[int, onnx.ModelProto, Graph]] = []
     for i, (data, opts, _) in enumerate(models):
         try:
+            resolve_options(asdict(opts), predictor.manifest)
             proto = read_model(data)
             ok.append((i, proto, featurize_with(proto, opts)))
         except errors.ModelError as e:
@@ -320,7 +323,9 @@ def predict(model, batch_size: int = 1, device: str | None = None, *,
             predictor: str | os.PathLike | Predictor | None = None, resolution: int | None = None,
             dims: dict[str, int] | None = None, memory_budget_mb: float | None = None,
             steps: int | None = None, price_per_hour: float | None = None,
-            interval_z: float = 1.96, input_shape: tuple[int, ...] | None = None) -> Prediction:
+            interval_z: float = 1.96, input_shape: tuple[int, ...] | None = None,
+            precision: str | None = None, optimizer: str | None = None, gpus: int | None = None,
+            memory_format: str | None = None) -> Prediction:
     """Predict the training step time, memory, power and inference latency of ``model``.
 
     Args:
@@ -334,13 +339,17 @@ def predict(model, batch_size: int = 1, device: str | None = None, *,
         memory_budget_mb: also find the largest batch size that fits this memory.
         steps, price_per_hour: also give the cost of ``steps`` training steps.
         interval_z: interval half-width in ensemble standard deviations.
+        precision, optimizer, gpus, memory_format: the training setting (None: the predictor's
+            default); a value the device's predictor was never trained on raises
+            ``errors.UnsupportedOption``.
 
     Raises:
         errors.ModelError: the model cannot be read or featurized (``.code``, ``.status``).
         PredictorError: no predictor (e.g. the default is not shipped in this checkout).
     """
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
-                          memory_budget_mb, steps, price_per_hour, interval_z)
+                          memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
+                          optimizer=optimizer, gpus=gpus, memory_format=memory_format)
     chosen = load_predictor(predictor, device)
     data, label = model_bytes(model, resolution, input_shape)
     result = predict_many([(data, opts, label)], chosen)[0]

@@ -32,7 +32,9 @@ RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx
              "application/x-www-form-urlencoded"}
 MAX_JSON_BYTES = 64 * 1024
 OPTION_NAMES = ("batch_size", "resolution", "memory_budget_mb", "steps", "price_per_hour",
-                "interval_z")
+                "interval_z", "precision", "optimizer", "gpus", "memory_format")
+_CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "precision": str,
+            "optimizer": str, "memory_format": str}
 
 
 @dataclass
@@ -110,8 +112,7 @@ def parse_options(raw: dict, max_batch: int):
     try:
         for name in OPTION_NAMES:
             if raw.get(name) not in (None, ""):
-                conv = int if name in ("batch_size", "resolution", "steps") else float
-                kw[name] = conv(raw[name])
+                kw[name] = _CONVERT.get(name, float)(raw[name])
         dims = raw.get("dims") or {}
         if isinstance(dims, str):  # query string: dims=seq:128,heads:8
             dims = dict(item.split(":", 1) for item in dims.split(",") if item)

@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from trappm_ray.model import predictor as P
+from trappm_ray.model.options import label_options
 from trappm_ray import storage
 from trappm_ray.labels.examples import GRAPHS_FILE, join_graphs, load_examples
 from trappm_ray.labels.store import default_slug, ok_labels
@@ -73,12 +74,14 @@ def data_hash(labels: str, slug: str) -> str:
 def label_provenance(labels: str, slug: str, examples) -> dict:
     """The manifest's ``device`` and ``data`` entries for a predictor fitted on ``examples``."""
     rows = ok_labels(labels, slug).to_pylist()
+    dates = sorted(r["date"] for r in rows if r["date"])
     return {"device": {"slug": slug, "name": rows[0]["device_name"], "kind": rows[0]["device"],
                        "threads": rows[0]["threads"], "torch": rows[0]["torch_version"]},
+            "options": label_options(rows),
             "data": {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
                      "families": sorted({r["family"] for r in examples.rows}),
                      "sha256_16": data_hash(labels, slug),
-                     "label_dates": [min(r["date"] for r in rows), max(r["date"] for r in rows)]}}
+                     "label_dates": [dates[0], dates[-1]] if dates else None}}
 
 
 def available_targets(labels: str, slug: str) -> tuple[str, ...]:

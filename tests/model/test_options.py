@@ -1,0 +1,33 @@
+"""Training options: what a predictor was trained on, and refusing what it never saw."""
+import pytest
+
+from trappm_ray import errors
+from trappm_ray.model import options
+
+
+def test_label_options_most_frequent_first_and_cpu_dtype():
+    rows = [{"dtype": "float32", "optimizer": "adam"}] * 2 + [
+        {"precision": "amp-fp16", "optimizer": "sgd", "memory_format": "nhwc", "gpus": 1}] * 3
+    got = options.label_options(rows)
+    assert got["precision"] == ["amp-fp16", "fp32"] and got["optimizer"] == ["sgd", "adam"]
+    assert got["memory_format"] == ["nhwc"] and got["gpus"] == [1]
+
+
+def test_defaults_come_from_the_predictor():
+    gpu = {"options": {"precision": ["amp-fp16"], "optimizer": ["sgd"], "gpus": [1]},
+           "device": {"slug": "rtx3090-amp"}}
+    assert options.resolve({}, gpu) == {"precision": "amp-fp16", "optimizer": "sgd", "gpus": 1,
+                                        "memory_format": None}
+    assert options.resolve({}, {})["optimizer"] == "adam"  # a legacy CPU manifest
+
+
+@pytest.mark.parametrize("requested,why", [
+    ({"precision": "amp-fp16"}, "trained on precision fp32"),
+    ({"optimizer": "lamb"}, "not one of"),
+    ({"memory_format": "nhwc"}, "do not vary memory_format"),
+    ({"gpus": 4}, "trained on gpus 1"),
+])
+def test_unseen_options_are_refused(requested, why):
+    with pytest.raises(errors.UnsupportedOption, match=why) as e:
+        options.resolve(requested, {"device": {"slug": "cpu-t1"}})
+    assert e.value.status == 400 and str(e.value).startswith("unsupported_option: ")

@@ -1,0 +1,320 @@
+"""GPU evaluation against the roofline floor: step time and inference latency on the public GPU
+labels, per device, on the project's splits, plus leave-one-device-out for inference.
+
+Every prediction is measured against the roofline floor (:mod:`trappm_ray.physics.roofline`,
+Williams et al., CACM 2009) of the same graph on the same device. Models: ``roofline`` (the floor
+itself), ``roofline-eff`` (floor x one efficiency per device: the median measured/floor ratio of
+the training rows; for an unseen device, pooled over the others), and ``xgboost``/``mlp`` (the
+static baselines of :mod:`trappm_ray.evaluate.baselines`) on v2 static features + the device's
+spec vector + log roofline terms + run settings, predicting log(measured / floor). Every
+prediction is clamped to at least the floor (a step cannot beat the hardware); the share of raw
+predictions below it is reported. 95% intervals are split-conformal: the 2.5/97.5% quantiles of
+the log residuals on the validation rows, around each test prediction.
+"""
+from __future__ import annotations
+
+import glob
+import json
+import logging
+import math
+import os
+import time
+from collections import defaultdict
+from dataclasses import asdict, dataclass
+from datetime import datetime, timezone
+
+import numpy as np
+import pyarrow.parquet as pq
+
+from trappm_ray import devices, storage
+from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
+from trappm_ray.graph import features
+from trappm_ray.graph.rows import row_to_graph
+from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
+from trappm_ray.labels.store import device_slugs, ok_labels
+from trappm_ray.physics.roofline import roofline
+from trappm_ray.train.splits import split
+
+log = logging.getLogger(__name__)
+
+MODELS = ("roofline", "roofline-eff", "xgboost", "mlp")
+TARGETS = {"train_step_ms": "train", "inference_ms": "infer"}
+ROOF_COLS = ("log_total_ms", "log_forward_ms", "log_optimizer_ms", "compute_bound_share",
+             "log_compute_ms", "log_memory_ms", "log_kernels")
+SETTING_COLS = ("train", "nhwc", "compiled", "torch2", "half", "fp64")
+
+
+@dataclass
+class GpuEvalConfig:
+    """What the GPU evaluation covers.
+
+    Args:
+        labels: label directory (``<labels>/<device-slug>/labels.parquet``, ``graphs.parquet``).
+        corpora: graph corpora whose ``graphs/<arch>@<res>.parquet`` rows join the labels.
+        slugs: label device folders to use (empty: every folder whose device has a roofline).
+        seeds: seeds of the random and held-out-architecture splits.
+        models: any of ``MODELS``.
+        min_rows: a device x target with fewer joined rows gets no per-device splits.
+        out_md, out_json: the report files.
+    """
+
+    labels: str = "data/labels"
+    corpora: tuple[str, ...] = ("artifacts/corpus-gpu",)
+    slugs: tuple[str, ...] = ()
+    seeds: tuple[int, ...] = (1337, 1338, 1339, 1340, 1341)
+    models: tuple[str, ...] = MODELS
+    min_rows: int = 20
+    out_md: str = "docs/results-gpu.md"
+    out_json: str = "docs/results-gpu.json"
+
+
+def graph_index(labels_dir: str, corpora: tuple[str, ...]) -> dict[tuple, dict]:
+    """Graph rows by (arch, resolution, batch size): the labels' joined graphs, then corpora."""
+    files = [storage.join(labels_dir, GRAPHS_FILE)] if storage.exists(storage.join(labels_dir, GRAPHS_FILE)) else []
+    files += [f for c in corpora for f in sorted(glob.glob(os.path.join(c, "graphs", "*.parquet")))]
+    index = {}
+    for f in files:
+        for row in pq.read_table(f).to_pylist():
+            index.setdefault(tuple(row[k] for k in GRAPH_KEY), row)
+    return index
+
+
+def _optimizer(row: dict) -> str:
+    """The roofline's optimizer for a label row: timm's ``sgd`` is SGD with momentum 0.9."""
+    opt = row.get("optimizer") or "none"
+    return "sgd-momentum" if opt == "sgd" and row.get("model_source") == "timm" else opt
+
+
+def _settings(row: dict, target: str) -> dict:
+    versions = (row.get("torch_version") or "").split(";")
+    return {"train": float(target == "train_step_ms"), "nhwc": float(row.get("memory_format") == "nhwc"),
+            "compiled": float((row.get("compiled") or "none") != "none"),
+            "torch2": float(any(v.startswith("2") for v in versions)),
+            "half": float(row["precision"] in ("amp-fp16", "amp-bf16", "fp16", "bf16")),
+            "fp64": float(row["precision"] == "fp64")}
+
+
+def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
+    """Label rows (one per row x target) joined to graphs, with roofline and features.
+
+    Returns:
+        (examples, counts): counts per ``slug/target`` of ok rows, rows with a graph, and rows
+        whose graph key is missing.
+    """
+    index = graph_index(cfg.labels, cfg.corpora)
+    out, counts, cache = [], {}, {}
+    for slug in cfg.slugs or device_slugs(cfg.labels):
+        rows = ok_labels(cfg.labels, slug).to_pylist()
+        spec_slug = next((r["device_spec"] for r in rows if r.get("device_spec")), None)
+        if not spec_slug:
+            continue  # this project's own CPU rows: the VMs' peaks are unknown (no roofline)
+        spec = devices.get(spec_slug)
+        svec = devices.spec_vector(spec)
+        for target, mode in TARGETS.items():
+            have = [r for r in rows if r.get(target) and (r.get("gpus") or 1) == 1]
+            joined = 0
+            for r in have:
+                r["precision"] = r.get("precision") or "fp32"
+                g = index.get((r["arch"], r["resolution"], r["batch_size"]))
+                if g is None:
+                    continue
+                s = _settings(r, target)
+                key = (g["arch"], g["resolution"], g["batch_size"], spec.slug, r["precision"], mode,
+                       _optimizer(r), s["torch2"], s["compiled"])
+                if key not in cache:
+                    graph = row_to_graph(g)
+                    try:
+                        est = roofline(graph, spec, r["precision"], mode, _optimizer(r),
+                                       fused_attention=bool(s["torch2"]), compiled=bool(s["compiled"]))
+                    except ValueError as e:
+                        log.warning("%s %s: no roofline (%s)", slug, r["arch"], e)
+                        cache[key] = None
+                        continue
+                    kernels = int(((est.node_class > 0) & (est.bytes + est.flops > 0)).sum())
+                    roof = [math.log(est.total_ms), math.log(est.forward_ms), math.log1p(est.optimizer_ms),
+                            est.compute_bound_share, math.log(est.compute_ms.sum() + 1e-9),
+                            math.log(est.memory_ms.sum() + 1e-9), math.log(max(kernels, 1))]
+                    cache[key] = (est.total_ms, np.concatenate([features.static_features(graph, "v2"),
+                                                                roof]))
+                if cache[key] is None:
+                    continue
+                floor, feats = cache[key]
+                joined += 1
+                out.append({"slug": slug, "spec": spec.slug, "target": target, "arch": r["arch"],
+                            "family": r["family"], "measured": float(r[target]), "floor": floor,
+                            "x": np.concatenate([feats, svec, [s[c] for c in SETTING_COLS]])})
+            counts[f"{slug}/{target}"] = {"ok_rows": len(have), "with_graph": joined,
+                                          "without_graph": len(have) - joined}
+    return out, counts
+
+
+def _interval(meas_val, pred_val) -> tuple[float, float]:
+    """Split-conformal 95% band in log space from validation residuals ((0, 0) without any)."""
+    if len(meas_val) == 0:
+        return 0.0, 0.0
+    r = np.log(meas_val / pred_val)
+    return float(np.quantile(r, 0.025)), float(np.quantile(r, 0.975))
+
+
+def fit_predict(ex: list[dict], train, val, test, model: str, seed: int) -> dict:
+    """Fit ``model`` on ``train`` (``val`` for early stopping and the interval), predict ``test``.
+
+    Returns:
+        ``raw`` (before clamping), ``pred`` (clamped to the floor), ``lo``/``hi`` (95% band), in ms.
+    """
+    meas = np.array([e["measured"] for e in ex])
+    floor = np.array([e["floor"] for e in ex])
+    idx = np.concatenate([val, test])
+    if model == "roofline":
+        raw = floor[idx]
+    elif model == "roofline-eff":
+        # one efficiency per device; a device without training rows gets the pooled one
+        ratios = defaultdict(list)
+        for i in train:
+            ratios[ex[i]["spec"]].append(meas[i] / floor[i])
+        pooled = float(np.median([r for rs in ratios.values() for r in rs]))
+        raw = np.array([floor[i] * (np.median(ratios[ex[i]["spec"]]) if ratios.get(ex[i]["spec"]) else pooled)
+                        for i in idx])
+    else:
+        x = np.stack([e["x"] for e in ex]).astype(np.float64)
+        fit = {"xgboost": fit_xgboost, "mlp": fit_mlp}[model]
+        out = fit(x, meas / floor, np.asarray(train), np.asarray(val if len(val) else train), seed)
+        raw = out["predict"](idx) * floor[idx]
+    pred = np.maximum(raw, floor[idx])
+    lo, hi = _interval(meas[val], pred[:len(val)])
+    p = pred[len(val):]
+    return {"raw": raw[len(val):], "pred": p, "lo": np.maximum(p * math.exp(lo), floor[test]),
+            "hi": p * math.exp(hi)}
+
+
+def _metrics(ex: list[dict], folds: list[tuple[np.ndarray, dict]]) -> dict:
+    """Pooled over folds: overall MAPE, mean over families, below-floor shares, 95% coverage."""
+    meas = np.array([e["measured"] for e in ex])
+    floor = np.array([e["floor"] for e in ex])
+    idx = np.concatenate([t for t, _ in folds]).astype(int)
+    cat = {k: np.concatenate([f[k] for _, f in folds]) for k in ("raw", "pred", "lo", "hi")}
+    err = np.abs(cat["pred"] / meas[idx] - 1) * 100
+    fams = np.array([ex[i]["family"] for i in idx])
+    per_family = {f: float(err[fams == f].mean()) for f in sorted(set(fams))}
+    return {"mape": float(err.mean()), "family_mape": float(np.mean(list(per_family.values()))),
+            "median_ape": float(np.median(err)), "n_test": int(len(idx)), "folds": len(folds),
+            "raw_below_floor": float(np.mean(cat["raw"] < floor[idx] * (1 - 1e-9))),
+            "pred_below_floor": float(np.mean(cat["pred"] < floor[idx] * (1 - 1e-9))),
+            "coverage95": float(np.mean((meas[idx] >= cat["lo"]) & (meas[idx] <= cat["hi"]))),
+            "per_family": per_family}
+
+
+def _val_by_arch(ex: list[dict], idx: np.ndarray, seed: int, share: float = 0.15) -> tuple:
+    """Split ``idx`` into (train, val) with ``share`` of its architectures in val."""
+    archs = sorted({ex[i]["arch"] for i in idx})
+    rng = np.random.default_rng(seed)
+    val_archs = set(rng.choice(archs, max(1, int(round(len(archs) * share))), replace=False))
+    return (np.array([i for i in idx if ex[i]["arch"] not in val_archs], int),
+            np.array([i for i in idx if ex[i]["arch"] in val_archs], int))
+
+
+def evaluate_task(ex: list[dict], cfg: GpuEvalConfig) -> dict:
+    """random / arch / family splits of one device x target (``ex`` are its examples)."""
+    rows = [{"family": e["family"], "arch": e["arch"]} for e in ex]
+    fams = sorted({e["family"] for e in ex})
+    plans = {"random": [(s, None) for s in cfg.seeds], "arch": [(s, None) for s in cfg.seeds],
+             "family": [(cfg.seeds[0], f) for f in fams if len(fams) > 1]}
+    out = {}
+    for kind, folds in plans.items():
+        splits = [split(rows, kind, seed, family) for seed, family in folds]
+        splits = [(s, t) for s, t in zip(folds, splits) if len(t[2]) and len(t[0])]
+        if not splits:
+            continue
+        out[kind] = {m: _metrics(ex, [(te, fit_predict(ex, tr, va, te, m, seed))
+                                      for (seed, _), (tr, va, te) in splits]) for m in cfg.models}
+        log.info("%s: %s", kind, {m: round(v["mape"], 1) for m, v in out[kind].items()})
+    return out
+
+
+def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig) -> dict:
+    """Leave one device out, inference: train on every other device's rows, test on its rows."""
+    specs = sorted({e["spec"] for e in ex})
+    out = {}
+    for spec in specs if len(specs) > 1 else []:
+        test = np.array([i for i, e in enumerate(ex) if e["spec"] == spec], int)
+        rest = np.array([i for i, e in enumerate(ex) if e["spec"] != spec], int)
+        tr, va = _val_by_arch(ex, rest, cfg.seeds[0])
+        out[spec] = {m: _metrics(ex, [(test, fit_predict(ex, tr, va, test, m, cfg.seeds[0]))])
+                     for m in cfg.models}
+        log.info("lodo %s: %s", spec, {m: round(v["mape"], 1) for m, v in out[spec].items()})
+    return out
+
+
+def _measured_below(ex: list[dict]) -> float:
+    return float(np.mean([e["measured"] < e["floor"] for e in ex])) if ex else 0.0
+
+
+def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
+    """Build the examples, evaluate every device x target and leave-one-device-out, and write
+    ``cfg.out_json`` and ``cfg.out_md``. Returns the report."""
+    t0 = time.time()
+    ex, counts = examples(cfg)
+    tasks = {}
+    for key in sorted({f"{e['slug']}/{e['target']}" for e in ex}):
+        sub = [e for e in ex if f"{e['slug']}/{e['target']}" == key]
+        if len(sub) < cfg.min_rows or len({e["arch"] for e in sub}) < 4:
+            continue
+        log.info("%s: %d rows, %d archs", key, len(sub), len({e["arch"] for e in sub}))
+        tasks[key] = {"rows": len(sub), "architectures": len({e["arch"] for e in sub}),
+                      "families": len({e["family"] for e in sub}), "measured_below_floor": _measured_below(sub),
+                      "splits": evaluate_task(sub, cfg)}
+    inf = [e for e in ex if e["target"] == "inference_ms"]
+    report = {"meta": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+                       "config": asdict(cfg), "rows": counts, "wall_s": None},
+              "tasks": tasks,
+              "lodo_inference": {"rows": len(inf), "devices": evaluate_lodo(inf, cfg)}}
+    report["meta"]["wall_s"] = round(time.time() - t0, 1)
+    with open(cfg.out_json, "w", encoding="utf-8") as fh:
+        json.dump(report, fh, indent=1, sort_keys=True)
+    with open(cfg.out_md, "w", encoding="utf-8") as fh:
+        fh.write(markdown(report))
+    return report
+
+
+def _table(by_model: dict) -> list[str]:
+    lines = ["| model | MAPE % | mean over families % | median APE % | raw < floor | after clamp "
+             "| 95% coverage | test rows (folds) |", "|---|---|---|---|---|---|---|---|"]
+    for m, r in by_model.items():
+        lines.append(f"| {m} | {r['mape']:.1f} | {r['family_mape']:.1f} | {r['median_ape']:.1f} | "
+                     f"{r['raw_below_floor']:.1%} | {r['pred_below_floor']:.0%} | {r['coverage95']:.1%} | "
+                     f"{r['n_test']} ({r['folds']}) |")
+    return lines
+
+
+def markdown(report: dict) -> str:
+    """``docs/results-gpu.md`` from the report of :func:`run_gpu_evaluation`."""
+    meta = report["meta"]
+    out = ["# GPU results: step time and inference latency against the roofline floor", "",
+           f"Generated {meta['created']} by `python jobs/evaluate_gpu.py` in {meta['wall_s']} s "
+           "(`trappm_ray/evaluate/gpu.py`; numbers in `docs/results-gpu.json`). Models: `roofline` = "
+           "the per-node roofline floor (`trappm_ray/physics/roofline.py`); `roofline-eff` = floor x one "
+           "efficiency per device fitted on the training rows; `xgboost`/`mlp` = static features + "
+           "device spec vector + log roofline terms + run settings, predicting log(measured / floor). "
+           "Every prediction is clamped to >= the floor ('after clamp' is therefore 0); 'raw < floor' "
+           "is the share of predictions below it before clamping. 95% intervals are split-conformal "
+           "from the validation residuals. MAPE pools every test prediction of every fold.", "",
+           "## Rows used (ok label rows, single GPU; joined to a graph or not)", "",
+           "| device / target | ok rows | with graph | without graph |", "|---|---|---|---|"]
+    out += [f"| {k} | {v['ok_rows']} | {v['with_graph']} | {v['without_graph']} |"
+            for k, v in meta["rows"].items() if v["ok_rows"]]
+    for key, task in report["tasks"].items():
+        out += ["", f"## {key}", "", f"{task['rows']} rows, {task['architectures']} architectures, "
+                f"{task['families']} families; measured below the floor: {task['measured_below_floor']:.1%}."]
+        for kind, by_model in task["splits"].items():
+            out += ["", f"### split: {kind}", ""] + _table(by_model)
+    lodo = report["lodo_inference"]
+    out += ["", "## Inference, leave one device out", "",
+            f"{lodo['rows']} inference rows with graphs; the held-out device's rows are the test set, "
+            "validation is 15% of the other devices' architectures."]
+    for spec, by_model in lodo["devices"].items():
+        out += ["", f"### held out: {spec}", ""] + _table(by_model)
+    return "\n".join(out) + "\n"
+
+
+__all__ = ["MODELS", "GpuEvalConfig", "graph_index", "examples", "fit_predict", "evaluate_task",
+           "evaluate_lodo", "run_gpu_evaluation", "markdown"]
