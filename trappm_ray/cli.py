@@ -16,6 +16,16 @@ from trappm_ray import errors
 from trappm_ray.model import options
 
 
+def _batch(text: str) -> int | None:
+    """``--batch-size``: a positive integer, or ``exported`` for the file's own batch."""
+    if text == "exported":
+        return None
+    value = int(text)
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"batch size must be >= 1, got {value}")
+    return value
+
+
 def _dims(items: list[str]) -> dict[str, int]:
     out = {}
     for item in items:
@@ -165,7 +175,8 @@ def build_parser() -> argparse.ArgumentParser:
     sub = parser.add_subparsers(dest="command", required=True)
     g = sub.add_parser("graph", help="featurize an ONNX model and print its graph summary")
     g.add_argument("file")
-    g.add_argument("--batch-size", type=int, default=1)
+    g.add_argument("--batch-size", type=_batch, default=1,
+                   help="batch size, or 'exported' for the file's own (default 1)")
     g.add_argument("--resolution", type=int, default=None,
                    help="value for symbolic spatial dims of image inputs")
     g.add_argument("--dim", action="append", default=[], metavar="NAME=N",
@@ -176,7 +187,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="predict training step time, memory and inference latency")
     p.add_argument("file", help="ONNX file or s3:// URI (a timm name with the zoo extra)")
-    p.add_argument("--batch-size", type=int, default=1)
+    p.add_argument("--batch-size", type=_batch, default=1,
+                   help="batch size, or 'exported' for the file's own (a fixed batch is re-bound "
+                        "where sound; default 1)")
     p.add_argument("--resolution", type=int, default=None,
                    help="value for symbolic spatial dims of image inputs")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",

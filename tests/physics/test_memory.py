@@ -187,3 +187,14 @@ def test_censored_check_counts_both_sides(tmp_path):
     assert small["summary"]["fits_side_share"] == 0 and big["summary"]["fits_side_share"] == 1
     assert small["summary"]["nofit_side_share"] == 1 and big["summary"]["nofit_side_share"] == 0
     assert small["summary"]["reduced_rows"] == 1
+
+
+def test_autocast_dtype_rules():
+    # Conv (half) -> LayerNorm (fp32 on an fp32 copy it keeps) -> Softmax (fp32 result, keeps
+    # it, no input copy) -> GlobalAveragePool (keeps its fp32 input) -> Gemm (keeps a half copy)
+    g = make_graph([("Conv", [], C, W_CONV), ("LayerNormalization", [0], C, 8),
+                    ("Softmax", [1], C, 0), ("GlobalAveragePool", [2], P, 0),
+                    ("Gemm", [3], K, W_FC)], input_elems=X)
+    e = est(g, precision="amp-fp16")
+    assert e.saved_at_backward == (rb(X * 4) + rb(X * 2) + rb(C * 4) + rb(C * 4) + rb(P * 2)
+                                   + rb(K * 2))

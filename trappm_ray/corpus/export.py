@@ -128,17 +128,18 @@ def export_legacy(model, args: tuple, input_names: list[str], dynamic_axes: dict
         args: example inputs.
         input_names, output_names, dynamic_axes: as for ``torch.onnx.export``.
         opset: ONNX opset.
-        export_params: False leaves every weight out of the file (typed graph inputs, as
-            stripping does) and never copies weight values: for models whose weights would not
-            fit in memory twice. The exporter still folds constants, as with True.
+        export_params: False leaves every tensor above ``KEEP_INITIALIZER_MAX_ELEMENTS``
+            elements out of the file (typed graph inputs, as stripping does) and never copies
+            their values: for models whose weights would not fit in memory twice. Small tensors,
+            among them the constants the exporter folded (Reshape targets), keep their values.
     """
     import torch
 
     output_names = output_names or ["output"]
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters()) if export_params else 0
-    kwargs = {"dynamo": False, "export_params": export_params, "opset_version": opset, "input_names": input_names,
+    kwargs = {"dynamo": False, "opset_version": opset, "input_names": input_names,
               "output_names": output_names, "dynamic_axes": dynamic_axes}
-    with warnings.catch_warnings(), torch.no_grad():
+    with warnings.catch_warnings(), torch.no_grad(), _small_initializers_only(not export_params):
         warnings.simplefilter("ignore")
         if nbytes < _IN_MEMORY_MAX_BYTES:
             buf = io.BytesIO()
@@ -151,6 +152,31 @@ def export_legacy(model, args: tuple, input_names: list[str], dynamic_axes: dict
                 proto = onnx.load(path, load_external_data=False)
                 _drop_external_refs(proto)
     return strip_weights(proto, KEEP_INITIALIZER_MAX_ELEMENTS).SerializeToString()
+
+
+@contextlib.contextmanager
+def _small_initializers_only(active: bool):
+    """Within the block, the legacy exporter writes only small initializers.
+
+    Its last pass over the initializers (de-duplication) gets the small ones only; the others
+    then stay typed graph inputs without values, as ``export_params=False`` leaves every one.
+    """
+    import torch
+
+    if not active:
+        yield
+        return
+    original = torch._C._jit_pass_onnx_deduplicate_initializers
+
+    def small_only(graph, params_dict, is_train):
+        small = {k: v for k, v in params_dict.items() if v.numel() <= KEEP_INITIALIZER_MAX_ELEMENTS}
+        return original(graph, small, is_train)
+
+    torch._C._jit_pass_onnx_deduplicate_initializers = small_only
+    try:
+        yield
+    finally:
+        torch._C._jit_pass_onnx_deduplicate_initializers = original
 
 
 def _drop_external_refs(proto: onnx.ModelProto) -> None:

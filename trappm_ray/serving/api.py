@@ -57,7 +57,8 @@ class PredictOptions:
     """Everything besides the model that changes a prediction (also the cache key of the server).
 
     Args:
-        batch_size: bound to every data input's first dimension.
+        batch_size: bound to every data input's first dimension (a fixed-batch file is re-bound
+            where that is sound, :mod:`trappm_ray.graph.rebind`); None = as exported.
         resolution: bound to symbolic spatial dims (and the export size of timm names/modules).
         dims: values of other named symbolic dims, e.g. ``{"seq": 128}``.
         memory_budget_mb: when set, also search the largest batch whose memory fits it.
@@ -69,7 +70,7 @@ class PredictOptions:
             labels were measured in (the CPU predictor: fp32, Adam, 1).
     """
 
-    batch_size: int = 1
+    batch_size: int | None = 1
     resolution: int | None = None
     dims: tuple[tuple[str, int], ...] = ()
     memory_budget_mb: float | None = None
@@ -83,7 +84,7 @@ class PredictOptions:
     memory_format: str | None = None
 
     def __post_init__(self) -> None:
-        if not 1 <= self.batch_size <= self.max_batch:
+        if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
             raise ValueError(f"batch_size must be in 1..{self.max_batch}, got {self.batch_size}")
         for name in ("resolution", "memory_budget_mb", "steps", "price_per_hour"):
             value = getattr(self, name)
@@ -261,6 +262,7 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
 
 # -- prediction ---------------------------------------------------------------------------------
 def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int | None = None) -> Graph:
+    """``proto`` featurized at ``batch_size`` (default the options'; None there: as exported)."""
     return featurize(proto, batch_size=batch_size or opts.batch_size, resolution=opts.resolution,
                      dims=dict(opts.dims) or None)
 
@@ -278,10 +280,11 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                         std, units[t])
 
     summary = graph.summary()
-    p = Prediction(source, sha256, opts.batch_size, *(est(t) for t in
+    shape = {k: summary[k] for k in ("nodes", "edges", "macs", "params") if k in summary}
+    shape.update({k: graph.meta[k] for k in ("batch_rebound", "exported_batch") if k in graph.meta})
+    p = Prediction(source, sha256, int(graph.static["batch_size"]), *(est(t) for t in
                    ("train_step_ms", "train_memory_mb", "inference_ms", "train_power_w")),
-                   model_version(predictor), device_of(predictor),
-                   {k: summary[k] for k in ("nodes", "edges", "macs", "params") if k in summary},
+                   model_version(predictor), device_of(predictor), shape,
                    opts.interval_z, memory_budget_mb=opts.memory_budget_mb,
                    options=resolve_options(asdict(opts), predictor.manifest))
     if p.train_memory_mb is not None:
@@ -319,7 +322,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
     return out
 
 
-def predict(model, batch_size: int = 1, device: str | None = None, *,
+def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             predictor: str | os.PathLike | Predictor | None = None, resolution: int | None = None,
             dims: dict[str, int] | None = None, memory_budget_mb: float | None = None,
             steps: int | None = None, price_per_hour: float | None = None,
@@ -331,7 +334,8 @@ def predict(model, batch_size: int = 1, device: str | None = None, *,
     Args:
         model: ONNX path, ``s3://`` URI, bytes or ModelProto; with the zoo extra also a torch
             ``nn.Module`` (exported with ``input_shape``, default ``(3, R, R)``) or a timm name.
-        batch_size: the batch size to predict for.
+        batch_size: the batch size to predict for; None = the batch the file was exported with
+            (the result's ``graph`` says whether a fixed batch was re-bound).
         device: pick the shipped predictor of this device (slug or name); None: the default.
         predictor: a predictor URI or instance instead of a shipped one.
         resolution: value of symbolic spatial dims; export size of timm names and modules.
