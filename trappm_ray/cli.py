@@ -86,8 +86,19 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
     print(f"  {'quantity':<28} prediction")
     for row in filter(None, rows):
         print(f"  {row[0]:<28}{row[1]}")
+    opts = ", ".join(f"{k} {v}" for k, v in p.options.items() if v is not None)
+    print(f"\nsetting: {opts}")
+    if p.graph.get("batch_rebound"):
+        print(f"note: the file's fixed batch {p.graph.get('exported_batch')} was re-bound to "
+              f"{p.batch_size}")
+    floor = p.floors.get("train_memory_mb")
+    if floor:
+        print(f"training memory floor (weights + gradients + optimizer state): {floor:.1f} MB")
+    print(f"similarity to the training graphs: {p.domain.get('note', 'not assessed')}")
+    for warning in p.warnings:
+        print(f"WARNING: {warning}")
     if dev.get("kind") == "cpu":
-        print("\nnote: a CPU predictor: times, memory and power are for that CPU; the GPU profile "
+        print("note: a CPU predictor: times, memory and power are for that CPU; the GPU profile "
               "only applies its memory figure")
     if sweep_rows:
         print(f"\n  {'batch':>6} {'step ms':>10} {'memory MB':>10} {'infer ms':>10} {'samples/s':>10}")

@@ -61,3 +61,9 @@ def test_build_shard_keys_text_graphs_by_sequence_length(tmp_path):
     rows = pq.read_table(tmp_path / entry["shard"]).to_pylist()
     assert [(r["resolution"], r["batch_size"]) for r in rows] == [(128, 1), (128, 4)]
     assert rows[0]["exporter"] == sources.export("hf_t5_small_encoder", 128, "hf").exporter
+
+
+def test_build_shard_builds_dynamo_torchvision_names(tmp_path):
+    entry = build_shard("torchvision_dynamo_squeezenet1_1", 64, (2,), str(tmp_path), source="torchvision")
+    assert entry["status"] == "ok", entry["error"]
+    assert entry["exporter"] == torchvision_models.EXPORTER_DYNAMO

@@ -198,3 +198,17 @@ def test_autocast_dtype_rules():
     e = est(g, precision="amp-fp16")
     assert e.saved_at_backward == (rb(X * 4) + rb(X * 2) + rb(C * 4) + rb(C * 4) + rb(P * 2)
                                    + rb(K * 2))
+
+
+def test_gated_unit_is_not_one_fused_op():
+    # conv -> Split(x1, x2) -> Sigmoid(x2) -> Mul(x2, .) = SiLU -> Mul(x1, silu): a GLU. The
+    # SiLU fuses; the gate is a separate Mul that keeps the SiLU output (PyTorch's GluMlp).
+    g = make_graph([("Conv", [], 2 * C, W_CONV), ("Split", [0], 2 * C, 0),
+                    ("Sigmoid", [1], C, 0), ("Mul", [1, 2], C, 0), ("Mul", [1, 3], C, 0),
+                    ("GlobalAveragePool", [4], P, 0), ("Gemm", [5], K, W_FC)], input_elems=X)
+    g.n_out[1] = 2
+    e = est(g)
+    assert e.saved_at_backward == (rb(X * 4) + rb(2 * C * 4) + rb(C * 4) + rb(C * 4)
+                                   + rb(P * 4) + rb(K * 4))
+    w = walk(g)
+    assert w.fused[3] and not w.fused[4]

@@ -9,7 +9,7 @@ import pytest
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.roofline import (FEATURE_NAMES, FREE, OPTIMIZER_BYTES, TENSOR, VECTOR,
-                                         attention_scores, device_rates, node_classes,
+                                         WINOGRAD_FACTOR, attention_scores, device_rates, node_classes,
                                          node_features, roofline)
 from tests import onnx_builders as ob
 
@@ -40,14 +40,20 @@ def test_flops_and_bytes_by_hand_at_fp32():
     exp = ob.cnn_expect(b, hw)
     est = roofline(cnn(b, hw), RTX3090, "fp32", "infer", restore_folded_bn=False)
     conv_out = exp["out_elems"]["Conv"]
-    assert est.flops[0] == pytest.approx(2 * exp["macs"]["Conv"])  # 2 FLOPs per MAC
+    # 2 FLOPs per MAC; a 3x3 stride-1 Conv off the tensor cores counts Winograd's quarter
+    assert est.flops[0] == pytest.approx(2 * exp["macs"]["Conv"] / WINOGRAD_FACTOR)
     assert est.flops[1] == pytest.approx(exp["macs"]["Relu"])  # one op per element
     # Conv: input + output + weights, 4 bytes each; Relu: reads and writes the Conv's output
     assert est.bytes[0] == pytest.approx(4 * (b * 3 * hw * hw + conv_out + exp["params"]["Conv"]))
     assert est.bytes[1] == pytest.approx(8 * conv_out)
     assert est.flops[3] == est.bytes[3] == 0.0  # Flatten
     assert est.memory_ms[1] == pytest.approx(8 * conv_out / 936e9 * 1e3)
-    assert est.compute_ms[0] == pytest.approx(2 * exp["macs"]["Conv"] / 35.6e12 * 1e3)
+    assert est.compute_ms[0] == pytest.approx(est.flops[0] / 35.6e12 * 1e3)
+    amp = roofline(cnn(b, hw), RTX3090, "amp-fp16", "infer", restore_folded_bn=False)
+    assert amp.flops[0] == pytest.approx(2 * exp["macs"]["Conv"])  # tensor cores: no Winograd
+    strided = featurize(ob.conv_model(cin=4, cout=6, k=3, group=1, hw=9), batch_size=2)
+    fp64 = roofline(strided, RTX3090, "fp64", "infer")
+    assert fp64.flops[0] == pytest.approx(2 * strided.macs[0])  # no Winograd in double
     assert est.node_ms == pytest.approx(np.maximum(est.compute_ms, est.memory_ms))
     assert est.total_ms == pytest.approx(est.node_ms.sum())
 
@@ -78,6 +84,9 @@ def test_precision_sets_the_peak_and_the_element_size():
     tensor, vector, bw = device_rates(RTX3090, "tf32")
     assert (tensor, vector, bw) == (pytest.approx(35.6e12), pytest.approx(35.6e12), pytest.approx(936e9))
     assert device_rates(devices.get("p100-pcie-16gb"), "fp16")[1] == pytest.approx(18.7e12)
+    # fp32 matmuls may run as TF32 (A100) or on CDNA's FP32 matrix cores (MI100): the floor allows it
+    assert device_rates(devices.get("a100-pcie-40gb"), "fp32")[:2] == (pytest.approx(156e12), pytest.approx(19.5e12))
+    assert device_rates(devices.get("mi100"), "fp32")[:2] == (pytest.approx(46.2e12), pytest.approx(23.1e12))
 
 
 @pytest.mark.parametrize("build", [lambda b: cnn(b), lambda b: featurize(ob.transformer_block(), batch_size=b)])

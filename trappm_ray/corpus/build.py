@@ -60,6 +60,8 @@ class DatasetConfig:
             machine's memory holds during an export (about 12 bytes per parameter; 0 = none).
         join_labels: after the build, append the graphs of every ok label key under this label
             store that its ``graphs.parquet`` lacks (``trappm_ray.corpus.label_join``).
+        extra_sources: add unlabeled models of other sources to the grid: ``hf`` (text models
+            at 128 and 512 tokens), ``torchvision``, ``torchvision_dynamo``.
         keys_from: build exactly the labeled keys instead of the grid: ``public`` (the public GPU
             source files under ``public_root``) or ``labels`` (every device's ok rows under
             ``labels``, less the keys its ``graphs.parquet`` already holds); each (arch,
@@ -87,6 +89,7 @@ class DatasetConfig:
     retry_failed: bool = False
     max_export_params: int = 0
     join_labels: str = ""
+    extra_sources: tuple[str, ...] = ()
     keys_from: str = ""
     public_root: str = "../shared/data/public-gpu"
     groups: tuple[str, ...] = ()
@@ -229,8 +232,9 @@ def plan_tasks(cfg: DatasetConfig) -> tuple[list, set[str]]:
         archs = archs[: cfg.max_archs]
     labeled = labeled_architectures(cfg.labels) if cfg.labels else set()
     archs += sorted(labeled - set(archs))
+    extra = keys.extra_tasks(cfg.extra_sources, cfg.resolutions, cfg.batch_sizes)
     return [keys.Task(a, r, tuple(cfg.batch_sizes), "timm") for a in interleave_families(archs)
-            for r in cfg.resolutions], labeled
+            for r in cfg.resolutions] + extra, labeled | {t.arch for t in extra if t.source == "hf"}
 
 
 def build(cfg: DatasetConfig, progress=print) -> BuildSummary:

@@ -128,6 +128,30 @@ def from_public_sources(root: str | Path = PUBLIC_ROOT,
     return _tasks(found)
 
 
+def extra_tasks(extra: tuple[str, ...], resolutions: tuple[int, ...], batch_sizes: tuple[int, ...],
+                seq_lens: tuple[int, ...] = (128, 512)) -> list[Task]:
+    """Unlabeled tasks of the non-timm sources, for the GAE's corpus (issue 23).
+
+    Args:
+        extra: any of ``hf`` (every text-model config), ``torchvision`` (every classification
+            model, legacy exporter) and ``torchvision_dynamo`` (the same, dynamo exporter).
+        resolutions: image sizes of torchvision models.
+        batch_sizes: the graphs of each task.
+        seq_lens: sequence lengths of text models (their ``resolution``).
+    """
+    from trappm_ray.corpus import text_models, torchvision_models
+
+    tasks = []
+    if "hf" in extra:
+        tasks += [Task(n, s, tuple(batch_sizes), "hf", "hf") for n in text_models.config_names()
+                  for s in seq_lens]
+    for kind, dynamo in (("torchvision", False), ("torchvision_dynamo", True)):
+        if kind in extra:
+            tasks += [Task(a, r, tuple(batch_sizes), "torchvision", "torchvision")
+                      for a in torchvision_models.list_classification_models(dynamo) for r in resolutions]
+    return tasks
+
+
 def from_label_store(labels: str, hf_names: set[str], skip_joined: bool = True) -> list[Task]:
     """Tasks for every ok label row of every device of a label store.
 

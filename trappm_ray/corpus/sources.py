@@ -81,14 +81,16 @@ def export(arch: str, resolution: int, source: str = "timm", meta_init: bool = T
         from trappm_ray.corpus import torchvision_models
 
         onnx_bytes, params = torchvision_models.export_torchvision(arch, resolution, meta_init=meta_init)
-        return Exported(onnx_bytes, params, torchvision_models.EXPORTER, resolution)
+        dynamo = arch.startswith(torchvision_models.DYNAMO_PREFIX)
+        exporter = torchvision_models.EXPORTER_DYNAMO if dynamo else torchvision_models.EXPORTER
+        return Exported(onnx_bytes, params, exporter, resolution)
     if source != "timm":
         raise ValueError(f"unknown model source {source!r}, expected one of {SOURCES}")
     from trappm_ray.corpus import zoo
 
     try:
         sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=meta_init)
-    except Exception as e:  # noqa: BLE001 - some constructors read their own weights' values
+    except Exception as e:  # some constructors read their own weights' values
         if not meta_init:
             raise
         log.warning("%s@%s: meta-device build failed (%s), building it for real", arch, resolution, e)

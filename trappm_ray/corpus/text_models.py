@@ -8,8 +8,8 @@ config alone, its parameters on the meta device, and exported by torch's legacy 
 state for encoders). ``trappm-ray graph FILE --batch-size 4 --dim seq=512`` featurizes it.
 
 Weights are never copied: each parameter is one random scalar broadcast to its shape and the
-export leaves weight values out (``export_params=False``), which gives the graph of a normal
-export (checked by ``tests/corpus/test_text_models.py``) for models of several GB.
+export writes no weight values (``export_legacy(export_params=False)``), which gives the graph of
+a normal export (checked by ``tests/corpus/test_corpus_sources_slow.py``) for models of several GB.
 """
 from __future__ import annotations
 

@@ -1,7 +1,8 @@
 """torchvision classification models (no weights) as corpus skeletons.
 
 Corpus names are ``torchvision_<name>`` (``torchvision_resnet50``), as the importer of
-ryujaehun's torchvision benchmark names its label rows. Models come from
+ryujaehun's torchvision benchmark names its label rows; ``torchvision_dynamo_<name>`` is the same
+model from the dynamo exporter. Models come from
 ``torchvision.models.get_model(name, weights=None)`` with parameters on the meta device, and are
 exported by torch's legacy exporter (the corpus default) or by the dynamo exporter
 (``torch.onnx.export(dynamo=True)``, whose graphs differ: another node vocabulary and layout).
@@ -14,6 +15,8 @@ import warnings
 
 from trappm_ray.corpus.keys import TORCHVISION_PREFIX
 
+DYNAMO_PREFIX = TORCHVISION_PREFIX + "dynamo_"
+
 log = logging.getLogger(__name__)
 
 EXPORTER = "torch.onnx legacy (dynamo=False), opset 17, eval mode, dynamic batch axis, torchvision"
@@ -22,14 +25,15 @@ EXPORTER_DYNAMO = "torch.onnx dynamo (dynamo=True), opset 18, eval mode, dynamic
 
 def model_name(arch: str) -> str:
     """The torchvision name of a corpus architecture (prefix removed)."""
-    return arch.removeprefix(TORCHVISION_PREFIX)
+    return arch.removeprefix(DYNAMO_PREFIX).removeprefix(TORCHVISION_PREFIX)
 
 
-def list_classification_models() -> list[str]:
-    """Corpus names of every torchvision classification model."""
+def list_classification_models(dynamo: bool = False) -> list[str]:
+    """Corpus names of every torchvision classification model (dynamo-exporter names)."""
     import torchvision
 
-    return [TORCHVISION_PREFIX + n for n in torchvision.models.list_models(module=torchvision.models)]
+    prefix = DYNAMO_PREFIX if dynamo else TORCHVISION_PREFIX
+    return [prefix + n for n in torchvision.models.list_models(module=torchvision.models)]
 
 
 def build_model(arch: str, meta: bool = True):
@@ -63,19 +67,22 @@ def count_params(arch: str) -> int:
 
 
 def export_torchvision(arch: str, resolution: int = 224, meta_init: bool = True,
-                       dynamo: bool = False) -> tuple[bytes, int]:
+                       dynamo: bool | None = None) -> tuple[bytes, int]:
     """Export one torchvision model with a dynamic batch axis; returns (ONNX bytes, params).
 
     Args:
         arch: ``torchvision_<name>``.
         resolution: input size in pixels.
         meta_init: build the parameters on the meta device (random values only for the export).
-        dynamo: use the dynamo exporter (``torch.export``) instead of the legacy one.
+        dynamo: use the dynamo exporter (``torch.export``) instead of the legacy one
+            (None: when ``arch`` starts with :data:`DYNAMO_PREFIX`).
     """
     import torch
 
     from trappm_ray.corpus import export
 
+    if dynamo is None:
+        dynamo = arch.startswith(DYNAMO_PREFIX)
     model = build_model(arch, meta=meta_init)
     export.materialize(model)
     export.jitter_real_tensors(model)
@@ -107,5 +114,5 @@ def _export_dynamo(model, example) -> bytes:
     return strip_weights(proto, KEEP_INITIALIZER_MAX_ELEMENTS).SerializeToString()
 
 
-__all__ = ["EXPORTER", "EXPORTER_DYNAMO", "build_model", "count_params", "export_torchvision",
+__all__ = ["DYNAMO_PREFIX", "EXPORTER", "EXPORTER_DYNAMO", "build_model", "count_params", "export_torchvision",
            "list_classification_models", "model_name"]

@@ -55,22 +55,27 @@ class GpuEvalConfig:
         seeds: seeds of the random and held-out-architecture splits.
         models: any of ``MODELS``.
         min_rows: a device x target with fewer joined rows gets no per-device splits.
+        gnn_tasks: ``slug/target`` keys that also get the GNN (``evaluate/gpu_gnn.py``), trained
+            for at most ``gnn_epochs`` epochs.
         out_md, out_json: the report files.
     """
 
     labels: str = "data/labels"
     corpora: tuple[str, ...] = ("artifacts/corpus-gpu",)
     slugs: tuple[str, ...] = ()
-    seeds: tuple[int, ...] = (1337, 1338, 1339, 1340, 1341)
+    seeds: tuple[int, ...] = (1337, 1338, 1339)
     models: tuple[str, ...] = MODELS
     min_rows: int = 20
+    gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
+    gnn_epochs: int = 60
     out_md: str = "docs/results-gpu.md"
     out_json: str = "docs/results-gpu.json"
 
 
 def graph_index(labels_dir: str, corpora: tuple[str, ...]) -> dict[tuple, dict]:
     """Graph rows by (arch, resolution, batch size): the labels' joined graphs, then corpora."""
-    files = [storage.join(labels_dir, GRAPHS_FILE)] if storage.exists(storage.join(labels_dir, GRAPHS_FILE)) else []
+    joined = storage.join(labels_dir, GRAPHS_FILE)
+    files = [joined] if storage.exists(joined) else []
     files += [f for c in corpora for f in sorted(glob.glob(os.path.join(c, "graphs", "*.parquet")))]
     index = {}
     for f in files:
@@ -94,6 +99,22 @@ def _settings(row: dict, target: str) -> dict:
             "fp64": float(row["precision"] == "fp64")}
 
 
+def _roofline_features(g: dict, spec, precision: str, mode: str, optimizer: str, s: dict):
+    """(floor in ms, v2 static features + log roofline terms) of one graph row, or None when the
+    device has no roofline at ``precision``."""
+    graph = row_to_graph(g)
+    try:
+        est = roofline(graph, spec, precision, mode, optimizer, fused_attention=bool(s["torch2"]),
+                       compiled=bool(s["compiled"]))
+    except ValueError:
+        return None
+    kernels = int(((est.node_class > 0) & (est.bytes + est.flops > 0)).sum())
+    roof = [math.log(est.total_ms), math.log(est.forward_ms), math.log1p(est.optimizer_ms),
+            est.compute_bound_share, math.log(est.compute_ms.sum() + 1e-9),
+            math.log(est.memory_ms.sum() + 1e-9), math.log(max(kernels, 1))]
+    return est.total_ms, np.concatenate([features.static_features(graph, "v2"), roof])
+
+
 def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
     """Label rows (one per row x target) joined to graphs, with roofline and features.
 
@@ -112,7 +133,7 @@ def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
         svec = devices.spec_vector(spec)
         for target, mode in TARGETS.items():
             have = [r for r in rows if r.get(target) and (r.get("gpus") or 1) == 1]
-            joined = 0
+            joined, no_roof = 0, 0
             for r in have:
                 r["precision"] = r.get("precision") or "fp32"
                 g = index.get((r["arch"], r["resolution"], r["batch_size"]))
@@ -122,59 +143,50 @@ def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
                 key = (g["arch"], g["resolution"], g["batch_size"], spec.slug, r["precision"], mode,
                        _optimizer(r), s["torch2"], s["compiled"])
                 if key not in cache:
-                    graph = row_to_graph(g)
-                    try:
-                        est = roofline(graph, spec, r["precision"], mode, _optimizer(r),
-                                       fused_attention=bool(s["torch2"]), compiled=bool(s["compiled"]))
-                    except ValueError as e:
-                        log.warning("%s %s: no roofline (%s)", slug, r["arch"], e)
-                        cache[key] = None
-                        continue
-                    kernels = int(((est.node_class > 0) & (est.bytes + est.flops > 0)).sum())
-                    roof = [math.log(est.total_ms), math.log(est.forward_ms), math.log1p(est.optimizer_ms),
-                            est.compute_bound_share, math.log(est.compute_ms.sum() + 1e-9),
-                            math.log(est.memory_ms.sum() + 1e-9), math.log(max(kernels, 1))]
-                    cache[key] = (est.total_ms, np.concatenate([features.static_features(graph, "v2"),
-                                                                roof]))
-                if cache[key] is None:
+                    cache[key] = _roofline_features(g, spec, r["precision"], mode, _optimizer(r), s)
+                if cache[key] is None:  # e.g. no sourced FP64 peak: counted, reported once
+                    if not no_roof:
+                        log.warning("%s: no roofline for %s", slug, r["precision"])
+                    no_roof += 1
                     continue
                 floor, feats = cache[key]
                 joined += 1
-                out.append({"slug": slug, "spec": spec.slug, "target": target, "arch": r["arch"],
-                            "family": r["family"], "measured": float(r[target]), "floor": floor,
+                out.append({"slug": slug, "spec": spec.slug, "kind": spec.kind, "target": target, "arch": r["arch"],
+                            "family": r["family"], "measured": float(r[target]), "floor": floor, "rkey": key,
                             "x": np.concatenate([feats, svec, [s[c] for c in SETTING_COLS]])})
-            counts[f"{slug}/{target}"] = {"ok_rows": len(have), "with_graph": joined,
-                                          "without_graph": len(have) - joined}
+            counts[f"{slug}/{target}"] = {"ok_rows": len(have), "with_graph": joined, "no_roofline": no_roof,
+                                          "without_graph": len(have) - joined - no_roof}
     return out, counts
 
 
 def _interval(meas_val, pred_val) -> tuple[float, float]:
     """Split-conformal 95% band in log space from validation residuals ((0, 0) without any)."""
-    if len(meas_val) == 0:
-        return 0.0, 0.0
-    r = np.log(meas_val / pred_val)
+    r = np.log(meas_val / pred_val) if len(meas_val) else np.zeros(1)
     return float(np.quantile(r, 0.025)), float(np.quantile(r, 0.975))
 
 
-def fit_predict(ex: list[dict], train, val, test, model: str, seed: int) -> dict:
+def fit_predict(ex: list[dict], train, val, test, model: str, seed: int, extra: dict | None = None) -> dict:
     """Fit ``model`` on ``train`` (``val`` for early stopping and the interval), predict ``test``.
-
+    ``extra``: more models, name -> ``f(ex, train, val, idx, seed)`` giving ms for ``idx``.
     Returns:
         ``raw`` (before clamping), ``pred`` (clamped to the floor), ``lo``/``hi`` (95% band), in ms.
     """
     meas = np.array([e["measured"] for e in ex])
     floor = np.array([e["floor"] for e in ex])
     idx = np.concatenate([val, test])
-    if model == "roofline":
+    if extra and model in extra:
+        raw = extra[model](ex, np.asarray(train), np.asarray(val if len(val) else train), idx, seed)
+    elif model == "roofline":
         raw = floor[idx]
     elif model == "roofline-eff":
-        # one efficiency per device; a device without training rows gets the pooled one
+        # one efficiency per device; a device without training rows gets the median over the
+        # training rows of its kind (GPUs for a GPU), or over all of them
         ratios = defaultdict(list)
         for i in train:
-            ratios[ex[i]["spec"]].append(meas[i] / floor[i])
-        pooled = float(np.median([r for rs in ratios.values() for r in rs]))
-        raw = np.array([floor[i] * (np.median(ratios[ex[i]["spec"]]) if ratios.get(ex[i]["spec"]) else pooled)
-                        for i in idx])
+            for k in (ex[i]["spec"], ex[i]["kind"], "all"):
+                ratios[k].append(meas[i] / floor[i])
+        raw = np.array([floor[i] * np.median(next(ratios[k] for k in (ex[i]["spec"], ex[i]["kind"], "all")
+                                                  if ratios.get(k))) for i in idx])
     else:
         x = np.stack([e["x"] for e in ex]).astype(np.float64)
         fit = {"xgboost": fit_xgboost, "mlp": fit_mlp}[model]
@@ -207,14 +219,13 @@ def _metrics(ex: list[dict], folds: list[tuple[np.ndarray, dict]]) -> dict:
 def _val_by_arch(ex: list[dict], idx: np.ndarray, seed: int, share: float = 0.15) -> tuple:
     """Split ``idx`` into (train, val) with ``share`` of its architectures in val."""
     archs = sorted({ex[i]["arch"] for i in idx})
-    rng = np.random.default_rng(seed)
-    val_archs = set(rng.choice(archs, max(1, int(round(len(archs) * share))), replace=False))
-    return (np.array([i for i in idx if ex[i]["arch"] not in val_archs], int),
-            np.array([i for i in idx if ex[i]["arch"] in val_archs], int))
+    val = set(np.random.default_rng(seed).choice(archs, max(1, round(len(archs) * share)), replace=False))
+    return tuple(np.array([i for i in idx if (ex[i]["arch"] in val) == side], int) for side in (False, True))
 
 
-def evaluate_task(ex: list[dict], cfg: GpuEvalConfig) -> dict:
-    """random / arch / family splits of one device x target (``ex`` are its examples)."""
+def evaluate_task(ex: list[dict], cfg: GpuEvalConfig, extra: dict | None = None) -> dict:
+    """random / arch / family splits of one device x target (``ex`` are its examples); ``extra``
+    as in :func:`fit_predict`."""
     rows = [{"family": e["family"], "arch": e["arch"]} for e in ex]
     fams = sorted({e["family"] for e in ex})
     plans = {"random": [(s, None) for s in cfg.seeds], "arch": [(s, None) for s in cfg.seeds],
@@ -225,8 +236,9 @@ def evaluate_task(ex: list[dict], cfg: GpuEvalConfig) -> dict:
         splits = [(s, t) for s, t in zip(folds, splits) if len(t[2]) and len(t[0])]
         if not splits:
             continue
-        out[kind] = {m: _metrics(ex, [(te, fit_predict(ex, tr, va, te, m, seed))
-                                      for (seed, _), (tr, va, te) in splits]) for m in cfg.models}
+        out[kind] = {m: _metrics(ex, [(te, fit_predict(ex, tr, va, te, m, seed, extra))
+                                      for (seed, _), (tr, va, te) in splits])
+                     for m in cfg.models + tuple(extra or ())}
         log.info("%s: %s", kind, {m: round(v["mape"], 1) for m, v in out[kind].items()})
     return out
 
@@ -245,8 +257,13 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig) -> dict:
     return out
 
 
-def _measured_below(ex: list[dict]) -> float:
-    return float(np.mean([e["measured"] < e["floor"] for e in ex])) if ex else 0.0
+def floor_check(ex: list[dict]) -> dict:
+    """Per device folder x target: how measured times sit against the floor (ratio measured/floor)."""
+    by = defaultdict(list)
+    for e in ex:
+        by[f"{e['slug']}/{e['target']}"].append(e["measured"] / e["floor"])
+    return {k: {"n": len(v), "below": int(np.sum(np.array(v) < 1)), "min": float(np.min(v)),
+                "median": float(np.median(v)), "max": float(np.max(v))} for k, v in sorted(by.items())}
 
 
 def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
@@ -260,13 +277,18 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
         if len(sub) < cfg.min_rows or len({e["arch"] for e in sub}) < 4:
             continue
         log.info("%s: %d rows, %d archs", key, len(sub), len({e["arch"] for e in sub}))
+        extra = None
+        if key in cfg.gnn_tasks:
+            from trappm_ray.evaluate.gpu_gnn import gnn_model  # torch_geometric only when asked
+
+            extra = {"gnn": gnn_model(sub, graph_index(cfg.labels, cfg.corpora), cfg.gnn_epochs)}
         tasks[key] = {"rows": len(sub), "architectures": len({e["arch"] for e in sub}),
-                      "families": len({e["family"] for e in sub}), "measured_below_floor": _measured_below(sub),
-                      "splits": evaluate_task(sub, cfg)}
+                      "families": len({e["family"] for e in sub}), "measured_below_floor": float(np.mean([e["measured"] < e["floor"] for e in sub])),
+                      "splits": evaluate_task(sub, cfg, extra)}
     inf = [e for e in ex if e["target"] == "inference_ms"]
     report = {"meta": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                       "config": asdict(cfg), "rows": counts, "wall_s": None},
-              "tasks": tasks,
+                       "config": asdict(cfg), "rows": counts},
+              "floor_check": floor_check(ex), "tasks": tasks,
               "lodo_inference": {"rows": len(inf), "devices": evaluate_lodo(inf, cfg)}}
     report["meta"]["wall_s"] = round(time.time() - t0, 1)
     with open(cfg.out_json, "w", encoding="utf-8") as fh:
@@ -294,14 +316,22 @@ def markdown(report: dict) -> str:
            "(`trappm_ray/evaluate/gpu.py`; numbers in `docs/results-gpu.json`). Models: `roofline` = "
            "the per-node roofline floor (`trappm_ray/physics/roofline.py`); `roofline-eff` = floor x one "
            "efficiency per device fitted on the training rows; `xgboost`/`mlp` = static features + "
-           "device spec vector + log roofline terms + run settings, predicting log(measured / floor). "
+           "device spec vector + log roofline terms + run settings, predicting log(measured / floor); `gnn` "
+           "(where run) = the supervised GraphSAGE recipe `nnlqp` on v2 node features + per-node roofline "
+           "features, same graph-level inputs and target (`trappm_ray/evaluate/gpu_gnn.py`). "
            "Every prediction is clamped to >= the floor ('after clamp' is therefore 0); 'raw < floor' "
            "is the share of predictions below it before clamping. 95% intervals are split-conformal "
            "from the validation residuals. MAPE pools every test prediction of every fold.", "",
            "## Rows used (ok label rows, single GPU; joined to a graph or not)", "",
-           "| device / target | ok rows | with graph | without graph |", "|---|---|---|---|"]
-    out += [f"| {k} | {v['ok_rows']} | {v['with_graph']} | {v['without_graph']} |"
+           "| device / target | ok rows | used | no graph | graph, no roofline (peak not sourced) |",
+           "|---|---|---|---|---|"]
+    out += [f"| {k} | {v['ok_rows']} | {v['with_graph']} | {v['without_graph']} | {v['no_roofline']} |"
             for k, v in meta["rows"].items() if v["ok_rows"]]
+    out += ["", "## Measured against the floor", "", "Ratio measured / roofline floor per row. Rows below 1 "
+            "mean the floor counted work the run did not do (or a peak in `data/devices.csv` is low).", "",
+            "| device / target | rows | below floor | min | median | max |", "|---|---|---|---|---|---|"]
+    out += [f"| {k} | {v['n']} | {v['below']} | {v['min']:.2f} | {v['median']:.2f} | {v['max']:.2f} |"
+            for k, v in report["floor_check"].items()]
     for key, task in report["tasks"].items():
         out += ["", f"## {key}", "", f"{task['rows']} rows, {task['architectures']} architectures, "
                 f"{task['families']} families; measured below the floor: {task['measured_below_floor']:.1%}."]
@@ -316,5 +346,5 @@ def markdown(report: dict) -> str:
     return "\n".join(out) + "\n"
 
 
-__all__ = ["MODELS", "GpuEvalConfig", "graph_index", "examples", "fit_predict", "evaluate_task",
+__all__ = ["MODELS", "GpuEvalConfig", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
            "evaluate_lodo", "run_gpu_evaluation", "markdown"]

@@ -221,6 +221,8 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
     base[n] = n
     root = [-1] * n        # data input of the pointwise chain a node belongs to
     absorbed = [False] * n
+    closures, split_in = [0] * n, [False] * n
+    n_out = np.asarray(graph.n_out)
     fused = np.zeros(n, bool)
     preds: list[list[int]] = [[] for _ in range(n)]
     for i in range(n):
@@ -239,17 +241,24 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
         base[i] = i
         preds[i] = res
         if op in POINTWISE:
-            roots, parts = set(), []
+            roots, parts, direct = set(), [], []
             for p in ps:
                 if base[p] < 0:
                     continue
                 if root[p] >= 0 and outdeg[p] == 1 and ops[p] in POINTWISE:
                     roots.add(root[p])
                     parts.append(p)
-                else:
-                    roots.add(base[p])
-            if len(roots) == 1:
+                else:  # through a view, the view itself: two slices of one tensor differ
+                    roots.add(p if ops[p] in VIEW_OPS else base[p])
+                    direct.append(p)
+            # x * f(x) closes a fused activation (SiLU, GELU, Mish). Through a multi-output
+            # node (Split/chunk) the two operands may be different halves, so a second closure
+            # there is a gated unit (GLU: x1 * silu(x2)), two ops in PyTorch, not one.
+            closes = sum(closures[p] for p in parts) + bool(parts and direct)
+            multi = any(split_in[p] for p in parts) or any(n_out[p] > 1 for p in direct)
+            if len(roots) == 1 and not (multi and closes > 1):
                 root[i] = roots.pop()
+                closures[i], split_in[i] = closes, multi
                 for p in parts:
                     absorbed[p] = True
                     fused[i] = True
@@ -260,7 +269,7 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
         if base[i] == i and not absorbed[i]:
             real[i] = True
             if fused[i]:
-                preds[i] = [root[i]]
+                preds[i] = [base[root[i]]]
         elif absorbed[i]:
             preds[i] = []
     real[n] = elems[n] > 0
@@ -268,7 +277,10 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
         if preds[i] and not fused[i]:
             preds[i] = [p for p in preds[i] if p == n or real[p]]
     folded = np.zeros(n, bool) if folded_norm is None else np.asarray(folded_norm, bool)[:n]
-    save_cond = params > SCALAR_ELEMS  # Mul/Div by a learned tensor (layer scale), not a constant
+    # Mul/Div by a learned tensor (layer scale), or of two outputs of one Split (x1 * x2): the
+    # operands are needed for backward; by a constant they are not.
+    save_cond = (params > SCALAR_ELEMS) | np.array(
+        [any(n_out[p] > 1 for p in raw[i]) for i in range(n)], bool)
     return Walk(n, list(ops), elems, real, preds, fused, np.array(req + [False]), folded,
                 weight_elems, save_cond)
 

@@ -32,7 +32,7 @@ from trappm_ray.physics.graph_walk import (
 log = logging.getLogger(__name__)
 
 MiB = 2**20
-MODEL_VERSION = 4  # bump when a rule changes: cached predictions of older versions are dropped
+MODEL_VERSION = 6  # bump when a rule changes: cached predictions of older versions are dropped
 # name -> (bytes of master weights/grads/optimizer state, bytes of an activation by default,
 # bytes of what autocast lowers matmuls/convs to or None without autocast)
 PRECISIONS = {"fp32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),
@@ -219,5 +219,16 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     return est
 
 
+def state_floor_bytes(params: float, precision: str = "fp32", optimizer: str = "adam") -> float:
+    """Bytes that weights, their gradients and the optimizer state occupy: the floor below which
+    no training-memory figure can be, on any device (pure bf16 counts as fp16).
+
+    Args:
+        params: parameter count. precision, optimizer: keys of ``PRECISIONS`` / ``OPTIMIZERS``.
+    """
+    width = PRECISIONS.get("fp16" if precision == "bf16" else precision, PRECISIONS["fp32"])[0]
+    return params * width * (2 + OPTIMIZERS.get(optimizer, OPTIMIZERS["adam"])[0])
+
+
 __all__ = ["CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "FP32", "HALF", "OPTIMIZERS", "PRECISIONS",
-           "MemoryEstimate", "training_memory"]
+           "MemoryEstimate", "state_floor_bytes", "training_memory"]

@@ -18,8 +18,10 @@ Counting rules (per node, forward pass); every choice errs low, as a floor must:
 * Peak: the tensor-core peak of the precision (``devices.peak_flops``) for the matmul class at
   ``amp-*``/``fp16``/``bf16``/``tf32``; the vector peak (FP32, FP16 vector units where listed,
   FP64 at fp64) for the rest, depthwise and thin grouped convolutions included (cuDNN runs them
-  on the CUDA cores). ``fp32`` uses the FP32 vector peak throughout (TF32 convolutions, cuDNN's
-  default on Ampere, can beat it).
+  on the CUDA cores). At ``fp32`` the matmul class gets the TF32 tensor peak where the device has
+  one (PyTorch >= 1.7 lets cuDNN use TF32 by default) and CDNA's FP32 matrix rate (2x vector) on
+  ROCm. A 3x3 stride-1 Conv off the tensor cores may run as Winograd F(4x4, 3x3) (Lavin & Gray,
+  CVPR 2016): 4x fewer multiplies, so its FLOPs count a quarter.
 * Bytes: data inputs + outputs at the activation size (4 B at fp32/tf32, 2 B at fp16/bf16 and
   under autocast, except ops autocast runs in fp32) plus weights (autocast: the fp32 master read
   and, for the matmul class, a half copy written and read: 8 B per parameter). Tensors follow the
@@ -29,9 +31,8 @@ Counting rules (per node, forward pass); every choice errs low, as a floor must:
   a fusing compiler (``compiled``) vector ops move nothing.
 * A BatchNorm folded into its Conv by an eval-mode export is put back (eager PyTorch runs it).
 
-Training: backward costs ``BACKWARD_FACTOR`` (2) x the forward of every node (input and weight
-gradients); the optimizer moves ``OPTIMIZER_BYTES`` per parameter (fp32 state read and written),
-plus the AMP grad scaler's unscale pass.
+Training: backward = ``BACKWARD_FACTOR`` (2) x forward per node (input and weight gradients); the
+optimizer moves ``OPTIMIZER_BYTES`` per parameter (fp32 state), plus AMP's unscale pass.
 """
 from __future__ import annotations
 
@@ -53,6 +54,8 @@ FREE_OPS = set(VIEW_OPS) | {"Shape", "Size", "Constant", "ConstantOfShape", "Ran
 # Input channels per group under which a grouped Conv counts as depthwise-like: too thin for
 # the tensor cores, whose tiles need 8 channels (cuDNN runs depthwise convs on the CUDA cores).
 THIN_GROUP_CHANNELS = 8
+WINOGRAD_FACTOR = 4.0  # F(4x4, 3x3): 36 multiplies for 16 outputs instead of 144
+ROCM_FP32_MATRIX = 2.0  # CDNA FP32 matrix peak / FP32 vector peak (devices.csv notes: no column)
 BACKWARD_FACTOR = 2.0  # backward ~ 2x forward: gradients w.r.t. inputs and w.r.t. weights
 # Optimizer step, bytes per parameter with fp32 state: read param + grad (+ each state tensor),
 # write param (+ each state tensor). SGD momentum: p, g, buf read; p, buf written.
@@ -60,10 +63,10 @@ OPTIMIZER_BYTES = {"none": 0, "sgd": 12, "sgd-momentum": 20, "adam": 28, "adamw"
 AMP_UNSCALE_BYTES = 8  # GradScaler.unscale_: every fp32 gradient read and written once
 BN_FLOPS_PER_ELEM = 2  # a restored (folded) BatchNorm: scale and shift per element
 
-# precision -> (tensor peak key for devices.peak_flops or None, activation bytes,
-# weight bytes per parameter for a matmul-class node, for any other node)
+# precision -> (tensor peak key for devices.peak_flops, activation bytes, weight bytes per
+# parameter of a matmul-class node, of any other node)
 PRECISIONS = {
-    "fp32": (None, 4, 4, 4), "tf32": ("tf32", 4, 4, 4),
+    "fp32": ("tf32", 4, 4, 4), "tf32": ("tf32", 4, 4, 4),
     "amp-fp16": ("amp-fp16", 2, 8, 4), "amp-bf16": ("bf16", 2, 8, 4),
     "fp16": ("fp16", 2, 2, 2), "bf16": ("bf16", 2, 2, 2), "fp64": ("fp64", 8, 8, 8),
 }
@@ -77,10 +80,10 @@ class RooflineEstimate:
 
     Attributes:
         node_class: per node FREE (0), VECTOR (1) or TENSOR (2).
-        flops, bytes: per node forward FLOPs and bytes moved.
-        compute_ms, memory_ms, node_ms: per node forward times; ``node_ms`` is their maximum.
-        forward_ms, backward_ms, optimizer_ms: totals (backward and optimizer 0 for inference).
-        total_ms: the floor of one step in ``mode``: their sum.
+        flops, bytes, compute_ms, memory_ms, node_ms: per node forward FLOPs, bytes and times
+            (``node_ms``: their maximum, plus a restored BatchNorm's time).
+        forward_ms, backward_ms, optimizer_ms, total_ms: totals; ``total_ms`` (their sum) is the
+            floor of one step in ``mode`` (backward and optimizer are 0 for inference).
         compute_bound_share: share of ``forward_ms`` spent in compute-bound nodes.
         peak_tensor, peak_vector, bandwidth: the device figures used (FLOP/s, FLOP/s, B/s).
     """
@@ -103,11 +106,6 @@ class RooflineEstimate:
     precision: str
     device: str
 
-    def summary(self) -> dict:
-        """Totals as plain JSON types."""
-        return {k: getattr(self, k) for k in ("device", "precision", "mode", "forward_ms", "backward_ms",
-                                              "optimizer_ms", "total_ms", "compute_bound_share")}
-
 
 def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float, float]:
     """``(tensor peak, vector peak, bandwidth)`` in FLOP/s, FLOP/s and B/s for ``precision``.
@@ -129,16 +127,14 @@ def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float
         vector = devices.peak_flops(spec, "fp64" if precision == "fp64" else "fp32")
     else:
         raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no roofline")
-    tensor = vector if key is None else max(devices.peak_flops(spec, key), vector)
+    tensor = max(devices.peak_flops(spec, key), vector)
+    if precision == "fp32" and spec.kind == "rocm":
+        tensor = max(tensor, ROCM_FP32_MATRIX * vector)
     return tensor, vector, spec.memory_bw_gbs * 1e9
 
 
 def node_classes(graph) -> np.ndarray:
-    """Per node FREE / VECTOR / TENSOR (see the module docstring for the rules).
-
-    Args:
-        graph: a :class:`trappm_ray.graph.featurize.Graph`.
-    """
+    """Per node FREE / VECTOR / TENSOR (module docstring); ``graph``: a featurized Graph."""
     ops = graph.ops
     cls = np.array([FREE if op in FREE_OPS else TENSOR if op in HALF_OPS else VECTOR for op in ops],
                    np.int8)
@@ -254,6 +250,10 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
     folded = np.zeros(len(cls), bool) if not (restore_folded_bn and len(cls)) else np.asarray(
         guess_folded_norm(graph) if folded_norm is None else folded_norm, bool)
     flops, moved, (bn_flops, bn_bytes) = _forward_work(graph, precision, cls, folded, fused_attention, compiled)
+    if tensor == vector and precision != "fp64":  # off the tensor cores cuDNN may pick Winograd
+        attrs = np.asarray(graph.attrs).reshape(-1, 3)
+        wino = (cls == TENSOR) & (attrs[:, 0] == 9) & (attrs[:, 1] == 1) & (attrs[:, 2] == 1)
+        flops = np.where(wino & np.array([op == "Conv" for op in graph.ops], bool), flops / WINOGRAD_FACTOR, flops)
     compute_ms = flops / np.where(cls == TENSOR, tensor, vector) * 1e3
     memory_ms = moved / bw * 1e3
     # A restored BatchNorm is its own (memory-bound) kernel after the Conv: its time adds.
@@ -296,5 +296,5 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
 
 
 __all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "OPTIMIZER_BYTES", "PRECISIONS",
-           "TENSOR", "VECTOR", "RooflineEstimate", "attention_scores", "device_rates", "node_classes",
+           "TENSOR", "VECTOR", "WINOGRAD_FACTOR", "RooflineEstimate", "attention_scores", "device_rates", "node_classes",
            "node_features", "roofline"]

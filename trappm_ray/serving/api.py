@@ -25,6 +25,7 @@ from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
+from trappm_ray.serving.checks import absurdities, domain_of, memory_floor_mb
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
@@ -118,6 +119,9 @@ class Prediction:
     max_batch_size: int | None = None
     training_cost: Cost | None = None
     options: dict = field(default_factory=dict)
+    domain: dict = field(default_factory=dict)
+    floors: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
 
     @property
     def throughput_samples_s(self) -> float | None:
@@ -151,7 +155,8 @@ class Prediction:
                    max_batch_size=self.max_batch_size,
                    training_cost=asdict(self.training_cost) if self.training_cost else None,
                    model_version=self.model_version, device=self.device, graph=self.graph,
-                   options=self.options)
+                   options=self.options, domain=self.domain, floors=self.floors,
+                   warnings=self.warnings)
         return out
 
 
@@ -269,15 +274,21 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
 
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
-    """A :class:`Prediction` from one ``predict_graphs`` row (no budget search)."""
+    """A :class:`Prediction` from one ``predict_graphs`` row (no budget search): intervals widened
+    where the model is unlike the training graphs, memory never below the weights + gradients +
+    optimizer-state floor (:mod:`trappm_ray.serving.checks`)."""
     units = {t: TARGETS[t].unit for t in REPORTED}
+    setting = resolve_options(asdict(opts), predictor.manifest)
+    domain = domain_of(predictor.manifest, graph)
+    floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"])}
 
     def est(t: str) -> Estimate | None:
         if t not in row:
             return None
         mean, std = row[t], row[f"{t}_std"]
-        return Estimate(mean, max(0.0, mean - opts.interval_z * std), mean + opts.interval_z * std,
-                        std, units[t])
+        half = opts.interval_z * std * domain["widen"]
+        low, floor = max(0.0, mean - half), floors.get(t, 0.0)
+        return Estimate(max(mean, floor), max(low, floor), max(mean + half, floor), std, units[t])
 
     summary = graph.summary()
     shape = {k: summary[k] for k in ("nodes", "edges", "macs", "params") if k in summary}
@@ -285,8 +296,10 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     p = Prediction(source, sha256, int(graph.static["batch_size"]), *(est(t) for t in
                    ("train_step_ms", "train_memory_mb", "inference_ms", "train_power_w")),
                    model_version(predictor), device_of(predictor), shape,
-                   opts.interval_z, memory_budget_mb=opts.memory_budget_mb,
-                   options=resolve_options(asdict(opts), predictor.manifest))
+                   opts.interval_z, memory_budget_mb=opts.memory_budget_mb, options=setting,
+                   domain=domain, floors=floors)
+    p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
+        p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)
     if p.train_memory_mb is not None:
         p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
     if opts.steps and opts.price_per_hour and p.train_step_ms is not None:

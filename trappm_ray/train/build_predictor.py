@@ -16,6 +16,7 @@ import numpy as np
 import torch
 
 from trappm_ray.model import predictor as P
+from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.options import label_options
 from trappm_ray import storage
 from trappm_ray.labels.examples import GRAPHS_FILE, join_graphs, load_examples
@@ -120,6 +121,8 @@ def train_predictor(cfg: RegressConfig) -> dict:
         raise ValueError(f"encoder {cfg.encoder} uses {enc_meta['feature_set']} features, "
                          f"recipe {cfg.recipe} {recipe.feature_set}")
     data_ref, emb_ref = share_graphs(data, encoder)
+    domain = fit_domain(np.concatenate([d.static.numpy() for d in examples.data]),
+                        [r["family"] for r in examples.rows])
     example = examples.data[0]
     examples.data = []  # the graphs live in the object store from here on, shared by the tasks
     del data
@@ -156,6 +159,7 @@ def train_predictor(cfg: RegressConfig) -> dict:
             "in_dim": encoder.in_dim, "dims": list(encoder.dims), "dropout": encoder.dropout,
             "pretrained": {k: enc_meta.get(k) for k in ("epoch", "loss", "corpus", "max_graphs")}},
         **label_provenance(cfg.labels, slug, examples),
+        "domain": domain,
         "metrics": {"val_mape_mean_over_seeds": val},
         "code_version": P.code_version(), "torch": torch.__version__,
         "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),

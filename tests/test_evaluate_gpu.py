@@ -1,0 +1,90 @@
+"""The GPU evaluation's models, clamping, intervals and metrics on synthetic examples."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trappm_ray.evaluate.gpu import evaluate_lodo, evaluate_task, fit_predict, floor_check, markdown
+from trappm_ray.evaluate.gpu import GpuEvalConfig
+
+FAMILIES = ("resnet", "vit", "convnext", "mobilenet")
+
+
+def synthetic(spec: str = "rtx3090", efficiency: float = 2.0, n_arch: int = 6, seed: int = 0) -> list[dict]:
+    """Rows whose measured time is ``efficiency`` x the floor, with a little noise."""
+    rng = np.random.default_rng(seed)
+    out = []
+    for fam in FAMILIES:
+        for a in range(n_arch):
+            for b in (32, 64, 128):
+                floor = float(b * (a + 1))
+                out.append({"slug": f"{spec}-amp", "spec": spec, "kind": "cuda", "target": "inference_ms",
+                            "arch": f"{fam}{a}", "family": fam, "floor": floor,
+                            "measured": floor * efficiency * float(np.exp(rng.normal(0, 0.02))),
+                            "x": np.array([np.log(floor), a, b / 128, efficiency])})
+    return out
+
+
+def test_roofline_efficiency_learns_the_device_factor():
+    ex = synthetic()
+    idx = np.arange(len(ex))
+    train, val, test = idx[::3], idx[1::3], idx[2::3]
+    out = fit_predict(ex, train, val, test, "roofline-eff", 0)
+    meas = np.array([ex[i]["measured"] for i in test])
+    assert np.mean(np.abs(out["pred"] / meas - 1)) < 0.05
+    floor = fit_predict(ex, train, val, test, "roofline", 0)
+    assert floor["pred"] == pytest.approx([ex[i]["floor"] for i in test])
+    assert np.mean((meas >= out["lo"]) & (meas <= out["hi"])) > 0.8
+
+
+def test_predictions_are_clamped_to_the_floor():
+    ex = synthetic(efficiency=0.5)  # measurements below the floor: the fitted factor is 0.5
+    idx = np.arange(len(ex))
+    out = fit_predict(ex, idx[::2], idx[1::4], idx[3::4], "roofline-eff", 0)
+    floor = np.array([ex[i]["floor"] for i in idx[3::4]])
+    assert np.all(out["raw"] < floor)
+    assert out["pred"] == pytest.approx(floor)
+    assert np.all(out["lo"] >= floor - 1e-9)
+
+
+def test_splits_and_lodo_report_every_model():
+    cfg = GpuEvalConfig(seeds=(1337,), models=("roofline", "roofline-eff", "xgboost"))
+    ex = synthetic()
+    res = evaluate_task(ex, cfg)
+    assert set(res) == {"random", "arch", "family"}
+    fam = res["family"]["roofline-eff"]
+    assert fam["folds"] == len(FAMILIES) and fam["n_test"] == len(ex)
+    assert fam["pred_below_floor"] == 0.0 and fam["mape"] < 5
+    assert res["random"]["roofline"]["mape"] == pytest.approx(50, abs=2)  # floor = half the time
+    lodo = evaluate_lodo(ex + synthetic("rtx4090", efficiency=3.0, seed=1), cfg)
+    assert set(lodo) == {"rtx3090", "rtx4090"}
+    # an unseen device gets the other GPU's efficiency: 2 instead of 3
+    assert lodo["rtx4090"]["roofline-eff"]["mape"] == pytest.approx(100 / 3, abs=2)
+    report = {"meta": {"created": "now", "wall_s": 0, "rows": {}}, "floor_check": floor_check(ex),
+              "tasks": {"rtx3090-amp/inference_ms": {"rows": len(ex), "architectures": 24, "families": 4,
+                                                      "measured_below_floor": 0.0, "splits": res}},
+              "lodo_inference": {"rows": 2 * len(ex), "devices": lodo}}
+    text = markdown(report)
+    assert "### split: family" in text and "held out: rtx4090" in text
+    assert floor_check(ex)["rtx3090-amp/inference_ms"]["below"] == 0
+
+
+def test_gnn_variant_predicts_milliseconds_on_tiny_graphs():
+    from tests import onnx_builders as ob
+    from trappm_ray.evaluate.gpu_gnn import gnn_model
+    from trappm_ray.graph.featurize import featurize
+    from trappm_ray.graph.rows import graph_to_row
+
+    index, ex = {}, []
+    for a, hw in enumerate((8, 12, 16, 20)):
+        for b in (2, 4, 8):
+            arch = f"cnn{a}"
+            index[(arch, hw, b)] = graph_to_row(featurize(ob.cnn_model(hw=hw), batch_size=b), arch=arch)
+            floor = 0.01 * b * hw
+            ex.append({"arch": arch, "family": "cnn", "floor": floor, "measured": (2 + 0.1 * b + 0.01 * hw) * floor,
+                       "rkey": (arch, hw, b, "rtx3090", "amp-fp16", "train", "sgd-momentum", 0.0, 0.0),
+                       "x": np.array([np.log(floor), b, hw], float)})
+    run = gnn_model(ex, index, max_epochs=2)
+    idx = np.arange(len(ex))
+    out = run(ex, idx[::2], idx[1::2], idx, 0)
+    assert out.shape == (len(ex),) and np.all(np.isfinite(out)) and np.all(out > 0)

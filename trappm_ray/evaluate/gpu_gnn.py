@@ -1,0 +1,72 @@
+"""The GNN variant of the GPU evaluation: the project's supervised GraphSAGE regressor (the
+``nnlqp`` recipe of :mod:`trappm_ray.train.regressors`, no pretrained encoder) on v2 node features
+with the per-node roofline features appended (:func:`trappm_ray.physics.roofline.node_features`),
+the GPU evaluation's graph-level inputs as its static vector (v2 static + log roofline terms +
+device spec vector + run settings), predicting log(measured / roofline floor).
+"""
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+
+import numpy as np
+import torch
+
+from trappm_ray import devices
+from trappm_ray.graph.data import graph_data
+from trappm_ray.graph.rows import row_to_graph
+from trappm_ray.physics.roofline import node_features, roofline
+from trappm_ray.train.regressors import RECIPES, fit, predict_rows, prepare
+
+log = logging.getLogger(__name__)
+
+
+def gnn_inputs(ex: list[dict], index: dict) -> list:
+    """One prepared PyG ``Data`` per example (graphs shared by examples are built once).
+
+    Args:
+        ex: examples of :func:`trappm_ray.evaluate.gpu.examples` (their ``rkey`` and ``x``).
+        index: graph rows by (arch, resolution, batch size) (:func:`~trappm_ray.evaluate.gpu.graph_index`).
+    """
+    base = {}
+    out = []
+    for e in ex:
+        arch, res, bs, spec_slug, precision, _, _, torch2, compiled = e["rkey"]
+        key = (arch, res, bs, spec_slug, precision, torch2, compiled)
+        if key not in base:
+            graph = row_to_graph(index[(arch, res, bs)])
+            spec = devices.get(spec_slug)
+            est = roofline(graph, spec, precision, "infer", fused_attention=bool(torch2), compiled=bool(compiled))
+            d = graph_data(graph, "v2")
+            d.x = torch.cat([d.x, torch.from_numpy(node_features(graph, spec, precision, est))], dim=1)
+            base[key] = prepare([d])[0]
+        d = base[key].clone()
+        d.static = torch.tensor(np.asarray(e["x"]), dtype=torch.float32).unsqueeze(0)
+        out.append(d)
+    return out
+
+
+def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60):
+    """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): fits the
+    ``nnlqp`` recipe on ``ex``'s train rows (validation picks the epoch) and returns ms.
+
+    Args:
+        ex: the task's examples (the function is only valid for this list).
+        index: graph rows by key.
+        max_epochs: epoch cap (the recipe stops 10 epochs after its best validation epoch).
+    """
+    data = gnn_inputs(ex, index)
+    ratio = np.array([e["measured"] / e["floor"] for e in ex])
+    floor = np.array([e["floor"] for e in ex])
+    recipe = replace(RECIPES["nnlqp"], batch_affine=False, max_epochs=max_epochs)
+    log.info("gnn: %d examples", len(ex))
+
+    def run(_ex, train, val, idx, seed) -> np.ndarray:
+        torch.set_num_threads(1)
+        out = fit(data, ratio, None, train, val, recipe, seed)
+        return predict_rows(out["model"], out["scaler"], data, None, idx) * floor[idx]
+
+    return run
+
+
+__all__ = ["gnn_inputs", "gnn_model"]

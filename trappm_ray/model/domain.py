@@ -1,0 +1,80 @@
+"""How far a model is from what a predictor was trained on (out-of-distribution awareness).
+
+A model a user brings is new by definition; what matters is whether it resembles the training
+graphs. The measure is the distance from the model's graph-level features (the v2 static vector:
+batch size, resolution, nodes, edges, MACs, parameters, weight, activation and training-memory
+bytes, all log-scaled) to the nearest training graph, in units of each feature's spread. Its
+threshold is calibrated on held-out families: for every training graph, the distance to the
+nearest graph of *another* family, i.e. how far a whole unseen family typically sits; beyond the
+95th percentile of that, a prediction extrapolates, is flagged, and its interval is widened in
+proportion.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+QUANTILE = 0.95
+MAX_REFERENCE = 4000  # graphs kept in the manifest (a seeded sample of larger sets)
+
+
+def _nearest(points: np.ndarray, refs: np.ndarray, chunk: int = 512) -> np.ndarray:
+    out = np.empty(len(points))
+    for i in range(0, len(points), chunk):
+        d = ((points[i:i + chunk, None, :] - refs[None, :, :]) ** 2).sum(-1)
+        out[i:i + chunk] = np.sqrt(d.min(1))
+    return out
+
+
+def fit_domain(static: np.ndarray, families: list[str], seed: int = 0) -> dict:
+    """The training domain of a predictor, as stored in its manifest.
+
+    Args:
+        static: ``[N, D]`` static feature vectors of the training graphs.
+        families: the family of each graph (the calibration holds each family out in turn).
+        seed: sampling seed when there are more than ``MAX_REFERENCE`` graphs.
+
+    Returns:
+        ``{"mean", "std", "reference" (scaled vectors), "threshold", "quantile"}`` (JSON types).
+    """
+    static = np.asarray(static, np.float64)
+    mean, std = static.mean(0), np.maximum(static.std(0), 1e-3)
+    scaled = (static - mean) / std
+    fam = np.asarray(families)
+    held_out = np.full(len(scaled), np.inf)
+    for f in np.unique(fam):
+        inside, outside = fam == f, fam != f
+        if outside.any():
+            held_out[inside] = _nearest(scaled[inside], scaled[outside])
+    finite = held_out[np.isfinite(held_out)]
+    threshold = float(np.quantile(finite, QUANTILE)) if len(finite) else 1.0
+    keep = np.arange(len(scaled))
+    if len(keep) > MAX_REFERENCE:
+        keep = np.sort(np.random.default_rng(seed).choice(len(keep), MAX_REFERENCE, replace=False))
+    return {"mean": mean.round(6).tolist(), "std": std.round(6).tolist(),
+            "reference": scaled[keep].round(4).tolist(), "threshold": max(threshold, 1e-3),
+            "quantile": QUANTILE}
+
+
+def assess(domain: dict | None, static: np.ndarray) -> dict:
+    """Distance of one model's static vector to the training domain, and whether it extrapolates.
+
+    Returns:
+        ``{"distance", "threshold", "extrapolates", "widen", "note"}``; with no domain (an older
+        predictor) only a note saying so. ``widen`` multiplies the interval half-width.
+    """
+    if not domain:
+        return {"distance": None, "threshold": None, "extrapolates": None, "widen": 1.0,
+                "note": "this predictor records no training domain; similarity not assessed"}
+    scaled = (np.asarray(static, np.float64) - np.asarray(domain["mean"])) / np.asarray(domain["std"])
+    distance = float(_nearest(scaled[None, :], np.asarray(domain["reference"]))[0])
+    ratio = distance / domain["threshold"]
+    out = {"distance": round(distance, 3), "threshold": round(domain["threshold"], 3),
+           "extrapolates": bool(ratio > 1.0), "widen": float(max(1.0, ratio))}
+    out["note"] = (f"unlike the graphs this predictor was trained on (distance {distance:.1f}, "
+                   f"{ratio:.1f}x what a held-out family typically is): an extrapolation, "
+                   f"interval widened {out['widen']:.1f}x" if out["extrapolates"]
+                   else "within the range of the training graphs")
+    return out
+
+
+__all__ = ["QUANTILE", "fit_domain", "assess"]

@@ -1,0 +1,47 @@
+"""Checks every prediction passes before it is answered: physics and the training domain.
+
+A number that breaks physics is a defect, and a confident number for a model unlike anything the
+predictor saw misleads. So: training memory is never below the bytes that weights, gradients and
+optimizer state alone occupy (:func:`memory_floor_mb`); a model far from the training graphs is
+flagged and its interval widened (:mod:`trappm_ray.model.domain`); and costs beyond any device
+(memory far above the largest GPU of the spec table, steps lasting longer than a year) are
+flagged in words rather than returned as silent numbers.
+"""
+from __future__ import annotations
+
+from trappm_ray import devices
+from trappm_ray.graph import features
+from trappm_ray.graph.featurize import Graph
+from trappm_ray.model.domain import assess
+from trappm_ray.physics.memory import state_floor_bytes
+
+YEAR_MS = 365.25 * 24 * 3600 * 1e3
+BEYOND_DEVICES = 10.0  # memory above 10x the largest device's is not a job anyone can run
+
+
+def memory_floor_mb(graph: Graph, precision: str | None, optimizer: str | None) -> float:
+    """Weights + gradients + optimizer state of ``graph``'s parameters, in MB."""
+    return state_floor_bytes(float(graph.static["params"]), precision or "fp32",
+                             optimizer or "adam") / 2**20
+
+
+def domain_of(manifest: dict, graph: Graph) -> dict:
+    """How far ``graph`` is from the predictor's training graphs (see ``model.domain.assess``)."""
+    return assess(manifest.get("domain"), features.static_features(graph, manifest["feature_set"]))
+
+
+def absurdities(train_step_ms: float | None, train_memory_mb: float | None) -> list[str]:
+    """Plain-words flags for costs no real training job has."""
+    out = []
+    largest = max((s.memory_gb or 0) for s in devices.load_specs().values()) * 1024
+    if train_memory_mb is not None and train_memory_mb > BEYOND_DEVICES * largest:
+        out.append(f"training memory {train_memory_mb / 1024:,.0f} GB is over {BEYOND_DEVICES:g}x "
+                   f"the largest device in the spec table ({largest / 1024:,.0f} GB): the model "
+                   f"cannot be trained as given")
+    if train_step_ms is not None and train_step_ms > YEAR_MS:
+        out.append(f"one training step would take {train_step_ms / YEAR_MS:,.0f} years: far outside "
+                   f"anything measured, not a usable estimate")
+    return out
+
+
+__all__ = ["memory_floor_mb", "domain_of", "absurdities", "YEAR_MS"]
