@@ -172,13 +172,13 @@ def from_label_store(labels: str, hf_names: set[str], skip_joined: bool = True) 
     for slug in device_slugs(labels):
         t = ok_labels(labels, slug)
         cols = [t.column(k).to_pylist() for k in ("arch", "resolution", "batch_size")]
-        mode = t.column("label").to_pylist() if "label" in t.column_names else [""] * t.num_rows
-        for (arch, res, bs), label in zip(zip(*cols), mode):
+        train = t.column("train_step_ms").to_pylist() if "train_step_ms" in t.column_names else [None] * t.num_rows
+        for (arch, res, bs), step in zip(zip(*cols), train):
             if (arch, res, bs) in have or res is None or bs is None:
                 continue
             source = source_of(arch, hf_names)
             group = {"hf": "hf", "torchvision": "torchvision"}.get(source) or (
-                "timm-train" if "train" in str(label) else "timm-infer")
+                "timm-train" if step is not None else "timm-infer")
             _merge(found, arch, int(res), int(bs), source, group)
     return _tasks(found)
 

@@ -90,11 +90,16 @@ def export(arch: str, resolution: int, source: str = "timm", meta_init: bool = T
 
     try:
         sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=meta_init)
-    except Exception as e:  # some constructors read their own weights' values
-        if not meta_init:
+    except Exception as e:
+        if type(e).__name__ == "SymbolicValueError":  # an op the exporter cannot make dynamic
+            log.warning("%s@%s: no dynamic batch axis (%s), exporting at batch 1", arch, resolution, e)
+            sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=meta_init,
+                                     fixed_batch=1)
+        elif meta_init:  # some constructors read their own weights' values
+            log.warning("%s@%s: meta-device build failed (%s), building it for real", arch, resolution, e)
+            sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=False)
+        else:
             raise
-        log.warning("%s@%s: meta-device build failed (%s), building it for real", arch, resolution, e)
-        sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=False)
     return Exported(sk.onnx_bytes, sk.params, sk.exporter, resolution)
 
 

@@ -33,6 +33,8 @@ _KNOWN = sorted(PAPER_FAMILIES + OTHER_FAMILIES, key=len, reverse=True)
 # minutes on a CPU, and a weight-stripped skeleton of them would still be produced the same way.
 MAX_PARAMS = 400_000_000
 OPSET = 17  # the same as trappm_ray.corpus.export.OPSET
+EXPORTER_FIXED_BATCH = (f"torch.onnx legacy (dynamo=False), opset {OPSET}, eval mode, fixed batch "
+                        "{batch} (no dynamic axis: the exporter refused one), batch re-bound by featurize")
 # meta_init exports of models above this many parameters never hold their weights in memory
 LEAN_ABOVE_PARAMS = 200_000_000
 EXPORTER = f"torch.onnx legacy (dynamo=False), opset {OPSET}, eval mode, dynamic batch axis"
@@ -112,7 +114,7 @@ class Skeleton:
 
 
 def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PARAMS,
-                    meta_init: bool = False) -> Skeleton:
+                    meta_init: bool = False, fixed_batch: int | None = None) -> Skeleton:
     """Export ``arch`` at ``resolution`` with a dynamic batch axis and strip its weights.
 
     Args:
@@ -122,6 +124,9 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
             before export (:mod:`trappm_ray.corpus.export`): no initialisation cost, same graph.
             Above :data:`LEAN_ABOVE_PARAMS`, each weight is a broadcast scalar and the export
             keeps no weight values (no memory for weights, no 2 GB protobuf limit).
+        fixed_batch: export at this batch size without a dynamic batch axis, for models whose
+            ops the legacy exporter cannot export with one (Unfold, adaptive max pooling); the
+            featurizer re-binds the batch of such files where that is sound.
 
     Raises:
         ValueError: the architecture has more than ``max_params`` parameters.
@@ -148,15 +153,18 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
     # would merge those into shared weights and add Identity nodes. Jitter keeps every weight
     # distinct (positive, so variances stay valid) and the graph unchanged.
     export.jitter_real_tensors(model)
+    axes = {} if fixed_batch else {"input": {0: "batch"}, "output": {0: "batch"}}
     onnx_bytes = export.export_legacy(
-        model, (torch.randn(1, 3, resolution, resolution),), input_names=["input"],
-        dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}}, export_params=not lean)
-    return Skeleton(arch, resolution, onnx_bytes, params)
+        model, (torch.randn(fixed_batch or 1, 3, resolution, resolution),), input_names=["input"],
+        dynamic_axes=axes, export_params=not lean)
+    exporter = EXPORTER_FIXED_BATCH.format(batch=fixed_batch) if fixed_batch else EXPORTER
+    return Skeleton(arch, resolution, onnx_bytes, params, exporter)
 
 
 __all__ = [
     "ALIASES",
     "EXPORTER",
+    "EXPORTER_FIXED_BATCH",
     "KEEP_INITIALIZER_MAX_ELEMENTS",
     "LEAN_ABOVE_PARAMS",
     "OTHER_FAMILIES",

@@ -8,6 +8,7 @@ the corpus; every row there came from the corpus built by ``jobs/build_dataset.p
 """
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
 
 import numpy as np
@@ -21,6 +22,8 @@ from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import GRAPH_COLUMNS, row_to_graph
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.targets import TARGETS, label_column
+
+log = logging.getLogger(__name__)
 
 GRAPH_KEY = ("arch", "resolution", "batch_size")  # a label row joins the graph of this key
 GRAPHS_FILE = "graphs.parquet"
@@ -77,28 +80,52 @@ class Examples:
 
 
 def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
-                  targets: tuple[str, ...] = tuple(TARGETS)) -> Examples:
+                  targets: tuple[str, ...] = tuple(TARGETS), select: dict | None = None,
+                  skip_unjoined: bool = False) -> Examples:
     """Every ok label row of ``slug`` that has a graph, featurized with ``feature_set``.
 
+    Args:
+        labels_dir, slug: the label store and device.
+        feature_set: ``v2`` or ``trappm-v1``.
+        targets: target columns of each example (NaN where a row does not measure it).
+        select: keep only rows whose columns equal these values (e.g. ``{"memory_format":
+            "nchw"}``): one measurement per graph when a device's labels vary a setting.
+        skip_unjoined: leave out rows without a graph (logged) instead of failing.
+
     Raises:
-        ValueError: a label row has no graph in ``graphs.parquet`` (re-run :func:`join_graphs`).
+        ValueError: a label row has no graph in ``graphs.parquet`` (re-run :func:`join_graphs`),
+            or two rows share a graph (the labels vary a setting ``select`` must fix).
     """
-    labels = ok_labels(labels_dir, slug).to_pylist()
-    graphs = storage.read_table(storage.join(labels_dir, GRAPHS_FILE)).to_pylist()
-    by_key = {tuple(g[k] for k in GRAPH_KEY): g for g in graphs}
-    missing = [tuple(r[k] for k in GRAPH_KEY) for r in labels if tuple(r[k] for k in GRAPH_KEY) not in by_key]
-    if missing:
+    labels = [r for r in ok_labels(labels_dir, slug).to_pylist()
+              if all(r.get(k) == v for k, v in (select or {}).items())]
+    key = lambda r: tuple(r[k] for k in GRAPH_KEY)  # noqa: E731
+    table = storage.read_table(storage.join(labels_dir, GRAPHS_FILE))
+    table = table.filter(pc.is_in(table.column("arch"), pa.array(sorted({r["arch"] for r in labels}),
+                                                                  table.column("arch").type)))
+    by_key = {key(g): g for g in table.to_pylist()}
+    missing = [key(r) for r in labels if key(r) not in by_key]
+    if missing and not skip_unjoined:
         raise ValueError(f"{len(missing)} label rows have no graph, e.g. {missing[:3]}: "
                          f"run jobs/train_regressors.py --join-corpus <corpus>")
+    if missing:
+        log.warning("%s: %d of %d label rows have no graph and are left out", slug, len(missing),
+                    len(labels))
+        labels = [r for r in labels if key(r) in by_key]
+    seen: dict = {}
+    for r in labels:
+        if seen.setdefault(key(r), r) is not r:
+            varied = sorted(c for c in ("precision", "memory_format", "compiled", "gpus",
+                                        "parallelism", "optimizer") if r.get(c) != seen[key(r)].get(c))
+            raise ValueError(f"{slug}: rows {key(r)} share a graph but differ in {varied}: "
+                             f"select one value of each")
     rows, data = [], []
-    for r in sorted(labels, key=lambda r: tuple(r[k] for k in GRAPH_KEY)):
-        g = by_key[tuple(r[k] for k in GRAPH_KEY)]
+    for r in sorted(labels, key=key):
         row = {k: r[k] for k in GRAPH_KEY} | {"family": r["family"]}
         for target in targets:
             value = r.get(label_column(target, r["device"]))
             row[target] = float(value) if value is not None else float("nan")
         rows.append(row)
-        data.append(graph_data(row_to_graph(g), feature_set))
+        data.append(graph_data(row_to_graph(by_key[key(r)]), feature_set))
     return Examples(rows, data, feature_set)
 
 

@@ -91,6 +91,7 @@ class Walk:
     folded: np.ndarray         # Conv with a BatchNorm folded in
     weight_elems: np.ndarray   # trainable parameters per node
     save_cond: np.ndarray      # Mul/Div with a trainable operand
+    dep: np.ndarray            # tensor depends on the data input (scales with the batch)
 
     def intervals(self, act_bytes: int = FP32, low_bytes: int | None = None) -> Intervals:
         """Lay every tensor on the timeline for one precision.
@@ -100,6 +101,7 @@ class Walk:
             low_bytes: autocast's lower precision (2) or None without autocast.
         """
         n, ops, elems, real, preds = self.num_nodes, self.ops, self.elems, self.real, self.preds
+        dep = self.dep
         bwd = 2 * n  # backward of node i runs at step bwd - i
         dt = [act_bytes] * (n + 1)
         last = list(range(n + 1))
@@ -137,7 +139,7 @@ class Walk:
                 if target is not None and dt[p] != target:
                     # autocast makes a copy in the op's dtype; that copy is what is kept
                     out.append((CAT_S if saves_in else CAT_T, elems[p] * target, i, keep_to,
-                                True, i))
+                                dep[p], i))
                 elif saves_in:
                     saver[p] = min(saver[p], i)
             if not real[i]:
@@ -145,34 +147,34 @@ class Walk:
             if (op in SAVE_OUT and not self.fused[i]) or in_place:
                 saver[i] = i
             if self.folded[i]:  # the BatchNorm's input (the conv output) and its grad
-                out.append((CAT_S, elems[i] * dt[i], i, bwd - i + 1, True, i))
-                out.append((CAT_T, elems[i] * dt[i], bwd - i, bwd - i + 1, True, i))
+                out.append((CAT_S, elems[i] * dt[i], i, bwd - i + 1, dep[i], i))
+                out.append((CAT_T, elems[i] * dt[i], bwd - i, bwd - i + 1, dep[i], i))
             if op in RNN_RESERVE:
-                out.append((CAT_S, elems[i] * RNN_RESERVE[op] * dt[i], i, bwd - i + 1, True, i))
+                out.append((CAT_S, elems[i] * RNN_RESERVE[op] * dt[i], i, bwd - i + 1, dep[i], i))
             if op in INDEX_OPS:
-                out.append((CAT_S, elems[i] * 8, i, bwd - i + 1, True, i))
+                out.append((CAT_S, elems[i] * 8, i, bwd - i + 1, dep[i], i))
             if op in ("Conv", "ConvTranspose"):
                 ws = min(elems[i] * dt[i], WORKSPACE_CAP)
-                out.append((CAT_K, ws, i, i + 1, True, i))
-                out.append((CAT_K, ws, bwd - i, bwd - i + 1, True, i))
+                out.append((CAT_K, ws, i, i + 1, dep[i], i))
+                out.append((CAT_K, ws, bwd - i, bwd - i + 1, dep[i], i))
         for i in range(n + 1):
             if not real[i]:
                 continue
             size = elems[i] * dt[i]
-            sink = i < n and cons_max[i] < 0
+            sink = i < n and cons_max[i] < 0 and dep[i]
             if i == n:
                 out.append((CAT_S, size, 0, 2 * n + 2, True, i))
                 continue
             if sink:  # model output: kept until its backward; the loss works on it at step n
-                out.append((CAT_S, size, i, bwd - i + 1, True, i))
-                out.append((CAT_T, elems[i] * FP32 * 2, n, n + 1, True, i))  # log-softmax + grad
+                out.append((CAT_S, size, i, bwd - i + 1, dep[i], i))
+                out.append((CAT_T, elems[i] * FP32 * 2, n, n + 1, dep[i], i))  # log-softmax + grad
             elif saver[i] <= n:
-                out.append((CAT_S, size, i, max(bwd - saver[i] + 1, last[i]), True, i))
+                out.append((CAT_S, size, i, max(bwd - saver[i] + 1, last[i]), dep[i], i))
             else:
-                out.append((CAT_T, size, i, last[i], True, i))
+                out.append((CAT_T, size, i, last[i], dep[i], i))
             if self.req[i]:  # gradient w.r.t. this tensor, from its last consumer's backward
                 g0 = n if sink else bwd - cons_max[i]
-                out.append((CAT_T, size, g0, bwd - i + 1, True, i))
+                out.append((CAT_T, size, g0, bwd - i + 1, dep[i], i))
         if low_bytes is not None:  # autocast's cache of half weight copies, until it exits
             for i in np.flatnonzero(self.weight_elems > 0):
                 if ops[i] in HALF_OPS:
@@ -229,13 +231,15 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
         ps = raw[i]
         dep[i] = any(dep[p] for p in ps) or (not ps and in_elems[i] > 0)
         req[i] = any(req[p] for p in ps) or weight_elems[i] > 0
-        if not dep[i] or not is_float[i] or out_elems[i] <= SCALAR_ELEMS:
+        # Tensors computed from parameters alone (relative-position tables gathered each step)
+        # exist too; they just do not grow with the batch.
+        if not (dep[i] or req[i]) or not is_float[i] or out_elems[i] <= SCALAR_ELEMS:
             continue
         # data inputs, views resolved to their base; the graph input when nothing else feeds it
         res = list(dict.fromkeys(base[p] for p in ps if base[p] >= 0)) or (
-            [n] if in_elems[i] > 0 else [])
+            [n] if in_elems[i] > 0 and dep[i] else [])
         op = ops[i]
-        if op in VIEW_OPS:
+        if op in VIEW_OPS and (res or op != "Gather"):  # a Gather from a parameter copies
             base[i] = res[0] if res else -1
             continue
         base[i] = i
@@ -282,7 +286,7 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
     save_cond = (params > SCALAR_ELEMS) | np.array(
         [any(n_out[p] > 1 for p in raw[i]) for i in range(n)], bool)
     return Walk(n, list(ops), elems, real, preds, fused, np.array(req + [False]), folded,
-                weight_elems, save_cond)
+                weight_elems, save_cond, np.array(dep + [True]))
 
 
 def guess_folded_norm(graph) -> np.ndarray:

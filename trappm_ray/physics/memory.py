@@ -32,7 +32,7 @@ from trappm_ray.physics.graph_walk import (
 log = logging.getLogger(__name__)
 
 MiB = 2**20
-MODEL_VERSION = 6  # bump when a rule changes: cached predictions of older versions are dropped
+MODEL_VERSION = 7  # bump when a rule changes: cached predictions of older versions are dropped
 # name -> (bytes of master weights/grads/optimizer state, bytes of an activation by default,
 # bytes of what autocast lowers matmuls/convs to or None without autocast)
 PRECISIONS = {"fp32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),

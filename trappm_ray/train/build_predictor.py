@@ -48,6 +48,9 @@ class RegressConfig:
         ship: also copy the registered predictor into the package as the default.
         join_corpus: first rebuild ``<labels>/graphs.parquet`` from this corpus.
         ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
+        select: ``column=value`` filters on the label rows (e.g. ``memory_format=nchw``), for a
+            device whose labels vary a setting; the manifest's options follow the selection.
+        skip_unjoined: train on the rows that have a graph, leaving the others out (logged).
     """
 
     labels: str = "data/labels"
@@ -62,6 +65,13 @@ class RegressConfig:
     ship: bool = False
     join_corpus: str = ""
     ray_address: str | None = None
+    select: tuple[str, ...] = ()
+    skip_unjoined: bool = False
+
+    def selection(self) -> dict:
+        """``select`` as ``{column: value}`` (numbers as ints)."""
+        pairs = (item.split("=", 1) for item in self.select)
+        return {k: int(v) if v.isdigit() else v for k, v in pairs}
 
 
 def data_hash(labels: str, slug: str) -> str:
@@ -72,9 +82,11 @@ def data_hash(labels: str, slug: str) -> str:
     return h.hexdigest()[:16]
 
 
-def label_provenance(labels: str, slug: str, examples) -> dict:
-    """The manifest's ``device`` and ``data`` entries for a predictor fitted on ``examples``."""
-    rows = ok_labels(labels, slug).to_pylist()
+def label_provenance(labels: str, slug: str, examples, select: dict | None = None) -> dict:
+    """The manifest's ``device``, ``options`` and ``data`` entries for a predictor fitted on
+    ``examples`` (the ok rows of ``slug`` that match ``select``)."""
+    rows = [r for r in ok_labels(labels, slug).to_pylist()
+            if all(r.get(k) == v for k, v in (select or {}).items())]
     dates = sorted(r["date"] for r in rows if r["date"])
     return {"device": {"slug": slug, "name": rows[0]["device_name"], "kind": rows[0]["device"],
                        "threads": rows[0]["threads"], "torch": rows[0]["torch_version"]},
@@ -113,7 +125,8 @@ def train_predictor(cfg: RegressConfig) -> dict:
     recipe = recipe_with(cfg.recipe, max_epochs=cfg.max_epochs or None)
     if recipe.embedding == "random" or recipe.scaling != "log":
         raise ValueError(f"recipe {cfg.recipe!r} is for evaluation only")
-    examples = load_examples(cfg.labels, slug, recipe.feature_set, targets)
+    examples = load_examples(cfg.labels, slug, recipe.feature_set, targets, cfg.selection(),
+                             cfg.skip_unjoined)
     data = prepare(examples.data)
     encoder, enc_meta = (load_encoder(cfg.encoder) if recipe.embedding == "pretrained"
                          else (None, None))
@@ -158,7 +171,7 @@ def train_predictor(cfg: RegressConfig) -> dict:
         "encoder": None if encoder is None else {
             "in_dim": encoder.in_dim, "dims": list(encoder.dims), "dropout": encoder.dropout,
             "pretrained": {k: enc_meta.get(k) for k in ("epoch", "loss", "corpus", "max_graphs")}},
-        **label_provenance(cfg.labels, slug, examples),
+        **label_provenance(cfg.labels, slug, examples, cfg.selection()),
         "domain": domain,
         "metrics": {"val_mape_mean_over_seeds": val},
         "code_version": P.code_version(), "torch": torch.__version__,
