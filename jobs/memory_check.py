@@ -7,7 +7,7 @@ weight-stripped ONNX skeletons (dynamic batch, the row's resolution) into a scra
 predicts ``device_used`` at both sizes and reports the share of rows on each side.
 
 Two stages (both resumable; the export runs one model at a time in a child process):
-    python jobs/memory_check.py export --out /tmp/memcheck --sample 150     # background, slow
+    python jobs/memory_check.py export --out /tmp/memcheck --sample 320     # background, slow
     python jobs/memory_check.py check --out /tmp/memcheck --json docs/memory_check.json
 """
 from __future__ import annotations

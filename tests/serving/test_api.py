@@ -158,3 +158,15 @@ def test_training_setting_defaults_to_the_labels_and_refuses_the_unseen(saved):
     assert p.to_dict()["options"]["optimizer"] == "adam"
     with pytest.raises(errors.UnsupportedOption, match="trained on precision fp32"):
         P.predict(B.cnn_model(), 2, predictor=saved, precision="amp-fp16")
+
+
+def test_gpu_predictor_without_memory_labels_reports_the_memory_model(tmp_path):
+    pred = random_predictor(targets=("train_step_ms", "inference_ms"), batch_affine=())
+    pred.manifest["device"] = {"slug": "rtx3090-amp", "name": "RTX 3090", "kind": "cuda"}
+    pred.manifest["options"] = {"precision": ["amp-fp16"], "optimizer": ["sgd"], "gpus": [1]}
+    p = P.predict(B.cnn_model(), 8, predictor=pred)
+    m = p.train_memory_mb
+    assert p.memory_terms["device_used"] == pytest.approx(m.value, rel=1e-3)
+    assert m.low <= m.value <= m.high and m.low >= p.memory_terms["floor"]
+    assert p.memory_terms["context"] > 0 and p.smallest_profile is not None
+    assert p.to_dict()["memory_terms"]["weights"] >= 0

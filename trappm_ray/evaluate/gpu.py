@@ -52,11 +52,10 @@ class GpuEvalConfig:
         labels: label directory (``<labels>/<device-slug>/labels.parquet``, ``graphs.parquet``).
         corpora: graph corpora whose ``graphs/<arch>@<res>.parquet`` rows join the labels.
         slugs: label device folders to use (empty: every folder whose device has a roofline).
-        seeds: seeds of the random and held-out-architecture splits.
-        models: any of ``MODELS``.
-        min_rows: a device x target with fewer joined rows gets no per-device splits.
-        gnn_tasks: ``slug/target`` keys that also get the GNN (``evaluate/gpu_gnn.py``), trained
-            for at most ``gnn_epochs`` epochs.
+        seeds: seeds of the random and held-out-architecture splits. models: any of ``MODELS``.
+        task_slugs: device folders with per-device splits (empty: all; fewer than ``min_rows``
+            joined rows: none); every device's inference rows join leave-one-device-out.
+        gnn_tasks, gnn_epochs: ``slug/target`` keys that also get the GNN (``gpu_gnn.py``); its cap.
         out_md, out_json: the report files.
     """
 
@@ -65,6 +64,7 @@ class GpuEvalConfig:
     slugs: tuple[str, ...] = ()
     seeds: tuple[int, ...] = (1337, 1338, 1339)
     models: tuple[str, ...] = MODELS
+    task_slugs: tuple[str, ...] = ("rtx3090-amp", "rtx4090-amp", "i9-10940x-fp32")
     min_rows: int = 20
     gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
     gnn_epochs: int = 60
@@ -274,7 +274,8 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     tasks = {}
     for key in sorted({f"{e['slug']}/{e['target']}" for e in ex}):
         sub = [e for e in ex if f"{e['slug']}/{e['target']}" == key]
-        if len(sub) < cfg.min_rows or len({e["arch"] for e in sub}) < 4:
+        small = len(sub) < cfg.min_rows or len({e["arch"] for e in sub}) < 4
+        if small or (cfg.task_slugs and sub[0]["slug"] not in cfg.task_slugs):
             continue
         log.info("%s: %d rows, %d archs", key, len(sub), len({e["arch"] for e in sub}))
         extra = None
@@ -301,11 +302,9 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
 def _table(by_model: dict) -> list[str]:
     lines = ["| model | MAPE % | mean over families % | median APE % | raw < floor | after clamp "
              "| 95% coverage | test rows (folds) |", "|---|---|---|---|---|---|---|---|"]
-    for m, r in by_model.items():
-        lines.append(f"| {m} | {r['mape']:.1f} | {r['family_mape']:.1f} | {r['median_ape']:.1f} | "
-                     f"{r['raw_below_floor']:.1%} | {r['pred_below_floor']:.0%} | {r['coverage95']:.1%} | "
-                     f"{r['n_test']} ({r['folds']}) |")
-    return lines
+    return lines + [f"| {m} | {r['mape']:.1f} | {r['family_mape']:.1f} | {r['median_ape']:.1f} | "
+                    f"{r['raw_below_floor']:.1%} | {r['pred_below_floor']:.0%} | {r['coverage95']:.1%} | "
+                    f"{r['n_test']} ({r['folds']}) |" for m, r in by_model.items()]
 
 
 def markdown(report: dict) -> str:

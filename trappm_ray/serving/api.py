@@ -25,7 +25,7 @@ from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
-from trappm_ray.serving.checks import absurdities, domain_of, memory_floor_mb
+from trappm_ray.serving.checks import absurdities, domain_of, gpu_memory_mb, memory_floor_mb
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
@@ -122,6 +122,7 @@ class Prediction:
     domain: dict = field(default_factory=dict)
     floors: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
+    memory_terms: dict | None = None
 
     @property
     def throughput_samples_s(self) -> float | None:
@@ -156,7 +157,7 @@ class Prediction:
                    training_cost=asdict(self.training_cost) if self.training_cost else None,
                    model_version=self.model_version, device=self.device, graph=self.graph,
                    options=self.options, domain=self.domain, floors=self.floors,
-                   warnings=self.warnings)
+                   warnings=self.warnings, memory_terms=self.memory_terms)
         return out
 
 
@@ -178,7 +179,7 @@ def device_of(predictor: Predictor) -> dict:
     dev = dict(predictor.manifest.get("device") or {})
     slug = str(dev.get("slug", ""))
     kind = dev.get("kind") or dev.get("device")
-    if kind not in ("cpu", "cuda"):
+    if kind not in ("cpu", "cuda", "rocm"):
         tail = slug.rsplit("-", 1)[-1]
         kind = "cpu" if tail[:1] == "t" and tail[1:].isdigit() else "unknown"
     return {**dev, "kind": kind}
@@ -300,6 +301,11 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                    domain=domain, floors=floors)
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
         p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)
+    if p.train_memory_mb is None and p.device.get("kind") not in ("cpu", "unknown"):
+        # no measured GPU memory labels: the CUDA memory model answers (docs/memory.md)
+        m = gpu_memory_mb(graph, setting["precision"], setting["optimizer"])
+        p.train_memory_mb = Estimate(m["value"], m["low"], m["high"], 0.0, "MB")
+        p.memory_terms = m["terms"]
     if p.train_memory_mb is not None:
         p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
     if opts.steps and opts.price_per_hour and p.train_step_ms is not None:
