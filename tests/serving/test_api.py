@@ -170,3 +170,10 @@ def test_gpu_predictor_without_memory_labels_reports_the_memory_model(tmp_path):
     assert m.low <= m.value <= m.high and m.low >= p.memory_terms["floor"]
     assert p.memory_terms["context"] > 0 and p.smallest_profile is not None
     assert p.to_dict()["memory_terms"]["weights"] >= 0
+
+
+def test_budget_search_on_a_gpu_predictor_uses_the_memory_model():
+    pred = random_predictor(targets=("train_step_ms",), batch_affine=())
+    pred.manifest["device"] = {"slug": "rtx3090-amp", "name": "RTX 3090", "kind": "cuda"}
+    p = P.predict(B.cnn_model(), 1, predictor=pred, memory_budget_mb=2000)
+    assert p.max_batch_size >= 1 and p.train_memory_mb.value < 2000

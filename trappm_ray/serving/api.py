@@ -313,6 +313,17 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     return p
 
 
+def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
+              predictor: Predictor) -> float:
+    """Predicted training memory (MB) of ``proto`` at ``batch_size``, as a prediction reports it."""
+    graph = featurize_with(proto, opts, batch_size)
+    setting = resolve_options(asdict(opts), predictor.manifest)
+    if "train_memory_mb" not in predictor.targets:  # a GPU predictor: the CUDA memory model
+        return gpu_memory_mb(graph, setting["precision"], setting["optimizer"])["value"]
+    return max(predictor.predict_graphs([graph])[0]["train_memory_mb"],
+               memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
+
+
 def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Predictor
                  ) -> list[Prediction | errors.ModelError]:
     """Predict ``(onnx bytes, options, label)`` items with one ensemble pass over all graphs.
@@ -334,8 +345,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
         p = build_prediction(row, graph, predictor, opts, label, hashlib.sha256(data).hexdigest())
         if opts.memory_budget_mb is not None:
             p.max_batch_size = largest_batch(
-                lambda b, proto=proto, opts=opts: predictor.predict_graphs(
-                    [featurize_with(proto, opts, b)])[0]["train_memory_mb"],
+                lambda b, proto=proto, opts=opts: memory_at(proto, opts, b, predictor),
                 opts.memory_budget_mb, opts.max_batch)
         out[i] = p
     return out
