@@ -71,8 +71,8 @@ def assess(domain: dict | None, static: np.ndarray) -> dict:
     out = {"distance": round(distance, 3), "threshold": round(domain["threshold"], 3),
            "extrapolates": bool(ratio > 1.0), "widen": float(max(1.0, ratio))}
     out["note"] = (f"unlike the graphs this predictor was trained on (distance {distance:.1f}, "
-                   f"{ratio:.1f}x what a held-out family typically is): an extrapolation, "
-                   f"interval widened {out['widen']:.1f}x" if out["extrapolates"]
+                   f"{ratio:.2f}x what a held-out family typically is): an extrapolation, "
+                   f"interval widened {out['widen']:.2f}x" if out["extrapolates"]
                    else "within the range of the training graphs")
     return out
 
