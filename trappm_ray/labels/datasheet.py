@@ -8,7 +8,7 @@ import pyarrow.compute as pc
 
 from trappm_ray import storage
 from trappm_ray.labels import store
-from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
+from trappm_ray.labels.examples import GRAPHS_FILE, count_joined
 from trappm_ray.labels.public import read_raw
 from trappm_ray.labels.public_datasheet import public_datasheet
 from trappm_ray.labels.store import compact_labels, measured_busy
@@ -57,12 +57,7 @@ def datasheet(labels_dir: str, slug: str) -> str:
     rows = table.to_pylist()
     ok = [r for r in rows if r["status"] == "ok"]
     keys = Counter(tuple(r[k] for k in store.KEY) for r in rows)
-    graphs_uri = storage.join(labels_dir, GRAPHS_FILE)
-    graph_keys = set()
-    if storage.exists(graphs_uri):
-        g = storage.read_table(graphs_uri, columns=list(GRAPH_KEY))
-        graph_keys = set(zip(*(g.column(k).to_pylist() for k in GRAPH_KEY)))
-    joined = sum(tuple(r[k] for k in GRAPH_KEY) in graph_keys for r in ok)
+    joined = count_joined(labels_dir, ok)
     first = rows[0] if rows else {}
     busy = [r for r in ok if measured_busy(r)]
     out = [

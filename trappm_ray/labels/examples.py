@@ -79,6 +79,16 @@ class Examples:
         return np.array([r[name] for r in self.rows])
 
 
+def count_joined(labels_dir: str, rows: list[dict]) -> int:
+    """How many of ``rows`` have a graph in ``<labels_dir>/graphs.parquet``."""
+    uri = storage.join(labels_dir, GRAPHS_FILE)
+    if not storage.exists(uri):
+        return 0
+    g = storage.read_table(uri, columns=list(GRAPH_KEY))
+    keys = set(zip(*(g.column(k).to_pylist() for k in GRAPH_KEY)))
+    return sum(tuple(r[k] for k in GRAPH_KEY) in keys for r in rows)
+
+
 def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
                   targets: tuple[str, ...] = tuple(TARGETS), select: dict | None = None,
                   skip_unjoined: bool = False) -> Examples:
@@ -129,5 +139,5 @@ def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
     return Examples(rows, data, feature_set)
 
 
-__all__ = ["GRAPH_KEY", "GRAPHS_FILE", "join_graphs", "Examples",
+__all__ = ["GRAPH_KEY", "GRAPHS_FILE", "join_graphs", "count_joined", "Examples",
            "load_examples"]
