@@ -4,7 +4,8 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from trappm_ray.evaluate.gpu import evaluate_lodo, evaluate_task, fit_predict, floor_check, markdown
+from trappm_ray.evaluate.gpu import evaluate_lodo, evaluate_task, fit_predict, floor_check
+from trappm_ray.evaluate.gpu_report import markdown
 from trappm_ray.evaluate.gpu import GpuEvalConfig
 
 FAMILIES = ("resnet", "vit", "convnext", "mobilenet")

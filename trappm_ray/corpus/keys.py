@@ -15,9 +15,10 @@ import re
 from dataclasses import dataclass
 from pathlib import Path
 
+from trappm_ray.corpus.torchvision_models import TORCHVISION_PREFIX
+
 log = logging.getLogger(__name__)
 
-TORCHVISION_PREFIX = "torchvision_"  # as trappm_ray.labels.public_ryujaehun.ARCH_PREFIX
 PUBLIC_ROOT = "../shared/data/public-gpu"
 # build order: timm training first (the largest label set), then inference, LMs, torchvision
 GROUPS = ("timm-train", "timm-infer", "hf", "torchvision", "other")

@@ -21,7 +21,8 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-CONFIG_DIR = str(Path(__file__).resolve().parents[3] / "shared/data/public-gpu/neusight/DLmodel_configs")
+# NeuSight's HF configs, copied into the repository with their license (data/public/README.md)
+CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "data" / "public" / "neusight-configs")
 EXPORTER = ("torch.onnx legacy (dynamo=False), opset 17, eval mode, transformers from config, "
             "input_ids with dynamic batch and seq axes")
 # Common architectures beside NeuSight's (issue 23): published sizes, written out here.

@@ -13,7 +13,7 @@ import io
 import logging
 import warnings
 
-from trappm_ray.corpus.keys import TORCHVISION_PREFIX
+TORCHVISION_PREFIX = "torchvision_"  # as trappm_ray.labels.public_ryujaehun.ARCH_PREFIX
 
 DYNAMO_PREFIX = TORCHVISION_PREFIX + "dynamo_"
 

@@ -28,6 +28,7 @@ import pyarrow.parquet as pq
 
 from trappm_ray import devices, storage
 from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
+from trappm_ray.evaluate.gpu_report import markdown
 from trappm_ray.graph import features
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
@@ -53,6 +54,7 @@ class GpuEvalConfig:
         corpora: graph corpora whose ``graphs/<arch>@<res>.parquet`` rows join the labels.
         slugs: label device folders to use (empty: every folder whose device has a roofline).
         seeds: seeds of the random and held-out-architecture splits. models: any of ``MODELS``.
+        family_folds: leave-family-out folds (:func:`family_groups`; 0: one per family).
         task_slugs: device folders with per-device splits (empty: all; fewer than ``min_rows``
             joined rows: none); every device's inference rows join leave-one-device-out.
         gnn_tasks, gnn_epochs: ``slug/target`` keys that also get the GNN (``gpu_gnn.py``); its cap.
@@ -62,9 +64,10 @@ class GpuEvalConfig:
     labels: str = "data/labels"
     corpora: tuple[str, ...] = ("artifacts/corpus-gpu",)
     slugs: tuple[str, ...] = ()
-    seeds: tuple[int, ...] = (1337, 1338, 1339)
+    seeds: tuple[int, ...] = (1337,)
+    family_folds: int = 5
     models: tuple[str, ...] = MODELS
-    task_slugs: tuple[str, ...] = ("rtx3090-amp", "rtx4090-amp", "i9-10940x-fp32")
+    task_slugs: tuple[str, ...] = ("rtx3090-amp", "rtx4090-amp")
     min_rows: int = 20
     gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
     gnn_epochs: int = 60
@@ -223,16 +226,29 @@ def _val_by_arch(ex: list[dict], idx: np.ndarray, seed: int, share: float = 0.15
     return tuple(np.array([i for i in idx if (ex[i]["arch"] in val) == side], int) for side in (False, True))
 
 
+def family_groups(ex: list[dict], folds: int) -> list:
+    """Leave-family-out folds: every family alone (``folds`` 0), or the families dealt, largest
+    first, into ``folds`` groups held out together (stricter than one family at a time)."""
+    sizes = defaultdict(int)
+    for e in ex:
+        sizes[e["family"]] += 1
+    order = sorted(sizes, key=lambda f: (-sizes[f], f))
+    return order if folds <= 0 else [frozenset(order[k::folds]) for k in range(min(folds, len(order)))]
+
+
 def evaluate_task(ex: list[dict], cfg: GpuEvalConfig, extra: dict | None = None) -> dict:
     """random / arch / family splits of one device x target (``ex`` are its examples); ``extra``
     as in :func:`fit_predict`."""
     rows = [{"family": e["family"], "arch": e["arch"]} for e in ex]
     fams = sorted({e["family"] for e in ex})
     plans = {"random": [(s, None) for s in cfg.seeds], "arch": [(s, None) for s in cfg.seeds],
-             "family": [(cfg.seeds[0], f) for f in fams if len(fams) > 1]}
+             "family": [(cfg.seeds[0], f) for f in family_groups(ex, cfg.family_folds) if len(fams) > 1]}
     out = {}
     for kind, folds in plans.items():
-        splits = [split(rows, kind, seed, family) for seed, family in folds]
+        splits = [split(rows, kind, seed, family) if isinstance(family, (str, type(None))) else
+                  (*_val_by_arch(ex, np.array([i for i, e in enumerate(ex) if e["family"] not in family]), seed),
+                   np.array([i for i, e in enumerate(ex) if e["family"] in family], int))
+                  for seed, family in folds]
         splits = [(s, t) for s, t in zip(folds, splits) if len(t[2]) and len(t[0])]
         if not splits:
             continue
@@ -245,7 +261,10 @@ def evaluate_task(ex: list[dict], cfg: GpuEvalConfig, extra: dict | None = None)
 
 def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig) -> dict:
     """Leave one device out, inference: train on every other device's rows, test on its rows."""
-    specs = sorted({e["spec"] for e in ex})
+    counts = defaultdict(int)
+    for e in ex:
+        counts[e["spec"]] += 1
+    specs = sorted(s for s, n in counts.items() if n >= cfg.min_rows)  # the others only train
     out = {}
     for spec in specs if len(specs) > 1 else []:
         test = np.array([i for i, e in enumerate(ex) if e["spec"] == spec], int)
@@ -299,51 +318,5 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     return report
 
 
-def _table(by_model: dict) -> list[str]:
-    lines = ["| model | MAPE % | mean over families % | median APE % | raw < floor | after clamp "
-             "| 95% coverage | test rows (folds) |", "|---|---|---|---|---|---|---|---|"]
-    return lines + [f"| {m} | {r['mape']:.1f} | {r['family_mape']:.1f} | {r['median_ape']:.1f} | "
-                    f"{r['raw_below_floor']:.1%} | {r['pred_below_floor']:.0%} | {r['coverage95']:.1%} | "
-                    f"{r['n_test']} ({r['folds']}) |" for m, r in by_model.items()]
-
-
-def markdown(report: dict) -> str:
-    """``docs/results-gpu.md`` from the report of :func:`run_gpu_evaluation`."""
-    meta = report["meta"]
-    out = ["# GPU results: step time and inference latency against the roofline floor", "",
-           f"Generated {meta['created']} by `python jobs/evaluate_gpu.py` in {meta['wall_s']} s "
-           "(`trappm_ray/evaluate/gpu.py`; numbers in `docs/results-gpu.json`). Models: `roofline` = "
-           "the per-node roofline floor (`trappm_ray/physics/roofline.py`); `roofline-eff` = floor x one "
-           "efficiency per device fitted on the training rows; `xgboost`/`mlp` = static features + "
-           "device spec vector + log roofline terms + run settings, predicting log(measured / floor); `gnn` "
-           "(where run) = the supervised GraphSAGE recipe `nnlqp` on v2 node features + per-node roofline "
-           "features, same graph-level inputs and target (`trappm_ray/evaluate/gpu_gnn.py`). "
-           "Every prediction is clamped to >= the floor ('after clamp' is therefore 0); 'raw < floor' "
-           "is the share of predictions below it before clamping. 95% intervals are split-conformal "
-           "from the validation residuals. MAPE pools every test prediction of every fold.", "",
-           "## Rows used (ok label rows, single GPU; joined to a graph or not)", "",
-           "| device / target | ok rows | used | no graph | graph, no roofline (peak not sourced) |",
-           "|---|---|---|---|---|"]
-    out += [f"| {k} | {v['ok_rows']} | {v['with_graph']} | {v['without_graph']} | {v['no_roofline']} |"
-            for k, v in meta["rows"].items() if v["ok_rows"]]
-    out += ["", "## Measured against the floor", "", "Ratio measured / roofline floor per row. Rows below 1 "
-            "mean the floor counted work the run did not do (or a peak in `data/devices.csv` is low).", "",
-            "| device / target | rows | below floor | min | median | max |", "|---|---|---|---|---|---|"]
-    out += [f"| {k} | {v['n']} | {v['below']} | {v['min']:.2f} | {v['median']:.2f} | {v['max']:.2f} |"
-            for k, v in report["floor_check"].items()]
-    for key, task in report["tasks"].items():
-        out += ["", f"## {key}", "", f"{task['rows']} rows, {task['architectures']} architectures, "
-                f"{task['families']} families; measured below the floor: {task['measured_below_floor']:.1%}."]
-        for kind, by_model in task["splits"].items():
-            out += ["", f"### split: {kind}", ""] + _table(by_model)
-    lodo = report["lodo_inference"]
-    out += ["", "## Inference, leave one device out", "",
-            f"{lodo['rows']} inference rows with graphs; the held-out device's rows are the test set, "
-            "validation is 15% of the other devices' architectures."]
-    for spec, by_model in lodo["devices"].items():
-        out += ["", f"### held out: {spec}", ""] + _table(by_model)
-    return "\n".join(out) + "\n"
-
-
 __all__ = ["MODELS", "GpuEvalConfig", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
-           "evaluate_lodo", "run_gpu_evaluation", "markdown"]
+           "evaluate_lodo", "run_gpu_evaluation"]
