@@ -21,7 +21,7 @@ from pathlib import Path
 
 log = logging.getLogger(__name__)
 
-# NeuSight's HF configs, copied into the repository with their license (data/public/README.md)
+# NeuSight's HF configs, copied into the repository with their license (data/public/neusight-configs/README.md)
 CONFIG_DIR = str(Path(__file__).resolve().parents[2] / "data" / "public" / "neusight-configs")
 EXPORTER = ("torch.onnx legacy (dynamo=False), opset 17, eval mode, transformers from config, "
             "input_ids with dynamic batch and seq axes")
