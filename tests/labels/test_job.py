@@ -165,3 +165,14 @@ def test_storage_on_s3(s3_prefix):
     assert table.num_rows == 3 and store._files(s3_prefix, slug)[1] == []
     cfg = label_job.LabelJobConfig(out=s3_prefix, resolutions=(32,), batch_sizes=(1, 2, 4))
     assert label_job.done_sweeps(table, cfg) == {("a", 32)}
+
+
+def test_default_slug_prefers_devices_measured_here(tmp_path):
+    out = str(tmp_path)
+    imported = [dict(_row(f"m{i}", 1), source_repo="huggingface/pytorch-image-models") for i in range(5)]
+    store.write_rows(out, "rtx4090-amp", imported)
+    store.compact(out, "rtx4090-amp")
+    assert store.default_slug(out) == "rtx4090-amp"  # nothing measured here: the imported set
+    store.write_rows(out, "cpu-t1", [_row("a", 1), _row("a", 2)])
+    store.compact(out, "cpu-t1")
+    assert store.default_slug(out) == "cpu-t1"

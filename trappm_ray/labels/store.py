@@ -136,10 +136,13 @@ def ok_labels(labels_dir: str, slug: str) -> pa.Table:
 
 
 def default_slug(labels_dir: str) -> str:
-    """The device with the most successful label rows."""
-    counts = {s: ok_labels(labels_dir, s).num_rows for s in device_slugs(labels_dir)}
-    if not counts:
+    """The device with the most successful rows measured by this project's harness (imported
+    public sets, whose rows name a ``source_repo``, only where there is no other)."""
+    tables = {s: ok_labels(labels_dir, s) for s in device_slugs(labels_dir)}
+    if not tables:
         raise FileNotFoundError(f"no label rows under {labels_dir}")
+    ours = {s: t.column("source_repo").null_count for s, t in tables.items()}
+    counts = ours if any(ours.values()) else {s: t.num_rows for s, t in tables.items()}
     return max(counts, key=counts.get)
 
 
