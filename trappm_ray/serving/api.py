@@ -24,7 +24,8 @@ from trappm_ray import storage
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
+from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, device_of,
+                                        load_default, model_version, names_device)
 from trappm_ray.serving.checks import absurdities, domain_of, gpu_memory_mb, memory_floor_mb
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
@@ -165,26 +166,6 @@ class Prediction:
 _LOADED: dict[str, Predictor] = {}
 
 
-def model_version(predictor: Predictor) -> str:
-    """``name/version`` of a registered predictor, else ``name@<weights hash>``."""
-    m = predictor.manifest
-    name = m.get("name", "predictor")
-    if m.get("version"):
-        return f"{name}/{m['version']}"
-    return f"{name}@{m['weights_sha256'][:12]}" if m.get("weights_sha256") else name
-
-
-def device_of(predictor: Predictor) -> dict:
-    """The manifest's device, with ``kind`` (cpu/cuda) made explicit: CPU slugs end in ``-tN``."""
-    dev = dict(predictor.manifest.get("device") or {})
-    slug = str(dev.get("slug", ""))
-    kind = dev.get("kind") or dev.get("device")
-    if kind not in ("cpu", "cuda", "rocm"):
-        tail = slug.rsplit("-", 1)[-1]
-        kind = "cpu" if tail[:1] == "t" and tail[1:].isdigit() else "unknown"
-    return {**dev, "kind": kind}
-
-
 def _shipped() -> list[Path]:
     return sorted(p.parent for p in DEFAULT_DIR.parent.glob("*/manifest.json"))
 
@@ -210,12 +191,11 @@ def load_predictor(predictor: str | os.PathLike | Predictor | None = None,
     else:
         for path in _shipped():
             dev = json.loads((path / "manifest.json").read_text()).get("device") or {}
-            if device.lower() in (str(dev.get("slug", "")).lower(), str(dev.get("name", "")).lower()):
+            if names_device(dev, device):
                 return load_predictor(str(path))
         names = [p.name for p in _shipped()] or ["none"]
         raise PredictorError(f"no shipped predictor for device '{device}' (shipped: {', '.join(names)})")
-    if device is not None and device.lower() not in (
-            str(v).lower() for v in (found.manifest.get("device") or {}).values()):
+    if device is not None and not names_device(found.manifest.get("device") or {}, device):
         raise PredictorError(f"predictor {model_version(found)} is for device "
                              f"{device_of(found).get('slug')!r}, not {device!r}")
     return found

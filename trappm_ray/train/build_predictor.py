@@ -88,8 +88,11 @@ def label_provenance(labels: str, slug: str, examples, select: dict | None = Non
     rows = [r for r in ok_labels(labels, slug).to_pylist()
             if all(r.get(k) == v for k, v in (select or {}).items())]
     dates = sorted(r["date"] for r in rows if r["date"])
-    return {"device": {"slug": slug, "name": rows[0]["device_name"], "kind": rows[0]["device"],
-                       "threads": rows[0]["threads"], "torch": rows[0]["torch_version"]},
+    device = {"slug": slug, "name": rows[0]["device_name"], "kind": rows[0]["device"],
+              "threads": rows[0]["threads"], "torch": rows[0]["torch_version"]}
+    if rows[0].get("device_spec"):  # imported sets name their row of data/devices.csv
+        device["spec"] = rows[0]["device_spec"]
+    return {"device": device,
             "options": label_options(rows),
             "data": {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
                      "families": sorted({r["family"] for r in examples.rows}),
