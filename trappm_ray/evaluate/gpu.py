@@ -285,6 +285,16 @@ def floor_check(ex: list[dict]) -> dict:
                 "median": float(np.median(v)), "max": float(np.max(v))} for k, v in sorted(by.items())}
 
 
+def finite(obj):
+    """``obj`` with every non-finite float (an MLP that overflowed on an unseen device) as None,
+    so the JSON file stays strict JSON; the markdown keeps printing them as ``inf``."""
+    if isinstance(obj, dict):
+        return {k: finite(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [finite(v) for v in obj]
+    return None if isinstance(obj, float) and not math.isfinite(obj) else obj
+
+
 def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     """Build the examples, evaluate every device x target and leave-one-device-out, and write
     ``cfg.out_json`` and ``cfg.out_md``. Returns the report."""
@@ -312,11 +322,11 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
               "lodo_inference": {"rows": len(inf), "devices": evaluate_lodo(inf, cfg)}}
     report["meta"]["wall_s"] = round(time.time() - t0, 1)
     with open(cfg.out_json, "w", encoding="utf-8") as fh:
-        json.dump(report, fh, indent=1, sort_keys=True)
+        json.dump(finite(report), fh, indent=1, sort_keys=True)
     with open(cfg.out_md, "w", encoding="utf-8") as fh:
         fh.write(markdown(report))
     return report
 
 
 __all__ = ["MODELS", "GpuEvalConfig", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
-           "evaluate_lodo", "run_gpu_evaluation"]
+           "evaluate_lodo", "finite", "run_gpu_evaluation"]

@@ -26,7 +26,8 @@ from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, device_of,
                                         load_default, model_version, names_device)
-from trappm_ray.serving.checks import absurdities, domain_of, gpu_memory_mb, memory_floor_mb
+from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
+                                       time_floors_ms)
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
@@ -261,7 +262,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     units = {t: TARGETS[t].unit for t in REPORTED}
     setting = resolve_options(asdict(opts), predictor.manifest)
     domain = domain_of(predictor.manifest, graph)
-    floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"])}
+    floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"]),
+              **time_floors_ms(graph, device_of(predictor), setting["precision"], setting["optimizer"])}
 
     def est(t: str) -> Estimate | None:
         if t not in row:

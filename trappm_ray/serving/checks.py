@@ -14,6 +14,7 @@ from trappm_ray.graph import features
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.domain import assess
 from trappm_ray.physics.memory import state_floor_bytes, training_memory
+from trappm_ray.physics.roofline import roofline
 
 YEAR_MS = 365.25 * 24 * 3600 * 1e3
 # The CUDA memory model's interval where no measured GPU memory corrects it: its censored check
@@ -27,6 +28,26 @@ def memory_floor_mb(graph: Graph, precision: str | None, optimizer: str | None) 
     """Weights + gradients + optimizer state of ``graph``'s parameters, in MB."""
     return state_floor_bytes(float(graph.static["params"]), precision or "fp32",
                              optimizer or "adam") / 2**20
+
+
+def time_floors_ms(graph: Graph, device: dict, precision: str | None,
+                   optimizer: str | None) -> dict[str, float]:
+    """Roofline floors of a training step and an inference pass on the predictor's device (its
+    ``spec`` row of the device table); empty where the device has no spec (CPU predictors)."""
+    try:
+        spec = devices.get(device.get("spec") or device.get("slug", ""))
+    except KeyError:
+        return {}
+    if spec.kind == "cpu":
+        return {}
+    precision = precision or "amp-fp16"
+    # timm's "sgd" is SGD with momentum; the floor counts the momentum buffer's traffic only then
+    opt = {"sgd": "sgd-momentum"}.get(optimizer or "sgd", optimizer or "sgd")
+    try:
+        return {"train_step_ms": roofline(graph, spec, precision, "train", opt).total_ms,
+                "inference_ms": roofline(graph, spec, precision, "infer", opt).total_ms}
+    except ValueError:  # a precision the device has no sourced peak for
+        return {}
 
 
 def gpu_memory_mb(graph: Graph, precision: str | None, optimizer: str | None) -> dict:
@@ -63,5 +84,5 @@ def absurdities(train_step_ms: float | None, train_memory_mb: float | None) -> l
     return out
 
 
-__all__ = ["memory_floor_mb", "gpu_memory_mb", "domain_of", "absurdities", "YEAR_MS",
+__all__ = ["memory_floor_mb", "time_floors_ms", "gpu_memory_mb", "domain_of", "absurdities", "YEAR_MS",
            "GPU_MEMORY_TOLERANCE"]
