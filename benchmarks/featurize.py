@@ -86,27 +86,12 @@ DEFAULT_SYNTH_BLOCKS = "16,32,64,128,192,256"
 # inputs
 
 def _export_timm(arch: str, resolution: int, **model_kwargs) -> bytes:
-    """``zoo.export_skeleton`` with extra timm model arguments (``depth=...``), which it does not
-    take: its ``create_model`` is wrapped for the call, so the export path is the zoo's own."""
+    """``zoo.export_skeleton`` with extra timm model arguments (``depth=...``)."""
     from trappm_ray.corpus import zoo
 
-    original = zoo.create_model
-
-    def create_model(arch, resolution, device=None):
-        import timm
-
-        kwargs = dict(pretrained=False, **model_kwargs)
-        if device is not None:
-            kwargs["device"] = device
-        return timm.create_model(arch, img_size=resolution, **kwargs)
-
-    zoo.create_model = create_model
-    try:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore")
-            return zoo.export_skeleton(arch, resolution).onnx_bytes
-    finally:
-        zoo.create_model = original
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return zoo.export_skeleton(arch, resolution, max_params=None, **model_kwargs).onnx_bytes
 
 
 def _skeleton(arch: str) -> bytes:

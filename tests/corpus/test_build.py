@@ -35,11 +35,11 @@ def _check_corpus(out: str, summary) -> None:
 
 def _run(out: str):
     cfg = DatasetConfig(out=out, archs=ARCHS, resolutions=(32,), batch_sizes=(1, 2, 4))
-    first = build(cfg, progress=lambda *_: None)
+    first = build(cfg)
     _check_corpus(out, first)
-    again = build(cfg, progress=lambda *_: None)  # resume: nothing left to do
+    again = build(cfg)  # resume: nothing left to do
     assert again.ran == 0 and again.graphs == first.graphs
-    retry = build(DatasetConfig(**{**cfg.__dict__, "retry_failed": True}), progress=lambda *_: None)
+    retry = build(DatasetConfig(**{**cfg.__dict__, "retry_failed": True}))
     assert retry.ran == 1  # only the failed architecture is retried
 
 
@@ -81,10 +81,10 @@ def test_labeled_architectures_are_exported_whatever_their_size(ray_session, tmp
     out = str(tmp_path / "corpus")
     cfg = DatasetConfig(out=out, archs=("test_resnet",), resolutions=(32,), batch_sizes=(1,),
                         max_params=1)
-    build(cfg, progress=lambda *_: None)
+    build(cfg)
     manifest = {e["task"]: e for e in dataset.read_manifest(out)}
     assert manifest["test_resnet@32"]["status"] == "skipped" and "test_vit@32" not in manifest
-    again = build(DatasetConfig(**{**cfg.__dict__, "labels": labels}), progress=lambda *_: None)
+    again = build(DatasetConfig(**{**cfg.__dict__, "labels": labels}))
     manifest = {e["task"]: e for e in dataset.read_manifest(out)}
     assert again.ran == 1 and manifest["test_vit@32"]["status"] == "ok"  # too large, but labeled
     assert manifest["test_resnet@32"]["status"] == "skipped"

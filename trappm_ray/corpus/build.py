@@ -15,12 +15,14 @@ Layout under ``out`` (a directory or ``s3://bucket/prefix``)::
 from __future__ import annotations
 
 import json
+import logging
 import platform
 import time
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 
 import pyarrow as pa
+from tqdm.auto import tqdm
 
 from trappm_ray import storage
 from trappm_ray.corpus.selection import (
@@ -35,6 +37,8 @@ from trappm_ray.ray_init import ensure_ray
 RESOLUTIONS = (64, 128, 224)
 BATCH_SIZES = (1, 2, 3, 4, 5, 6, 8, 10, 12, 16, 20, 24, 32, 40, 48, 64, 96, 128, 192, 256, 384,
                512)
+
+log = logging.getLogger(__name__)
 
 
 @dataclass
@@ -237,15 +241,15 @@ def plan_tasks(cfg: DatasetConfig) -> tuple[list, set[str]]:
             for r in cfg.resolutions] + extra, labeled | {t.arch for t in extra if t.source == "hf"}
 
 
-def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
+def build(cfg: DatasetConfig) -> BuildSummary:
     """Build (or resume) the corpus described by ``cfg`` with Ray tasks."""
     t0 = time.perf_counter()
     tasks, labeled = plan_tasks(cfg)
     entries = {e["task"]: e for e in read_manifest(cfg.out)}
     todo = [t for t in tasks if not _is_done(entries.get(task_name(t.arch, t.resolution)), cfg,
                                              labeled, t.batch_sizes)]
-    progress(f"{len(tasks)} tasks ({len({t.arch for t in tasks})} architectures): "
-             f"{len(entries)} recorded, {len(todo)} to run -> {cfg.out}")
+    log.info("%d tasks (%d architectures): %d recorded, %d to run -> %s", len(tasks),
+             len({t.arch for t in tasks}), len(entries), len(todo), cfg.out)
     if todo:
         ensure_ray(cfg.ray_address, num_cpus=cfg.num_cpus or None)
         import ray
@@ -258,7 +262,7 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
             ref = task.remote(t.arch, t.resolution, tuple(bs), cfg.out, cfg.keep_onnx,
                               _limit(t.arch, cfg, labeled), t.source, cfg.meta_init)
             pending[ref] = (t.arch, t.resolution)
-        finished = 0
+        finished, bar = 0, tqdm(total=len(todo), desc="exporting", unit="task", disable=None)
         while pending:
             ready, _ = ray.wait(list(pending), num_returns=1)
             arch, res = pending.pop(ready[0])
@@ -272,9 +276,11 @@ def build(cfg: DatasetConfig, progress=print) -> BuildSummary:
             entries[entry["task"]] = entry
             finished += 1
             rate = finished / (time.perf_counter() - t0)
-            progress(f"[{finished}/{len(todo)}] {entry['task']}: {entry['status']} "
-                     f"{entry['graphs']} graphs {entry.get('error', '')[:80]} "
-                     f"(eta {len(pending) / max(rate, 1e-9) / 60:.1f} min)")
+            bar.update(1)
+            log.info("[%d/%d] %s: %s %s graphs %s (eta %.1f min)", finished, len(todo), entry["task"],
+                     entry["status"], entry["graphs"], entry.get("error", "")[:80],
+                     len(pending) / max(rate, 1e-9) / 60)
+        bar.close()
     return finalize(cfg, list(entries.values()), ran=len(todo), wall_s=time.perf_counter() - t0)
 
 

@@ -71,18 +71,19 @@ ALIASES = {
 }
 
 
-def create_model(arch: str, resolution: int, device: str | None = None):
+def create_model(arch: str, resolution: int, device: str | None = None, **model_kwargs):
     """A randomly initialised timm model that accepts ``resolution`` x ``resolution`` images.
 
     Args:
         arch: timm name (deprecated names and :data:`ALIASES` resolve).
         resolution: input size in pixels.
         device: where to build it (``meta``: no memory at all), default torch's default.
+        model_kwargs: further ``timm.create_model`` arguments (e.g. ``depth=...``).
     """
     import timm
 
     name = ALIASES.get(arch, arch)
-    kwargs: dict = {"pretrained": False}
+    kwargs: dict = {"pretrained": False, **model_kwargs}
     if device is not None:
         kwargs["device"] = device
     with warnings.catch_warnings():
@@ -114,7 +115,8 @@ class Skeleton:
 
 
 def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PARAMS,
-                    meta_init: bool = False, fixed_batch: int | None = None) -> Skeleton:
+                    meta_init: bool = False, fixed_batch: int | None = None,
+                    **model_kwargs) -> Skeleton:
     """Export ``arch`` at ``resolution`` with a dynamic batch axis and strip its weights.
 
     Args:
@@ -127,6 +129,8 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
         fixed_batch: export at this batch size without a dynamic batch axis, for models whose
             ops the legacy exporter cannot export with one (Unfold, adaptive max pooling); the
             featurizer re-binds the batch of such files where that is sound.
+        model_kwargs: further ``timm.create_model`` arguments (e.g. ``depth=...``); the
+            parameter limit is not checked for such variants.
 
     Raises:
         ValueError: the architecture has more than ``max_params`` parameters.
@@ -135,7 +139,7 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
 
     from trappm_ray.corpus import export
 
-    if max_params is not None and (n := count_params(arch, resolution)) > max_params:
+    if max_params is not None and not model_kwargs and (n := count_params(arch, resolution)) > max_params:
         raise ValueError(f"{arch} has {n:,} parameters, above the zoo's limit of {max_params:,}")
     # Seeded: an export in a Ray worker that has already exported other models would otherwise
     # draw other random weights, and a rare coincidence among them changes the graph by a node.
@@ -143,10 +147,10 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
     lean = meta_init and count_params(arch, resolution) > LEAN_ABOVE_PARAMS
     if meta_init:
         with export.meta_parameters():
-            model = create_model(arch, resolution)
+            model = create_model(arch, resolution, **model_kwargs)
         export.materialize(model, expanded=lean)
     else:
-        model = create_model(arch, resolution)
+        model = create_model(arch, resolution, **model_kwargs)
     model = model.eval()
     params = sum(p.numel() for p in model.parameters())
     # Random init leaves many tensors identical (zero-init gammas, LayerNorm ones); the exporter
