@@ -62,7 +62,7 @@ class BatchPredictConfig:
     gpu: bool | None = None
     rows_per_batch: int = 4
     rows_per_file: int = 1000
-    max_file_mb: float = 512.0
+    max_file_mb: float = 2048.0
     ray_address: str | None = None
     num_cpus: int | None = None
     precision: str | None = None
