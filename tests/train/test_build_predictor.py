@@ -11,7 +11,6 @@ from trappm_ray.model import predictor as P
 from trappm_ray.evaluate.config import EvalConfig
 from trappm_ray.evaluate.run import evaluate
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.model.networks import GraphEncoder
 from trappm_ray.train.build_predictor import RegressConfig, available_targets, train_predictor
 
 

@@ -15,7 +15,6 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-import numpy as np
 import onnx
 from google.protobuf.message import DecodeError
 
