@@ -225,3 +225,14 @@ def test_predict_subprocess_json(files, predictor_dir):
     assert proc.returncode == 0, proc.stderr
     assert PREDICT_CONTRACT <= json.loads(proc.stdout).keys()
     # (bad input through a real process: test_subprocess_bad_inputs, same main(); in-process above)
+
+
+def test_devices_lists_shipped_predictors_and_specs(capsys):
+    assert cli.main(["devices", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    shipped = {d["device"]: d for d in out["predictors"]}
+    assert shipped["intel-r-xeon-r-processor-t1"]["options"]["precision"] == ["fp32"]
+    assert shipped["rtx3090-amp"]["kind"] == "cuda" and shipped["rtx3090-amp"]["labels"] > 500
+    specs = {d["slug"]: d for d in out["specs"]}
+    assert "1g.5gb" in specs["a100-sxm4-40gb"]["mig_profiles"] and specs["rtx3090"]["memory_gb"] == 24
+    assert cli.main(["devices"]) == 0 and "rtx3090-amp" in capsys.readouterr().out

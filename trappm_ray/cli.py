@@ -176,6 +176,40 @@ def _predict(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_devices(args: argparse.Namespace) -> int:
+    """The shipped predictors (what each was trained on) and the devices of the spec table."""
+    from pathlib import Path
+
+    from trappm_ray import devices
+
+    root = Path(__file__).parent / "predictors"
+    shipped = []
+    for path in sorted(root.glob("*/manifest.json")):
+        m = json.loads(path.read_text())
+        data = m.get("data") or {}
+        shipped.append({"predictor": path.parent.name, "device": (m.get("device") or {}).get("slug"),
+                        "kind": (m.get("device") or {}).get("kind"), "targets": m.get("targets"),
+                        "options": m.get("options"), "labels": data.get("labels"),
+                        "architectures": data.get("architectures"),
+                        "families": len(data.get("families") or [])})
+    specs = [{"slug": s.slug, "kind": s.kind, "name": s.name, "memory_gb": s.memory_gb,
+              "mig_profiles": [p.profile for p in devices.mig_profiles(s.slug)]}
+             for s in devices.load_specs().values()]
+    if args.json:
+        print(json.dumps({"predictors": shipped, "specs": specs}))
+        return 0
+    print("shipped predictors (trappm-ray predict MODEL --device DEVICE):")
+    for d in shipped:
+        opts = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in (d["options"] or {}).items())
+        print(f"  {d['device']:<30} {d['kind'] or '?':<5} {d['labels']} labels, {d['architectures']} "
+              f"architectures, {d['families']} families; targets {', '.join(d['targets'] or [])}; {opts}")
+    print(f"\ndevice spec table ({len(specs)} devices, data/devices.csv; GPU/MIG fit, roofline):")
+    for d in specs:
+        mig = f", MIG {' '.join(d['mig_profiles'])}" if d["mig_profiles"] else ""
+        print(f"  {d['slug']:<30} {d['kind']:<5} {d['memory_gb'] or '?'} GB{mig}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trappm-ray", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -220,6 +254,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, help="PNG path of --sweep (default: FILE-sweep.png)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_predict)
+    d = sub.add_parser("devices", help="list the shipped predictors and the device spec table")
+    d.add_argument("--json", action="store_true", help="print one JSON object")
+    d.set_defaults(func=cmd_devices)
     return parser
 
 
