@@ -261,9 +261,9 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     optimizer-state floor (:mod:`trappm_ray.serving.checks`)."""
     units = {t: TARGETS[t].unit for t in REPORTED}
     setting = resolve_options(asdict(opts), predictor.manifest)
-    domain = domain_of(predictor.manifest, graph)
+    device, domain = device_of(predictor), domain_of(predictor.manifest, graph)
     floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"]),
-              **time_floors_ms(graph, device_of(predictor), setting["precision"], setting["optimizer"])}
+              **time_floors_ms(graph, device, setting["precision"], setting["optimizer"])}
 
     def est(t: str) -> Estimate | None:
         if t not in row:
@@ -278,16 +278,16 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     shape.update({k: graph.meta[k] for k in ("batch_rebound", "exported_batch") if k in graph.meta})
     p = Prediction(source, sha256, int(graph.static["batch_size"]), *(est(t) for t in
                    ("train_step_ms", "train_memory_mb", "inference_ms", "train_power_w")),
-                   model_version(predictor), device_of(predictor), shape,
+                   model_version(predictor), device, shape,
                    opts.interval_z, memory_budget_mb=opts.memory_budget_mb, options=setting,
                    domain=domain, floors=floors)
-    p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
-        p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)
     if p.train_memory_mb is None and p.device.get("kind") not in ("cpu", "unknown"):
         # no measured GPU memory labels: the CUDA memory model answers (docs/memory.md)
         m = gpu_memory_mb(graph, setting["precision"], setting["optimizer"])
         p.train_memory_mb = Estimate(m["value"], m["low"], m["high"], 0.0, "MB")
         p.memory_terms = m["terms"]
+    p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
+        p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)
     if p.train_memory_mb is not None:
         p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
     if opts.steps and opts.price_per_hour and p.train_step_ms is not None:
