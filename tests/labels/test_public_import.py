@@ -130,7 +130,7 @@ def test_provenance_on_every_row(imported):
     assert (r["source_repo"], r["source_commit"], r["license"]) == (
         "huggingface/pytorch-image-models", "aa4b5850", "Apache-2.0")
     assert r["source_file"] == "results/benchmark-train-amp-nhwc-pt112-cu113-rtx3090.csv"
-    assert "SGD" in r["method"] and r["optimizer"] == "sgd" and r["precision"] == "amp-fp16"
+    assert "SGD" in r["method"] and r["optimizer"] == "sgd-momentum" and r["precision"] == "amp-fp16"
 
 
 def test_torch_versions_are_summarised_as_median_and_spread(imported):

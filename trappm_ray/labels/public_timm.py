@@ -26,9 +26,12 @@ DEVICES = {"rtx3090": "rtx3090", "rtx4090": "rtx4090", "4090": "rtx4090", "i9_10
 PRECISIONS = {"amp": "amp-fp16", "fp32": "fp32", "fp16": "fp16", "bf16": "amp-bf16",
               "ampbf16": "amp-bf16"}
 WARMUP, STEPS = 10, 50
+# timm's benchmark builds its "sgd" optimizer through create_optimizer_v2: SGD with momentum 0.9
+# (Nesterov), one momentum buffer per parameter; inference rows carry the device's training setting.
+OPTIMIZER = "sgd-momentum"
 METHOD = {
     "train": "timm benchmark.py, train: random inputs and targets, zero_grad + forward + cross-entropy + "
-             "backward + SGD step, 10 warm-up + 50 timed steps, wall time synchronised with the "
+             "backward + SGD (momentum 0.9) step, 10 warm-up + 50 timed steps, wall time synchronised with the "
              "device, averaged over the timed steps (ms per step), batch started at 256/512 and was "
              "reduced on out-of-memory until a run fitted",
     "infer": "timm benchmark.py, inference: eval mode, no_grad, forward on random inputs, 10 "
@@ -80,7 +83,7 @@ def read_file(path: str, source_file: str) -> tuple[list[dict], list[str]]:
     label = "train_step_ms" if mode == "train" else "inference_ms"
     common = dict(device_spec=DEVICES[dev], precision=PRECISIONS[m["prec"]],
                   memory_format=m["fmt"], gpus=1, parallelism="single",
-                  compiled="dynamo" if m["dyn"] else "none", optimizer="sgd",
+                  compiled="dynamo" if m["dyn"] else "none", optimizer=OPTIMIZER,
                   model_source="timm", torch_version=torch_version(m["pt"]),
                   cuda=cuda_version(m["cu"]), source_file=source_file, method=METHOD[mode],
                   warmup=WARMUP, steps=STEPS)

@@ -41,8 +41,7 @@ def time_floors_ms(graph: Graph, device: dict, precision: str | None,
     if spec.kind == "cpu":
         return {}
     precision = precision or "amp-fp16"
-    # timm's "sgd" is SGD with momentum; the floor counts the momentum buffer's traffic only then
-    opt = {"sgd": "sgd-momentum"}.get(optimizer or "sgd", optimizer or "sgd")
+    opt = optimizer or "sgd-momentum"
     try:
         return {"train_step_ms": roofline(graph, spec, precision, "train", opt).total_ms,
                 "inference_ms": roofline(graph, spec, precision, "infer", opt).total_ms}
@@ -53,7 +52,7 @@ def time_floors_ms(graph: Graph, device: dict, precision: str | None,
 def gpu_memory_mb(graph: Graph, precision: str | None, optimizer: str | None) -> dict:
     """Training memory on a GPU from the CUDA memory model (device memory in use, as NVML
     reports it): value, interval and each term, in MB."""
-    est = training_memory(graph, precision or "amp-fp16", optimizer or "sgd")
+    est = training_memory(graph, precision or "amp-fp16", optimizer or "sgd-momentum")
     terms = est.to_mb()
     value = terms["device_used"]
     return {"value": value, "low": max(value * (1 - GPU_MEMORY_TOLERANCE), terms["floor"]),
