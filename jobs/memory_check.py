@@ -9,6 +9,12 @@ predicts ``device_used`` at both sizes and reports the share of rows on each sid
 Two stages (both resumable; the export runs one model at a time in a child process):
     python jobs/memory_check.py export --out /tmp/memcheck --sample 320     # background, slow
     python jobs/memory_check.py check --out /tmp/memcheck --json docs/memory_check.json
+
+The check also reads skeletons from other folders of ``<arch>@<res>.onnx`` files, e.g. the GPU
+corpus build's exports (the same weight-stripped, dynamic-batch graphs), so all rows need no
+separate export:
+    python jobs/memory_check.py check --out /tmp/memcheck --onnx-dirs artifacts/corpus-gpu/onnx \
+        --json docs/memory_check.json
 """
 from __future__ import annotations
 
@@ -112,12 +118,15 @@ def export(out: str, sample: int, timeout_s: float = 600.0) -> None:
     pool.shutdown()
 
 
-def check(out: str, json_out: str | None, capacity_gib: float) -> dict:
-    """Run the censored check on every row whose graph was exported; print and return figures."""
+def check(out: str, json_out: str | None, capacity_gib: float, onnx_dirs: tuple[str, ...] = ()) -> dict:
+    """Run the censored check on every row whose graph was exported (to ``out/onnx`` or one of
+    ``onnx_dirs``, the first folder holding a model wins); print and return figures."""
     from trappm_ray.physics.censored import censored_check, load_skeletons
 
     rows = read_rows()
-    skeletons = load_skeletons(os.path.join(out, "onnx"))
+    skeletons = {}
+    for folder in (os.path.join(out, "onnx"), *onnx_dirs):
+        skeletons = {**load_skeletons(folder), **skeletons}
     result = censored_check(rows, skeletons, capacity_bytes=capacity_gib * 2**30,
                             cache_path=os.path.join(out, "predictions.jsonl"))
     summary = result["summary"]
@@ -135,12 +144,13 @@ def main(argv=None) -> None:
     p.add_argument("--sample", type=int, default=150, help="models to export (stratified)")
     p.add_argument("--json", default=None, help="write the full result here (check)")
     p.add_argument("--capacity-gib", type=float, default=24.0, help="GPU memory (RTX 3090: 24)")
+    p.add_argument("--onnx-dirs", default="", help="comma-separated extra skeleton folders (check)")
     a = p.parse_args(argv)
     logging.basicConfig(level=logging.INFO, stream=sys.stderr)
     if a.stage == "export":
         export(a.out, a.sample)
     else:
-        check(a.out, a.json, a.capacity_gib)
+        check(a.out, a.json, a.capacity_gib, tuple(d for d in a.onnx_dirs.split(",") if d))
 
 
 if __name__ == "__main__":

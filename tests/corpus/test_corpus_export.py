@@ -62,3 +62,14 @@ def test_meta_init_export_gives_the_real_export_graph(expanded):
     export.materialize(lean, expanded=expanded)
     export.jitter_real_tensors(lean)
     assert _graph(_export(lean, export_params=not expanded)) == _graph(_export(real))
+
+
+def test_timm_rms_norm_exports_as_elementwise_ops():
+    timm_norm = pytest.importorskip("timm.layers.norm")
+    before = timm_norm.rms_norm
+    model = torch.nn.Sequential(torch.nn.Linear(8, 8), timm_norm.RmsNorm(8)).eval()
+    data = export.export_legacy(model, (torch.randn(2, 8),), input_names=["x"],
+                                dynamic_axes={"x": {0: "batch"}})
+    g = featurize(data, batch_size=4)
+    assert {"ReduceMean", "Sqrt"} <= set(g.ops) or {"ReduceMean", "Reciprocal"} <= set(g.ops)
+    assert timm_norm.rms_norm is before  # restored after the export

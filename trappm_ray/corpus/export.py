@@ -139,7 +139,8 @@ def export_legacy(model, args: tuple, input_names: list[str], dynamic_axes: dict
     nbytes = sum(p.numel() * p.element_size() for p in model.parameters()) if export_params else 0
     kwargs = {"dynamo": False, "opset_version": opset, "input_names": input_names,
               "output_names": output_names, "dynamic_axes": dynamic_axes}
-    with warnings.catch_warnings(), torch.no_grad(), _small_initializers_only(not export_params):
+    with (warnings.catch_warnings(), torch.no_grad(), _small_initializers_only(not export_params),
+          _decomposed_rms_norm()):
         warnings.simplefilter("ignore")
         if nbytes < _IN_MEMORY_MAX_BYTES:
             buf = io.BytesIO()
@@ -152,6 +153,29 @@ def export_legacy(model, args: tuple, input_names: list[str], dynamic_axes: dict
                 proto = onnx.load(path, load_external_data=False)
                 _drop_external_refs(proto)
     return strip_weights(proto, KEEP_INITIALIZER_MAX_ELEMENTS).SerializeToString()
+
+
+@contextlib.contextmanager
+def _decomposed_rms_norm():
+    """Within the block, timm's RMSNorm layers use timm's own composition of elementwise ops
+    instead of torch's ``rms_norm``, which the legacy exporter cannot export (``aten::rms_norm``).
+    The graph computes the same function; only the ONNX spelling differs."""
+    import sys
+
+    fast_norm, norm = sys.modules.get("timm.layers.fast_norm"), sys.modules.get("timm.layers.norm")
+    patches = []
+    if fast_norm is not None:
+        patches.append((fast_norm, "has_torch_rms_norm", False))
+        if norm is not None and hasattr(norm, "rms_norm"):
+            patches.append((norm, "rms_norm", fast_norm.rms_norm))
+    saved = [(mod, name, getattr(mod, name)) for mod, name, _ in patches]
+    for mod, name, value in patches:
+        setattr(mod, name, value)
+    try:
+        yield
+    finally:
+        for mod, name, value in saved:
+            setattr(mod, name, value)
 
 
 @contextlib.contextmanager

@@ -21,13 +21,16 @@ import onnx
 
 from trappm_ray import errors
 from trappm_ray import storage
+from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, device_of,
-                                        load_default, model_version, names_device)
+from trappm_ray.model.predictor import Predictor, PredictorError, device_of, model_version, names_device
+from trappm_ray.model.spec_model import SpecPredictor
+from trappm_ray.physics.roofline import roofline
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
+from trappm_ray.serving.registry import device_catalog, load_predictor
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
@@ -71,6 +74,8 @@ class PredictOptions:
         precision, optimizer, gpus, memory_format: the training setting predicted for
             (:mod:`trappm_ray.model.options`); None = the predictor's default, the setting its
             labels were measured in (the CPU predictor: fp32, Adam, 1).
+        device: answer with this device's predictor (:func:`load_predictor`) instead of the one
+            :func:`predict_many` is given (the HTTP app's ``?device=``); None = that one.
     """
 
     batch_size: int | None = 1
@@ -85,6 +90,7 @@ class PredictOptions:
     optimizer: str | None = None
     gpus: int | None = None
     memory_format: str | None = None
+    device: str | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
@@ -125,6 +131,7 @@ class Prediction:
     floors: dict = field(default_factory=dict)
     warnings: list[str] = field(default_factory=list)
     memory_terms: dict | None = None
+    notes: list[str] = field(default_factory=list)
 
     @property
     def throughput_samples_s(self) -> float | None:
@@ -159,47 +166,8 @@ class Prediction:
                    training_cost=asdict(self.training_cost) if self.training_cost else None,
                    model_version=self.model_version, device=self.device, graph=self.graph,
                    options=self.options, domain=self.domain, floors=self.floors,
-                   warnings=self.warnings, memory_terms=self.memory_terms)
+                   warnings=self.warnings, notes=self.notes, memory_terms=self.memory_terms)
         return out
-
-
-# -- predictors ---------------------------------------------------------------------------------
-_LOADED: dict[str, Predictor] = {}
-
-
-def _shipped() -> list[Path]:
-    return sorted(p.parent for p in DEFAULT_DIR.parent.glob("*/manifest.json"))
-
-
-def load_predictor(predictor: str | os.PathLike | Predictor | None = None,
-                   device: str | None = None) -> Predictor:
-    """A predictor by URI, or the shipped one for ``device`` (None: the default); cached.
-
-    Raises:
-        PredictorError: nothing readable there, or no shipped predictor for ``device``.
-    """
-    if isinstance(predictor, Predictor):
-        found = predictor
-    elif predictor not in (None, "", "default"):
-        uri = str(predictor)
-        if uri not in _LOADED:
-            _LOADED[uri] = Predictor.load(uri)
-        found = _LOADED[uri]
-    elif device is None:
-        if "default" not in _LOADED:
-            _LOADED["default"] = load_default()
-        found = _LOADED["default"]
-    else:
-        for path in _shipped():
-            dev = json.loads((path / "manifest.json").read_text()).get("device") or {}
-            if names_device(dev, device):
-                return load_predictor(str(path))
-        names = [p.name for p in _shipped()] or ["none"]
-        raise PredictorError(f"no shipped predictor for device '{device}' (shipped: {', '.join(names)})")
-    if device is not None and not names_device(found.manifest.get("device") or {}, device):
-        raise PredictorError(f"predictor {model_version(found)} is for device "
-                             f"{device_of(found).get('slug')!r}, not {device!r}")
-    return found
 
 
 # -- models -------------------------------------------------------------------------------------
@@ -254,6 +222,15 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
                      dims=dict(opts.dims) or None)
 
 
+def spec_floors_ms(graph: Graph, predictor: SpecPredictor, setting: dict) -> dict[str, float]:
+    """Roofline floors of a step and an inference pass on a spec predictor's device (which may be
+    a user's spec, absent from the table :func:`time_floors_ms` reads)."""
+    precision = setting["precision"] or "amp-fp16"
+    return {"train_step_ms": roofline(graph, predictor.spec, precision, "train",
+                                      setting["optimizer"] or "sgd-momentum").total_ms,
+            "inference_ms": roofline(graph, predictor.spec, precision, "infer", "none").total_ms}
+
+
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search): intervals widened
@@ -263,14 +240,21 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     setting = resolve_options(asdict(opts), predictor.manifest)
     device, domain = device_of(predictor), domain_of(predictor.manifest, graph)
     floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"]),
-              **time_floors_ms(graph, device, setting["precision"], setting["optimizer"])}
+              **(spec_floors_ms(graph, predictor, setting) if isinstance(predictor, SpecPredictor) else
+                 time_floors_ms(graph, device, setting["precision"], setting["optimizer"]))}
 
     def est(t: str) -> Estimate | None:
         if t not in row:
             return None
         mean, std = row[t], row[f"{t}_std"]
+        if f"{t}_low" in row:  # a conformal band (spec predictor), widened in log space
+            low, high = (mean * (row[f"{t}_{e}"] / mean) ** domain["widen"] for e in ("low", "high"))
+            return Estimate(max(mean, floors[t]), max(low, floors[t]), max(high, floors[t]), std, units[t])
         half = opts.interval_z * std * domain["widen"]
-        low, floor = max(0.0, mean - half), floors.get(t, 0.0)
+        # a cost is positive and its errors are relative: the low end mirrors the high end in
+        # ratio (mean / (1 + h), never below mean - half), so a wide interval never reaches 0
+        low = mean / (1 + half / mean) if mean > 0 else 0.0
+        floor = floors.get(t, 0.0)
         return Estimate(max(mean, floor), max(low, floor), max(mean + half, floor), std, units[t])
 
     summary = graph.summary()
@@ -286,6 +270,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
         m = gpu_memory_mb(graph, setting["precision"], setting["optimizer"])
         p.train_memory_mb = Estimate(m["value"], m["low"], m["high"], 0.0, "MB")
         p.memory_terms = m["terms"]
+    if device.get("spec_only"):
+        p.notes.append(device["note"])
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
         p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)
     if p.train_memory_mb is not None:
@@ -306,30 +292,49 @@ def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
                memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
 
 
-def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Predictor
+def predictor_for(opts: PredictOptions, predictor) -> Predictor | SpecPredictor:
+    """The predictor answering ``opts``: ``predictor``, unless ``opts.device`` names another
+    device (then its shipped or spec-based one); an unknown device is an UnsupportedOption."""
+    if opts.device is None or names_device(predictor.manifest.get("device") or {}, opts.device):
+        return predictor
+    try:
+        return load_predictor(None, opts.device)
+    except PredictorError as e:
+        raise errors.UnsupportedOption(str(e)) from None
+
+
+def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Predictor | SpecPredictor
                  ) -> list[Prediction | errors.ModelError]:
-    """Predict ``(onnx bytes, options, label)`` items with one ensemble pass over all graphs.
+    """Predict ``(onnx bytes, options, label)`` items with one pass per predictor over all graphs
+    (``predictor``, or the one an item's ``opts.device`` names).
 
     A bad model yields its :class:`errors.ModelError` in its slot; the others are unaffected.
     """
     out: list = [None] * len(models)
-    ok: list[tuple[int, onnx.ModelProto, Graph]] = []
+    groups: dict[int, tuple] = {}
     for i, (data, opts, _) in enumerate(models):
         try:
-            resolve_options(asdict(opts), predictor.manifest)
+            chosen = predictor_for(opts, predictor)
+            setting = resolve_options(asdict(opts), chosen.manifest)
+            if isinstance(chosen, SpecPredictor):
+                chosen.check(setting)
             proto = read_model(data)
-            ok.append((i, proto, featurize_with(proto, opts)))
+            item = (i, proto, featurize_with(proto, opts), {**setting, "interval_z": opts.interval_z})
+            groups.setdefault(id(chosen), (chosen, []))[1].append(item)
         except errors.ModelError as e:
             out[i] = e
-    rows = predictor.predict_graphs([g for _, _, g in ok]) if ok else []
-    for (i, proto, graph), row in zip(ok, rows):
-        data, opts, label = models[i]
-        p = build_prediction(row, graph, predictor, opts, label, hashlib.sha256(data).hexdigest())
-        if opts.memory_budget_mb is not None:
-            p.max_batch_size = largest_batch(
-                lambda b, proto=proto, opts=opts: memory_at(proto, opts, b, predictor),
-                opts.memory_budget_mb, opts.max_batch)
-        out[i] = p
+    for chosen, ok in groups.values():
+        graphs = [g for _, _, g, _ in ok]
+        rows = (chosen.predict_graphs(graphs, [s for *_, s in ok]) if isinstance(chosen, SpecPredictor)
+                else chosen.predict_graphs(graphs))
+        for (i, proto, graph, _), row in zip(ok, rows):
+            data, opts, label = models[i]
+            p = build_prediction(row, graph, chosen, opts, label, hashlib.sha256(data).hexdigest())
+            if opts.memory_budget_mb is not None:
+                p.max_batch_size = largest_batch(
+                    lambda b, proto=proto, opts=opts, chosen=chosen: memory_at(proto, opts, b, chosen),
+                    opts.memory_budget_mb, opts.max_batch)
+            out[i] = p
     return out
 
 
@@ -339,7 +344,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             steps: int | None = None, price_per_hour: float | None = None,
             interval_z: float = 1.96, input_shape: tuple[int, ...] | None = None,
             precision: str | None = None, optimizer: str | None = None, gpus: int | None = None,
-            memory_format: str | None = None) -> Prediction:
+            memory_format: str | None = None,
+            device_spec: str | os.PathLike | DeviceSpec | None = None) -> Prediction:
     """Predict the training step time, memory, power and inference latency of ``model``.
 
     Args:
@@ -347,7 +353,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             ``nn.Module`` (exported with ``input_shape``, default ``(3, R, R)``) or a timm name.
         batch_size: the batch size to predict for; None = the batch the file was exported with
             (the result's ``graph`` says whether a fixed batch was re-bound).
-        device: pick the shipped predictor of this device (slug or name); None: the default.
+        device: the shipped predictor of this device (slug or name), else for a GPU of the spec
+            table the spec-based predictor (times from its specs alone); None: the default.
         predictor: a predictor URI or instance instead of a shipped one.
         resolution: value of symbolic spatial dims; export size of timm names and modules.
         dims: values of other named symbolic input dims.
@@ -357,15 +364,18 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
         precision, optimizer, gpus, memory_format: the training setting (None: the predictor's
             default); a value the device's predictor was never trained on raises
             ``errors.UnsupportedOption``.
+        device_spec: a user's GPU (``--device-spec`` JSON path or a DeviceSpec): predicted by the
+            spec-based predictor; training memory from the CUDA memory model.
 
     Raises:
         errors.ModelError: the model cannot be read or featurized (``.code``, ``.status``).
-        PredictorError: no predictor (e.g. the default is not shipped in this checkout).
+        PredictorError: no predictor (e.g. the default is not shipped in this checkout), or an
+            unknown device (the message says how to pass ``device_spec``).
     """
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
                           optimizer=optimizer, gpus=gpus, memory_format=memory_format)
-    chosen = load_predictor(predictor, device)
+    chosen = load_predictor(predictor, device, device_spec)
     data, label = model_bytes(model, resolution, input_shape)
     result = predict_many([(data, opts, label)], chosen)[0]
     if isinstance(result, errors.ModelError):
@@ -374,5 +384,5 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
 
 
 __all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict",
-           "predict_many", "load_predictor", "model_bytes",
-           "build_prediction", "model_version", "device_of"]
+           "predict_many", "predictor_for", "load_predictor", "device_catalog", "model_bytes",
+           "spec_floors_ms", "build_prediction", "model_version", "device_of"]
