@@ -17,6 +17,8 @@ from pathlib import Path
 import pytest
 
 import onnx_builders as B
+from trappm_ray import errors
+from trappm_ray.graph.featurize import featurize
 
 ADDRESS_SPACE = 2 * 2**30
 TIMEOUT_S = 60
@@ -102,3 +104,10 @@ def test_time_limit_is_a_typed_error():
     with pytest.raises(errors.TooSlow) as info:
         featurize(B.to_bytes(B.shape_arith_model(divide=True)), limits=Limits(max_seconds=0))
     assert str(info.value).startswith("timeout: ") and info.value.status == 413
+
+
+@pytest.mark.parametrize("kind", B.BOMB_KINDS)
+def test_tensor_beyond_the_largest_device_is_refused(kind):
+    """10**12 elements: more than any device in the spec table holds, even at a byte each."""
+    with pytest.raises(errors.TooLarge, match="largest device in the spec table"):
+        featurize(B.to_bytes(B.bomb_model(kind, 10**12)), batch_size=1)

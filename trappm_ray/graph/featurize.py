@@ -7,6 +7,7 @@ this raw graph by :mod:`trappm_ray.graph.features`, so one stored graph serves e
 """
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
@@ -96,12 +97,25 @@ def _fold6(shape: tuple[int, ...] | None) -> list[int]:
     return s + [0] * (SHAPE_SLOTS - len(s))
 
 
+@functools.lru_cache(maxsize=1)
+def largest_device() -> tuple[str, float]:
+    """(name, bytes) of the device with the most memory in the spec table."""
+    from trappm_ray import devices
+
+    spec = max(devices.load_specs().values(), key=lambda s: s.memory_gb or 0.0)
+    return spec.name, float(spec.memory_gb or 0.0) * 1e9
+
+
 def _checked_numel(name: str, shape: tuple[int, ...]) -> int:
-    """Element count; a tensor past 2**62 elements is no model any device could hold."""
+    """Element count; a tensor with more elements than the largest device in the spec table
+    has bytes of memory (even at one byte each) is no model a device could run: refused, so a
+    few hundred bytes of shape arithmetic cannot ask for a petabyte and get a number back."""
     n = math.prod(shape)
-    if n > INT_CAP or any(d > INT_CAP for d in shape):
+    device, capacity = largest_device()
+    if n > INT_CAP or any(d > INT_CAP for d in shape) or n > capacity:
         raise errors.TooLarge(f"tensor '{name}' of shape {list(shape)[:8]} has about "
-                              f"1e{len(str(n)) - 1} elements, beyond what any device holds")
+                              f"1e{len(str(n)) - 1} elements, more than the largest device in the "
+                              f"spec table ({device}, {capacity / 1e9:.0f} GB) holds")
     return n
 
 
