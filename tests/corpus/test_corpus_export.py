@@ -73,3 +73,13 @@ def test_timm_rms_norm_exports_as_elementwise_ops():
     g = featurize(data, batch_size=4)
     assert {"ReduceMean", "Sqrt"} <= set(g.ops) or {"ReduceMean", "Reciprocal"} <= set(g.ops)
     assert timm_norm.rms_norm is before  # restored after the export
+
+
+def test_unfused_attention_is_restored():
+    config = pytest.importorskip("timm.layers.config")
+    from trappm_ray.corpus import zoo
+
+    before = config.use_fused_attn()
+    with zoo.unfused_attention():
+        assert not config.use_fused_attn()
+    assert config.use_fused_attn() == before

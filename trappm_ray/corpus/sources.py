@@ -95,6 +95,10 @@ def export(arch: str, resolution: int, source: str = "timm", meta_init: bool = T
             log.warning("%s@%s: no dynamic batch axis (%s), exporting at batch 1", arch, resolution, e)
             sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=meta_init,
                                      fixed_batch=1)
+        elif "scaled_dot_product_attention" in str(e):
+            log.warning("%s@%s: fused attention does not export (%s), exporting it unfused", arch, resolution, e)
+            with zoo.unfused_attention():
+                sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=meta_init)
         elif meta_init:  # some constructors read their own weights' values
             log.warning("%s@%s: meta-device build failed (%s), building it for real", arch, resolution, e)
             sk = zoo.export_skeleton(arch, resolution, max_params=None, meta_init=False)

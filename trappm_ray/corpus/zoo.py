@@ -6,6 +6,7 @@ torch and timm are imported lazily so that the featurizer and the service never 
 """
 from __future__ import annotations
 
+import contextlib
 import re
 import warnings
 from dataclasses import dataclass
@@ -94,6 +95,21 @@ def create_model(arch: str, resolution: int, device: str | None = None, **model_
             return timm.create_model(name, **kwargs)
 
 
+@contextlib.contextmanager
+def unfused_attention():
+    """Within the block, timm models built get attention as explicit matmul + softmax instead of
+    ``F.scaled_dot_product_attention``: for the models (rotary-embedding ViTs: EVA, RoPE ViTs)
+    whose fused call passes arguments the legacy exporter cannot trace."""
+    from timm.layers import config
+
+    fused, experimental = config.use_fused_attn(), config.use_fused_attn(experimental=True)
+    config.set_fused_attn(False)
+    try:
+        yield
+    finally:
+        config.set_fused_attn(fused, experimental=experimental)
+
+
 def count_params(arch: str, resolution: int) -> int:
     """Parameter count of ``arch`` without allocating its weights (meta device)."""
     import torch
@@ -180,4 +196,5 @@ __all__ = [
     "family_of",
     "list_architectures",
     "strip_weights",
+    "unfused_attention",
 ]
