@@ -208,11 +208,11 @@ def test_predict_bad_input_one_line(capsys, files, predictor_dir, key, needle):
 
 
 def test_predict_without_default_predictor(capsys, files, monkeypatch, tmp_path):
-    import trappm_ray.serving.api as api
     import trappm_ray.model.predictor as predictor_mod
+    import trappm_ray.serving.registry as registry
 
     monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", tmp_path / "none")
-    monkeypatch.setattr(api, "_LOADED", {})
+    monkeypatch.setattr(registry, "_LOADED", {})
     rc, out, err = run_predict(capsys, files["cnn"], "--json")
     assert rc == 2 and out == ""
     assert_one_error_line(err, "no default predictor")
@@ -236,3 +236,40 @@ def test_devices_lists_shipped_predictors_and_specs(capsys):
     specs = {d["slug"]: d for d in out["specs"]}
     assert "1g.5gb" in specs["a100-sxm4-40gb"]["mig_profiles"] and specs["rtx3090"]["memory_gb"] == 24
     assert cli.main(["devices"]) == 0 and "rtx3090-amp" in capsys.readouterr().out
+
+
+def test_predict_device_spec_and_spec_table_device(capsys, files, tmp_path):
+    """A GPU without a shipped predictor, by spec-table slug or a user's JSON: the shipped
+    spec-based predictor, CUDA-model memory, times above the floor, and it says so."""
+    from trappm_ray import devices
+
+    h100 = devices.get("h100-sxm5-80gb")
+    spec = tmp_path / "h100.json"
+    spec.write_text(json.dumps({k: getattr(h100, k) for k in (
+        "name", "memory_gb", "memory_bw_gbs", "peak_fp32_tflops", "peak_fp16_tensor_tflops",
+        "peak_bf16_tensor_tflops", "peak_tf32_tensor_tflops", "sm_count", "l2_mb", "tdp_w")}))
+    for args in (("--device-spec", str(spec)), ("--device", "h100-sxm5-80gb")):
+        rc, out, err = run_predict(capsys, files["cnn"], "--batch-size", "16", *args, "--json")
+        assert rc == 0, err
+        r = json.loads(out)
+        assert r["model_version"].startswith("gpu-spec:") and r["device"]["spec_only"]
+        assert r["train_step_ms"] >= r["floors"]["train_step_ms"] > 0
+        assert r["inference_ms"] >= r["floors"]["inference_ms"] > 0
+        assert r["memory_terms"] and r["options"]["precision"] == "amp-fp16"
+        assert any("device specs alone (no labels for this device)" in n for n in r["notes"])
+    rc, out, _ = run_predict(capsys, files["cnn"], "--device-spec", str(spec), "--precision", "fp32")
+    assert rc == 0 and "note: predicted from device specs alone" in out and "fp32" in out
+    rc, out, err = run_predict(capsys, files["cnn"], "--device", "my-tpu")
+    assert rc == 2 and out == ""
+    assert_one_error_line(err, "--device-spec")
+
+
+def test_devices_lists_the_spec_predictor(capsys):
+    assert cli.main(["devices", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    spec = out["spec_predictor"]
+    assert spec["kind"] == "gpu-spec" and "rtx3090" in spec["trained_on"]["devices"]
+    assert "h100-sxm5-80gb" in spec["devices"] and "rtx3090" not in spec["devices"]
+    assert {t: v > 0 for t, v in spec["lodo_mape"].items()} == {"train_step_ms": True, "inference_ms": True}
+    assert {d["slug"]: d["predictor"] for d in out["specs"]}["a100-sxm4-80gb"] == "gpu-spec"
+    assert cli.main(["devices"]) == 0 and "spec-based predictor gpu-spec" in capsys.readouterr().out

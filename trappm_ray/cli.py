@@ -62,8 +62,9 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
     print(f"model      {p.model}  (sha256 {p.model_sha256[:12]})")
     print(f"graph      {p.graph.get('nodes')} nodes, {p.graph.get('macs', 0) / 1e9:.3g} GMACs, "
           f"{p.graph.get('params', 0) / 1e6:.3g} M params")
-    print(f"predictor  {p.model_version}  device {dev.get('name', '?')} ({dev.get('kind')})  "
-          f"interval: mean +- {p.interval_z:g} sd over seeds")
+    band = (f"interval: split-conformal, coverage of +-{p.interval_z:g} sd, from unseen-device errors"
+            if dev.get("spec_based") else f"interval: mean +- {p.interval_z:g} sd over seeds")
+    print(f"predictor  {p.model_version}  device {dev.get('name', '?')} ({dev.get('kind')})  {band}")
     print(f"batch size {p.batch_size}\n")
     rows = [("training step time", _fmt(p.train_step_ms)),
             ("training memory", _fmt(p.train_memory_mb)),
@@ -90,6 +91,8 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
     if floor:
         print(f"training memory floor (weights + gradients + optimizer state): {floor:.1f} MB")
     print(f"similarity to the training graphs: {p.domain.get('note', 'not assessed')}")
+    for note in p.notes:
+        print(f"note: {note}")
     for warning in p.warnings:
         print(f"WARNING: {warning}")
     if dev.get("kind") == "cpu":
@@ -148,7 +151,7 @@ def _predict(args: argparse.Namespace) -> int:
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
                 price_per_hour=args.price_per_hour, **setting)
-    predictor = api.load_predictor(args.predictor, args.device)
+    predictor = api.load_predictor(args.predictor, args.device, args.device_spec)
     p = api.predict(args.file, args.batch_size, predictor=predictor, **opts)
     report, sweep_rows, plot = p.to_dict(), None, None
     if args.sweep:
@@ -177,36 +180,50 @@ def _predict(args: argparse.Namespace) -> int:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    """The shipped predictors (what each was trained on) and the devices of the spec table."""
-    from pathlib import Path
+    """The shipped predictors (what each was trained on), the spec-based predictor with its
+    leave-one-device-out error, and the devices of the spec table."""
+    import os
 
     from trappm_ray import devices
+    from trappm_ray.model.spec_model import SPEC_DIR
+    from trappm_ray.serving.registry import device_catalog
 
-    root = Path(__file__).parent / "predictors"
-    shipped = []
-    for path in sorted(root.glob("*/manifest.json")):
-        m = json.loads(path.read_text())
-        data = m.get("data") or {}
-        shipped.append({"predictor": path.parent.name, "device": (m.get("device") or {}).get("slug"),
-                        "kind": (m.get("device") or {}).get("kind"), "targets": m.get("targets"),
-                        "options": m.get("options"), "labels": data.get("labels"),
-                        "architectures": data.get("architectures"),
-                        "families": len(data.get("families") or [])})
+    catalog = device_catalog()
+    shipped = [d for d in catalog if d["predictor"] != "gpu-spec"]
+    spec_path = os.path.join(SPEC_DIR, "manifest.json")
+    spec_m = json.loads(open(spec_path, encoding="utf-8").read()) if os.path.exists(spec_path) else None
+    spec_info = None if spec_m is None else {
+        "predictor": "gpu-spec", "kind": spec_m.get("kind"), "variant": spec_m.get("variant"),
+        "targets": spec_m.get("targets"), "options": spec_m.get("options"),
+        "trained_on": {"devices": sorted((spec_m.get("data") or {}).get("rows_per_device") or {}),
+                       "rows": (spec_m.get("data") or {}).get("rows")},
+        "lodo_mape": {t: v.get("mean_device_mape") for t, v in (spec_m.get("lodo") or {}).items()},
+        "devices": [d["device"] for d in catalog if d["predictor"] == "gpu-spec"],
+        "command": spec_m.get("command")}
     specs = [{"slug": s.slug, "kind": s.kind, "name": s.name, "memory_gb": s.memory_gb,
+              "predictor": next((d["predictor"] for d in catalog if d["device"] == s.slug
+                                 or str(d["device"]).startswith(s.slug + "-")), None),
               "mig_profiles": [p.profile for p in devices.mig_profiles(s.slug)]}
              for s in devices.load_specs().values()]
     if args.json:
-        print(json.dumps({"predictors": shipped, "specs": specs}))
+        print(json.dumps({"predictors": shipped, "spec_predictor": spec_info, "specs": specs}))
         return 0
     print("shipped predictors (trappm-ray predict MODEL --device DEVICE):")
     for d in shipped:
         opts = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in (d["options"] or {}).items())
-        print(f"  {d['device']:<30} {d['kind'] or '?':<5} {d['labels']} labels, {d['architectures']} "
-              f"architectures, {d['families']} families; targets {', '.join(d['targets'] or [])}; {opts}")
-    print(f"\ndevice spec table ({len(specs)} devices, data/devices.csv; GPU/MIG fit, roofline):")
+        print(f"  {d['device']:<30} {d['kind'] or '?':<5} {d['labels']} labels; targets "
+              f"{', '.join(d['targets'] or [])}; {opts}")
+    if spec_info:
+        err = ", ".join(f"{t} {v:.0f}%" for t, v in spec_info["lodo_mape"].items() if v is not None)
+        print(f"\nspec-based predictor gpu-spec (any other GPU of the table, or --device-spec FILE.json):"
+              f"\n  trained on {spec_info['trained_on']['rows']} rows of "
+              f"{len(spec_info['trained_on']['devices'])} devices ({', '.join(spec_info['trained_on']['devices'])});"
+              f"\n  leave-one-device-out MAPE, mean over held-out devices: {err}")
+    print(f"\ndevice spec table ({len(specs)} devices, data/devices.csv; predictor, GPU/MIG fit, roofline):")
     for d in specs:
-        mig = f", MIG {' '.join(d['mig_profiles'])}" if d["mig_profiles"] else ""
-        print(f"  {d['slug']:<30} {d['kind']:<5} {d['memory_gb'] or '?'} GB{mig}")
+        mig = f"MIG {' '.join(d['mig_profiles'])}" if d["mig_profiles"] else ""
+        print(f"  {d['slug']:<30} {d['kind']:<5} {str(d['memory_gb'] or '?') + ' GB':<9} "
+              f"{d['predictor'] or '-':<13} {mig}".rstrip())
     return 0
 
 
@@ -234,7 +251,12 @@ def build_parser() -> argparse.ArgumentParser:
                    help="value for symbolic spatial dims of image inputs")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="value for a named symbolic input dimension (repeatable)")
-    p.add_argument("--device", default=None, help="use the shipped predictor of this device")
+    p.add_argument("--device", default=None,
+                   help="the shipped predictor of this device, else (a GPU of the spec table) the "
+                        "spec-based predictor; `trappm-ray devices` lists them")
+    p.add_argument("--device-spec", default=None, metavar="FILE.json",
+                   help="a GPU described by its specs (fields of data/devices.csv; required: name, "
+                        "memory_gb, memory_bw_gbs, peak_fp32_tflops): the spec-based predictor")
     p.add_argument("--precision", default=None, choices=options.PRECISIONS,
                    help="training precision (default: what the device's labels used)")
     p.add_argument("--optimizer", default=None, choices=options.OPTIMIZERS,

@@ -11,6 +11,7 @@ import trappm_ray
 from predictor_builders import random_predictor
 from trappm_ray import errors
 from trappm_ray.serving import api as P
+from trappm_ray.serving import registry as R
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.predictor import PredictorError
 
@@ -102,19 +103,19 @@ def test_missing_default_is_one_clear_line(monkeypatch, tmp_path):
     import trappm_ray.model.predictor as predictor_mod
 
     monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", tmp_path / "default")
-    monkeypatch.setattr(P, "DEFAULT_DIR", tmp_path / "default")
-    monkeypatch.setattr(P, "_LOADED", {})
+    monkeypatch.setattr(R, "DEFAULT_DIR", tmp_path / "default")
+    monkeypatch.setattr(R, "_LOADED", {})
     with pytest.raises(PredictorError, match="no default predictor") as info:
         P.predict(B.cnn_model())
     assert "\n" not in str(info.value)
-    with pytest.raises(PredictorError, match="no shipped predictor for device 'h100'"):
+    with pytest.raises(PredictorError, match="unknown device 'h100'.*--device-spec"):
         P.load_predictor(None, device="h100")
 
 
 def test_device_selects_and_checks(saved, monkeypatch, tmp_path):
     shipped = tmp_path / "predictors"
     random_predictor().save(str(shipped / "default"))
-    monkeypatch.setattr(P, "DEFAULT_DIR", shipped / "default")
+    monkeypatch.setattr(R, "DEFAULT_DIR", shipped / "default")
     assert P.load_predictor(None, device="test-device").manifest["device"]["slug"] == "test-device"
     with pytest.raises(PredictorError, match="not 'other'"):
         P.load_predictor(saved, device="other")

@@ -85,6 +85,25 @@ def test_healthz_and_models(server):
     models = r.json()["models"]
     assert models[0]["model_version"].startswith("random@")
     assert models[0]["device"]["slug"] == "test-device" and models[0]["targets"]
+    by_device = {d["device"]: d for d in r.json()["devices"]}
+    assert by_device["rtx3090-amp"]["predictor"] == "rtx3090-amp"
+    assert by_device["h100-sxm5-80gb"]["predictor"] == "gpu-spec" and by_device["h100-sxm5-80gb"]["spec_only"]
+
+
+def test_predict_device_query(server):
+    """``?device=`` picks a device's predictor: a spec-table GPU without labels gets gpu-spec."""
+    body = B.to_bytes(B.cnn_model())
+    # batch 6: a batch no other test posts, so the cache of the other tests stays as they expect
+    r = server.post("/v1/predict?batch_size=6&device=h100-sxm5-80gb", content=body, headers=OCTET)
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["device"]["slug"] == "h100-sxm5-80gb" and d["model_version"].startswith("gpu-spec:")
+    assert d["train_step_ms"] >= d["floors"]["train_step_ms"] and d["train_memory_mb"] > 0
+    assert any("device specs alone" in n for n in d["notes"])
+    plain = server.post("/v1/predict?batch_size=6", content=body, headers=OCTET).json()
+    assert plain["device"]["slug"] == "test-device"  # the cache keys on the device too
+    assert_error(server.post("/v1/predict?device=nope", content=body, headers=OCTET), 400,
+                 "unsupported_option")
 
 
 def test_predict_upload_and_cache(server):
@@ -227,8 +246,8 @@ def test_yaml_config_is_valid_and_loopback(dirs, monkeypatch):
     assert type(S.build_app(args)).__name__ == "Application"
     with pytest.raises(ValueError, match="unknown serve args"):
         S.build_app({"nope": 1})
-    import trappm_ray.serving.api as P
     import trappm_ray.model.predictor as predictor_mod
+    import trappm_ray.serving.registry as P
 
     monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", dirs / "no-default")
     monkeypatch.setattr(P, "_LOADED", {})

@@ -29,20 +29,16 @@ import pyarrow.parquet as pq
 from trappm_ray import devices, storage
 from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
 from trappm_ray.evaluate.gpu_report import markdown
-from trappm_ray.graph import features
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
 from trappm_ray.labels.store import device_slugs, ok_labels
-from trappm_ray.physics.roofline import roofline
+from trappm_ray.model.device_features import feature_vector, optimizer_of, roofline_features, settings_of
 from trappm_ray.train.splits import split
 
 log = logging.getLogger(__name__)
 
 MODELS = ("roofline", "roofline-eff", "xgboost", "mlp")
 TARGETS = {"train_step_ms": "train", "inference_ms": "infer"}
-ROOF_COLS = ("log_total_ms", "log_forward_ms", "log_optimizer_ms", "compute_bound_share",
-             "log_compute_ms", "log_memory_ms", "log_kernels")
-SETTING_COLS = ("train", "nhwc", "compiled", "torch2", "half", "fp64")
 
 
 @dataclass
@@ -87,37 +83,6 @@ def graph_index(labels_dir: str, corpora: tuple[str, ...]) -> dict[tuple, dict]:
     return index
 
 
-def _optimizer(row: dict) -> str:
-    """The roofline's optimizer for a label row: timm's ``sgd`` is SGD with momentum 0.9."""
-    opt = row.get("optimizer") or "none"
-    return "sgd-momentum" if opt == "sgd" and row.get("model_source") == "timm" else opt
-
-
-def _settings(row: dict, target: str) -> dict:
-    versions = (row.get("torch_version") or "").split(";")
-    return {"train": float(target == "train_step_ms"), "nhwc": float(row.get("memory_format") == "nhwc"),
-            "compiled": float((row.get("compiled") or "none") != "none"),
-            "torch2": float(any(v.startswith("2") for v in versions)),
-            "half": float(row["precision"] in ("amp-fp16", "amp-bf16", "fp16", "bf16")),
-            "fp64": float(row["precision"] == "fp64")}
-
-
-def _roofline_features(g: dict, spec, precision: str, mode: str, optimizer: str, s: dict):
-    """(floor in ms, v2 static features + log roofline terms) of one graph row, or None when the
-    device has no roofline at ``precision``."""
-    graph = row_to_graph(g)
-    try:
-        est = roofline(graph, spec, precision, mode, optimizer, fused_attention=bool(s["torch2"]),
-                       compiled=bool(s["compiled"]))
-    except ValueError:
-        return None
-    kernels = int(((est.node_class > 0) & (est.bytes + est.flops > 0)).sum())
-    roof = [math.log(est.total_ms), math.log(est.forward_ms), math.log1p(est.optimizer_ms),
-            est.compute_bound_share, math.log(est.compute_ms.sum() + 1e-9),
-            math.log(est.memory_ms.sum() + 1e-9), math.log(max(kernels, 1))]
-    return est.total_ms, np.concatenate([features.static_features(graph, "v2"), roof])
-
-
 def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
     """Label rows (one per row x target) joined to graphs, with roofline and features.
 
@@ -133,7 +98,6 @@ def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
         if not spec_slug:
             continue  # this project's own CPU rows: the VMs' peaks are unknown (no roofline)
         spec = devices.get(spec_slug)
-        svec = devices.spec_vector(spec)
         for target, mode in TARGETS.items():
             have = [r for r in rows if r.get(target) and (r.get("gpus") or 1) == 1]
             joined, no_roof = 0, 0
@@ -142,11 +106,11 @@ def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
                 g = index.get((r["arch"], r["resolution"], r["batch_size"]))
                 if g is None:
                     continue
-                s = _settings(r, target)
+                s = settings_of(r, target)
                 key = (g["arch"], g["resolution"], g["batch_size"], spec.slug, r["precision"], mode,
-                       _optimizer(r), s["torch2"], s["compiled"])
+                       optimizer_of(r), s["torch2"], s["compiled"])
                 if key not in cache:
-                    cache[key] = _roofline_features(g, spec, r["precision"], mode, _optimizer(r), s)
+                    cache[key] = roofline_features(row_to_graph(g), spec, r["precision"], mode, optimizer_of(r), s)
                 if cache[key] is None:  # e.g. no sourced FP64 peak: counted, reported once
                     if not no_roof:
                         log.warning("%s: no roofline for %s", slug, r["precision"])
@@ -156,7 +120,7 @@ def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
                 joined += 1
                 out.append({"slug": slug, "spec": spec.slug, "kind": spec.kind, "target": target, "arch": r["arch"],
                             "family": r["family"], "measured": float(r[target]), "floor": floor, "rkey": key,
-                            "x": np.concatenate([feats, svec, [s[c] for c in SETTING_COLS]])})
+                            "x": feature_vector(feats, spec, s)})
             counts[f"{slug}/{target}"] = {"ok_rows": len(have), "with_graph": joined, "no_roofline": no_roof,
                                           "without_graph": len(have) - joined - no_roof}
     return out, counts

@@ -8,6 +8,9 @@ Every estimate is the mean of the predictor's seed ensemble with an interval of
 ``mean +- interval_z * std`` over the seeds: it shows how much the seeds disagree, not the
 measurement noise of the labels. Results name the predictor's device (from its manifest); a CPU
 predictor predicts CPU costs, and the GPU/MIG fit then only applies its memory to GPU profiles.
+``device=`` picks a shipped predictor, else for any other GPU (a spec-table row, or a user's
+``device_spec`` file) the spec-based one (:mod:`trappm_ray.serving.registry`), whose intervals are
+split-conformal on its leave-one-device-out errors rather than the seeds' spread.
 """
 from __future__ import annotations
 
@@ -270,7 +273,7 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
         m = gpu_memory_mb(graph, setting["precision"], setting["optimizer"])
         p.train_memory_mb = Estimate(m["value"], m["low"], m["high"], 0.0, "MB")
         p.memory_terms = m["terms"]
-    if device.get("spec_only"):
+    if device.get("spec_based"):  # what the times rest on, and their error on unseen GPUs
         p.notes.append(device["note"])
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
         p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)

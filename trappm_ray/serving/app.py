@@ -32,9 +32,9 @@ RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx
              "application/x-www-form-urlencoded"}
 MAX_JSON_BYTES = 64 * 1024
 OPTION_NAMES = ("batch_size", "resolution", "memory_budget_mb", "steps", "price_per_hour",
-                "interval_z", "precision", "optimizer", "gpus", "memory_format")
+                "interval_z", "precision", "optimizer", "gpus", "memory_format", "device")
 _CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "precision": str,
-            "optimizer": str, "memory_format": str}
+            "optimizer": str, "memory_format": str, "device": str}
 
 
 @dataclass
@@ -206,7 +206,11 @@ class TrappmPredictor:
     async def models(self, request: Request):
         if not self._authorized(request):
             return error_response(401, "unauthorized", "missing or wrong bearer token")
-        return {"models": [self.info]}
+        from trappm_ray.serving.api import device_catalog
+
+        # ?device= on /v1/predict picks any of these: shipped predictors, then the spec table's
+        # GPUs that the spec-based predictor serves
+        return {"models": [self.info], "devices": device_catalog()}
 
     @api.post("/v1/predict")
     async def predict(self, request: Request):

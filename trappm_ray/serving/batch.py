@@ -51,6 +51,8 @@ class BatchPredictConfig:
         precision, optimizer, gpus, memory_format: the training setting predicted for (None:
             the predictor's default); one the predictor was never trained on fails the job
             before any file is read.
+        device: predict for this device: its shipped predictor, else (a GPU of the spec table)
+            the spec-based one; None = ``predictor``.
     """
 
     src: str = ""
@@ -69,9 +71,10 @@ class BatchPredictConfig:
     optimizer: str | None = None
     gpus: int | None = None
     memory_format: str | None = None
+    device: str | None = None
 
     def setting(self) -> dict:
-        return {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format")}
+        return {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "device")}
 
 
 @dataclass
@@ -113,6 +116,14 @@ def error_row(path: str, code: str, message: str, version: str, device: str) -> 
             "model_version": version, "device": device}
 
 
+class StorageUnavailable(RuntimeError):
+    """Reading an input failed for the storage's sake, not the file's: the job stops."""
+
+
+class BatchStopped(RuntimeError):
+    """The job stopped part-way (storage gone, a worker lost); what it wrote is kept."""
+
+
 class PredictActor:
     """Holds one predictor; maps a batch of paths to rows (callable class for ``map_batches``)."""
 
@@ -122,7 +133,7 @@ class PredictActor:
 
         import torch
 
-        self.predictor = load_predictor(predictor)
+        self.predictor = load_predictor(predictor, (setting or {}).get("device"))
         self.compute = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
         self.predictor.to(self.compute)
         self.opts = PredictOptions(batch_size, resolution, **(setting or {}))
@@ -151,9 +162,16 @@ class PredictActor:
                 items.append((self._read(path), self.opts, path))
             except errors.ModelError as e:
                 rows[path] = error_row(path, e.code, str(e), self.version, self.device)
-            except Exception as e:  # noqa: BLE001 - unreadable (permissions, S3): an error row
+            except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
+                # the file's own fault (gone since the listing, forbidden): an error row
                 rows[path] = error_row(path, "read_error", f"{e.__class__.__name__}: {e}",
                                        self.version, self.device)
+            except Exception as e:  # noqa: BLE001 - the storage's fault, not the file's
+                # An unreachable S3 endpoint must fail the job, not become an error row: a row
+                # is permanent (re-runs skip its path), so a brief outage would lose predictions.
+                raise StorageUnavailable(f"cannot read {path}: {e.__class__.__name__}: "
+                                         f"{str(e).splitlines()[0][:300] if str(e) else ''}"
+                                         ) from None
         for (_, _, path), r in zip(items, predict_many(items, self.predictor)):
             if isinstance(r, errors.ModelError):
                 rows[path] = error_row(path, r.code, str(r), self.version, self.device)
@@ -185,12 +203,29 @@ def _grouped(tables, rows: int):
         yield pa.concat_tables(pending)
 
 
+def _cause(e: BaseException) -> str:
+    """``Class: message`` of what stopped the job. A reading actor's :class:`StorageUnavailable`
+    reaches the driver as text inside Ray Data's ``UserCodeException``: it is found there."""
+    chain: list[BaseException] = []
+    while isinstance(e, BaseException) and all(e is not c for c in chain):
+        chain.append(e)
+        e = getattr(e, "cause", None) or e.__cause__
+    for exc in chain:
+        for line in str(exc).splitlines():
+            if "StorageUnavailable: " in line:
+                return "StorageUnavailable: " + line.split("StorageUnavailable: ", 1)[1][:400]
+    text = [line for line in str(chain[-1]).splitlines() if line.strip()]
+    return f"{chain[-1].__class__.__name__}: {text[-1][:300] if text else ''}"
+
+
 def run(cfg: BatchPredictConfig) -> BatchSummary:
     """Predict every ONNX file under ``cfg.src`` not yet in ``cfg.dst``; write parquet rows.
 
     Raises:
         FileNotFoundError: ``src`` is not a directory; PredictorError: no predictor;
-        errors.UnsupportedOption: a setting the predictor was never trained on.
+        errors.UnsupportedOption: a setting the predictor was never trained on;
+        BatchStopped: the storage (or a worker) failed mid-job; the rows written so far are
+        kept and a re-run predicts the rest.
     """
     from trappm_ray.model.options import resolve as resolve_options
     from trappm_ray.ray_init import ensure_ray
@@ -199,7 +234,7 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
     start = time.perf_counter()
     if not cfg.src or not cfg.dst:
         raise ValueError("src and dst are required")
-    predictor = load_predictor(cfg.predictor)  # fails early, before Ray starts
+    predictor = load_predictor(cfg.predictor, cfg.device)  # fails early, before Ray starts
     resolve_options(cfg.setting(), predictor.manifest)
     version = model_version(predictor)
     files = list_onnx(cfg.src)
@@ -228,14 +263,22 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
         # and wrote nothing until the end.
         run_id = f"{time.strftime('%Y%m%dT%H%M%S')}-{uuid.uuid4().hex[:6]}"
         outputs = ds.iter_batches(batch_size=None, batch_format="pyarrow")
-        for part, table in enumerate(_grouped(outputs, cfg.rows_per_file)):
-            storage.write_table(table, storage.join(cfg.dst, f"part-{run_id}-{part:05d}.parquet"))
-            status = table.column("status").to_pylist()
-            summary.ok += status.count("ok")
-            summary.errors += status.count("error")
+        try:
+            for part, table in enumerate(_grouped(outputs, cfg.rows_per_file)):
+                storage.write_table(table, storage.join(cfg.dst,
+                                                        f"part-{run_id}-{part:05d}.parquet"))
+                status = table.column("status").to_pylist()
+                summary.ok += status.count("ok")
+                summary.errors += status.count("error")
+        except Exception as e:  # noqa: BLE001 - one line that says what happened and what to do
+            done_now = summary.ok + summary.errors
+            raise BatchStopped(
+                f"batch job stopped: {_cause(e)}; {done_now} of {len(todo)} rows were written "
+                f"to {cfg.dst} before it and are kept; run the same command again to predict "
+                f"the other {len(todo) - done_now}") from None
     summary.seconds = time.perf_counter() - start
     return summary
 
 
-__all__ = ["SCHEMA", "BatchPredictConfig", "BatchSummary", "PredictActor", "list_onnx",
-           "done_paths", "run"]
+__all__ = ["SCHEMA", "BatchPredictConfig", "BatchSummary", "PredictActor", "StorageUnavailable",
+           "BatchStopped", "list_onnx", "done_paths", "run"]

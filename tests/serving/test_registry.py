@@ -1,0 +1,106 @@
+"""Which predictor answers a device: shipped, spec-based for spec-table GPUs and user specs."""
+import json
+
+import pytest
+
+import onnx_builders as B
+from spec_builders import train_tiny
+from trappm_ray import errors
+from trappm_ray.model.predictor import Predictor, PredictorError
+from trappm_ray.model.spec_model import SpecPredictor
+from trappm_ray.serving import api as P
+from trappm_ray.serving import registry as R
+
+
+@pytest.fixture(scope="module")
+def tiny_dir(tmp_path_factory):
+    out = tmp_path_factory.mktemp("spec") / "gpu-spec"
+    train_tiny(str(out))
+    return out
+
+
+@pytest.fixture
+def tiny(tiny_dir, monkeypatch):
+    """The registry's spec-based predictor is the tiny one (shipped per-device ones stay)."""
+    monkeypatch.setattr(R, "SPEC_DIR", tiny_dir)
+    monkeypatch.setattr(R, "_LOADED", {})
+    return tiny_dir
+
+
+@pytest.fixture
+def gpu_json(tmp_path):
+    f = tmp_path / "my_gpu.json"
+    f.write_text(json.dumps({"name": "My GPU", "memory_gb": 48, "memory_bw_gbs": 900,
+                             "peak_fp32_tflops": 40, "peak_fp16_tensor_tflops": 160}))
+    return f
+
+
+def test_devices_resolve_to_shipped_then_spec(tiny, gpu_json):
+    assert isinstance(R.load_predictor(None, "rtx3090"), Predictor)  # shipped rtx3090-amp
+    spec = R.load_predictor(None, "a100-sxm4-80gb")
+    assert isinstance(spec, SpecPredictor) and spec.spec.slug == "a100-sxm4-80gb"
+    assert R.load_predictor(None, "A100-SXM4-80GB") is spec  # any spelling, cached
+    user = R.load_predictor(None, device_spec=str(gpu_json))
+    assert user.manifest["device"]["spec_source"] == "json" and user.spec.memory_bw_gbs == 900
+    assert R.load_predictor(str(tiny), "t4").spec.slug == "t4"  # a gpu-spec directory by URI
+
+
+def test_refusals_say_how_to_pass_a_spec(tiny, gpu_json):
+    with pytest.raises(PredictorError, match="unknown device 'my-tpu'.*--device-spec FILE.json"):
+        R.load_predictor(None, "my-tpu")
+    with pytest.raises(PredictorError, match="CPU"):
+        R.load_predictor(None, "i9-10940x")
+    with pytest.raises(PredictorError, match="not both"):
+        R.load_predictor(None, "t4", device_spec=str(gpu_json))
+    with pytest.raises(PredictorError, match="name a device"):
+        R.load_predictor(str(tiny))
+
+
+def test_catalog_lists_shipped_and_spec_devices(tiny):
+    by = {d["device"]: d for d in R.device_catalog()}
+    assert by["rtx3090-amp"]["predictor"] == "rtx3090-amp" and "rtx3090" not in by
+    assert by["h100-sxm5-80gb"]["predictor"] == "gpu-spec" and by["h100-sxm5-80gb"]["spec_only"]
+    assert not by["t4"]["spec_only"]  # the tiny model has t4 rows
+    assert "i9-10940x" not in by
+
+
+def test_predict_with_spec_device_and_json(tiny, gpu_json):
+    p = P.predict(B.cnn_model(), batch_size=8, device="h100-sxm5-80gb")
+    assert p.device["slug"] == "h100-sxm5-80gb" and p.options["precision"] == "amp-fp16"
+    for t in ("train_step_ms", "inference_ms"):
+        e = getattr(p, t)
+        assert e.value >= p.floors[t] > 0 and e.low >= p.floors[t] and e.low <= e.value <= e.high
+    assert p.memory_terms is not None and p.train_memory_mb.value > 0  # the CUDA memory model
+    assert any("device specs alone" in n and "leave-one-device-out" in n for n in p.notes)
+    fp32 = P.predict(B.cnn_model(), batch_size=8, device="h100-sxm5-80gb", precision="fp32")
+    assert fp32.options["precision"] == "fp32" and fp32.floors["train_step_ms"] > p.floors["train_step_ms"]
+    user = P.predict(B.cnn_model(), batch_size=8, device_spec=gpu_json)
+    assert user.device["spec_source"] == "json" and user.to_dict()["notes"]
+    with pytest.raises(errors.UnsupportedOption, match="adam"):
+        P.predict(B.cnn_model(), device="h100-sxm5-80gb", optimizer="adam")
+
+
+def test_predict_many_routes_items_by_device(tiny):
+    data = B.to_bytes(B.cnn_model())
+    items = [(data, P.PredictOptions(2, device="t4"), "a"), (data, P.PredictOptions(2, device="nope"), "b"),
+             (data, P.PredictOptions(2, device="h100-sxm5-80gb"), "c")]
+    a, b, c = P.predict_many(items, R.load_predictor(None, "t4"))
+    assert a.device["slug"] == "t4" and c.device["slug"] == "h100-sxm5-80gb"
+    assert isinstance(b, errors.UnsupportedOption) and "--device-spec" in str(b)
+
+
+def test_batch_actor_predicts_for_a_device(tiny, tmp_path):
+    """The batch job's ``--device`` (its actor, called without Ray): spec-based rows."""
+    import pyarrow as pa
+
+    from trappm_ray.serving.batch import BatchPredictConfig, PredictActor
+
+    f = tmp_path / "cnn.onnx"
+    f.write_bytes(B.to_bytes(B.cnn_model()))
+    cfg = BatchPredictConfig(src=str(tmp_path), dst=str(tmp_path / "out"), device="h100-sxm5-80gb")
+    actor = PredictActor("default", 4, None, 2**20, False, cfg.setting())
+    row = actor(pa.table({"path": [str(f)]})).to_pylist()[0]
+    assert row["status"] == "ok" and row["device"] == "h100-sxm5-80gb"
+    assert row["model_version"].startswith("gpu-spec:h100-sxm5-80gb")
+    assert row["train_step_ms_low"] <= row["train_step_ms"] <= row["train_step_ms_high"]
+    assert row["train_memory_mb"] > 0

@@ -1,0 +1,47 @@
+"""Training the spec-based predictor on a tiny hand-built table: LODO, choice, intervals, files."""
+import json
+
+import numpy as np
+import pytest
+
+from spec_builders import SPECS, tiny_table, train_tiny
+from trappm_ray.train.spec_predictor import device_weights, metrics, weighted_quantiles
+
+
+def test_trains_writes_json_boosters_and_a_manifest(tmp_path):
+    out = tmp_path / "gpu-spec"
+    summary = train_tiny(str(out))
+    m = json.loads((out / "manifest.json").read_text())
+    assert m["kind"] == "gpu-spec" and summary["variant"] in ("full", "physics")
+    assert set(m["data"]["rows_per_device"]) == set(SPECS) and m["data"]["rows"] == len(tiny_table()["spec"])
+    assert sorted(m["targets"]) == ["inference_ms", "train_step_ms"]
+    assert m["command"].startswith("python jobs/train_spec_predictor.py")
+    for target in m["targets"]:
+        lodo = m["lodo"][target]
+        assert set(lodo["devices"]) == set(SPECS) and lodo["mean_device_mape"] is not None
+        q = m["residual_quantiles"][target]["values"]
+        assert q == sorted(q)  # quantiles of the LODO residuals, increasing with the level
+    assert {"full/d2", "physics/d2", "roofline-eff"} <= set(m["lodo_candidates"])
+    for b in m["boosters"]:  # XGBoost JSON, not a pickle
+        assert json.loads((out / b["file"]).read_text())["learner"]
+    assert m["domain"]["threshold"] > 0
+
+
+def test_unknown_variant_is_refused(tmp_path):
+    with pytest.raises(ValueError, match="unknown variant"):
+        train_tiny(str(tmp_path / "x"), variants=("nope",))
+
+
+def test_weights_balance_devices_and_quantiles_are_weighted():
+    w = device_weights(np.array(["a"] * 9 + ["b"]), 1.0)
+    assert w[:9].sum() == pytest.approx(w[9]) and w.mean() == pytest.approx(1.0)
+    r = np.array([0.0] * 9 + [1.0])
+    assert weighted_quantiles(r, np.ones(10), (0.5,))[0] == 0.0
+    assert weighted_quantiles(r, w, (0.9,))[0] > 0.5  # the lone device counts as much as the nine
+
+
+def test_metrics_are_per_device_with_held_out_coverage():
+    t = tiny_table()
+    perfect = np.log(t["measured"] / t["floor"])
+    m = metrics(t, perfect, np.ones(len(perfect), bool))
+    assert all(v["mape"] < 1e-6 for v in m["inference_ms"]["devices"].values())

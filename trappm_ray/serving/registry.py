@@ -1,0 +1,151 @@
+"""Which predictor answers for a device: the shipped per-device predictors first, then the
+spec-based predictor for any other GPU of the spec table or a user's ``--device-spec`` file.
+
+    load_predictor(device="rtx3090")          # shipped: trappm_ray/predictors/rtx3090-amp
+    load_predictor(device="a100-sxm4-80gb")   # spec table, no shipped predictor: gpu-spec
+    load_predictor(device_spec="my_gpu.json") # a user's GPU: gpu-spec
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from trappm_ray import devices, storage
+from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, device_of, load_default,
+                                        model_version, names_device)
+from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
+
+_LOADED: dict[str, object] = {}
+SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
+             "fields as in data/devices.csv; required: name, memory_gb, memory_bw_gbs, peak_fp32_tflops; "
+             "add peak_fp16_tensor_tflops for tensor cores)")
+
+
+def _manifest(path: Path) -> dict:
+    return json.loads((path / "manifest.json").read_text())
+
+
+def shipped() -> list[Path]:
+    """Directories of the shipped per-device predictors (the spec-based one excluded)."""
+    return sorted(p.parent for p in DEFAULT_DIR.parent.glob("*/manifest.json")
+                  if _manifest(p.parent).get("kind") != KIND)
+
+
+def spec_model(uri: str | Path | None = None) -> SpecModel:
+    """The spec-based model at ``uri`` (None: the shipped ``SPEC_DIR``), loaded once."""
+    uri = SPEC_DIR if uri is None else uri
+    key = f"spec:{uri}"
+    if key not in _LOADED:
+        _LOADED[key] = SpecModel.load(uri)
+    return _LOADED[key]
+
+
+def for_spec(spec: devices.DeviceSpec, user_spec: bool = False, uri: str | Path | None = None) -> SpecPredictor:
+    """The spec-based predictor (at ``uri``; None: shipped) bound to ``spec``; refuses CPUs."""
+    uri = SPEC_DIR if uri is None else uri
+    if spec.kind == "cpu":
+        raise PredictorError(f"{spec.slug} is a CPU with no shipped predictor; the spec-based predictor "
+                             "covers GPUs only")
+    if user_spec:  # a user's file may change between calls: bound afresh (the model stays cached)
+        return SpecPredictor(spec_model(uri), spec, user_spec)
+    key = f"spec:{uri}:{spec.slug}"
+    if key not in _LOADED:
+        _LOADED[key] = SpecPredictor(spec_model(uri), spec)
+    return _LOADED[key]
+
+
+def _is_spec_dir(uri: str) -> bool:
+    try:
+        return json.loads(storage.read_bytes(storage.join(uri, "manifest.json"))).get("kind") == KIND
+    except (OSError, ValueError):
+        return False
+
+
+def _for_device(device: str):
+    for path in shipped():
+        if names_device(_manifest(path).get("device") or {}, device):
+            return load_predictor(str(path))
+    try:
+        spec = devices.get(device)
+    except devices.UnknownDevice:
+        names = [p.name for p in shipped()] or ["none"]
+        raise PredictorError(f"unknown device '{device}': no shipped predictor ({', '.join(names)}) and not in "
+                             f"the device spec table (`trappm-ray devices` lists both); for another GPU, "
+                             f"{SPEC_HELP}") from None
+    return for_spec(spec)
+
+
+def load_predictor(predictor: str | os.PathLike | Predictor | SpecPredictor | None = None,
+                   device: str | None = None,
+                   device_spec: str | os.PathLike | devices.DeviceSpec | None = None):
+    """A predictor by URI, the shipped one for ``device``, or the spec-based one; cached.
+
+    Args:
+        predictor: a URI or instance (a ``gpu-spec`` directory needs ``device`` or ``device_spec``);
+            None or ``default``: the shipped predictors.
+        device: a slug or name: its shipped predictor, else (a GPU of the spec table) the
+            spec-based predictor; None: the default predictor.
+        device_spec: a user's GPU (a JSON file as :func:`trappm_ray.devices.from_json` reads, or a
+            DeviceSpec): the spec-based predictor for it.
+
+    Raises:
+        PredictorError: nothing readable there, an unknown device, a CPU without a shipped
+            predictor, or both ``device`` and ``device_spec``.
+        trappm_ray.devices.DeviceSpecError: a malformed spec file.
+    """
+    custom = predictor not in (None, "", "default") and not isinstance(predictor, (Predictor, SpecPredictor))
+    if device_spec is not None:
+        if device is not None:
+            raise PredictorError("give a device or a device spec, not both")
+        spec = device_spec if isinstance(device_spec, devices.DeviceSpec) else devices.from_json(device_spec)
+        return for_spec(spec, user_spec=True, uri=str(predictor) if custom else None)
+    if isinstance(predictor, (Predictor, SpecPredictor)):
+        found = predictor
+    elif custom and _is_spec_dir(str(predictor)):
+        if device is None:
+            raise PredictorError(f"{predictor} is the spec-based predictor: name a device or {SPEC_HELP}")
+        return for_spec(devices.get(device), uri=str(predictor))
+    elif custom:
+        uri = str(predictor)
+        if uri not in _LOADED:
+            _LOADED[uri] = Predictor.load(uri)
+        found = _LOADED[uri]
+    elif device is None:
+        if "default" not in _LOADED:
+            _LOADED["default"] = load_default()
+        found = _LOADED["default"]
+    else:
+        return _for_device(device)
+    if device is not None and not names_device(found.manifest.get("device") or {}, device):
+        raise PredictorError(f"predictor {model_version(found)} is for device "
+                             f"{device_of(found).get('slug')!r}, not {device!r}")
+    return found
+
+
+def device_catalog() -> list[dict]:
+    """Every device a prediction can name: the shipped predictors, then the GPUs of the spec
+    table that the spec-based predictor serves (with its leave-one-device-out error)."""
+    out, served = [], []
+    for path in shipped():
+        m = _manifest(path)
+        dev = m.get("device") or {}
+        served.append(dev)
+        out.append({"device": dev.get("slug"), "name": dev.get("name"), "kind": dev.get("kind"),
+                    "predictor": path.name, "spec_only": False, "targets": m.get("targets"),
+                    "options": m.get("options"), "labels": (m.get("data") or {}).get("labels")})
+    if not (SPEC_DIR / "manifest.json").exists():
+        return out
+    m = _manifest(SPEC_DIR)
+    lodo = {t: v.get("mean_device_mape") for t, v in (m.get("lodo") or {}).items()}
+    rows = (m.get("data") or {}).get("rows_per_device") or {}
+    for s in devices.load_specs().values():
+        if s.kind == "cpu" or any(names_device(d, s.slug) for d in served):
+            continue
+        out.append({"device": s.slug, "name": s.name, "kind": s.kind, "predictor": KIND,
+                    "spec_only": not rows.get(s.slug), "training_rows": rows.get(s.slug, 0),
+                    "targets": m.get("targets"), "options": m.get("options"), "lodo_mape": lodo})
+    return out
+
+
+__all__ = ["SPEC_HELP", "shipped", "spec_model", "for_spec", "load_predictor", "device_catalog"]
