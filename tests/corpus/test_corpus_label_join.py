@@ -40,3 +40,6 @@ def test_new_keys_join_from_the_corpus_and_old_rows_stay(tmp_path):
     assert after.slice(before.num_rows).column("batch_size").to_pylist() == [64]
     assert summary["missing"] == {"export failed": [("gone", 8, rows[0]["batch_size"])]}
     assert summary["label_rows_missing"] == 1
+    unjoined = (tmp_path / "labels" / "unjoined.csv").read_text().splitlines()
+    assert unjoined == ["arch,resolution,batch_size,reason,error",
+                        f"gone,8,{rows[0]['batch_size']},export failed,export: RuntimeError: no"]

@@ -4,10 +4,13 @@
 labels are covered by another corpus (``jobs/build_dataset.py --keys-from public``) than the CPU
 labels, whose corpus may no longer exist: :func:`extend_joined_graphs` keeps every row already in
 the file unchanged and appends the graph of each ok label key it lacks, taken from ``corpus``.
-Keys still without a graph are reported with the reason the corpus manifest gives.
+Keys still without a graph are reported with the reason the corpus manifest gives, and listed
+in ``<labels>/unjoined.csv`` (arch, resolution, batch size, reason, the corpus error): the
+committed record of which label rows no graph covers yet, and why.
 """
 from __future__ import annotations
 
+import csv
 import io
 import logging
 
@@ -23,6 +26,8 @@ from trappm_ray.labels.store import device_slugs, ok_labels
 log = logging.getLogger(__name__)
 
 ZSTD_LEVEL = 19  # the file is committed: smallest size, read speed unchanged
+UNJOINED_FILE = "unjoined.csv"
+UNJOINED_COLUMNS = ("arch", "resolution", "batch_size", "reason", "error")
 
 
 def labeled_keys(labels_dir: str) -> dict[tuple, set[str]]:
@@ -71,7 +76,7 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
     todo = sorted(k for k in wanted if k not in have)
     manifest = {e["task"]: e for e in read_manifest(corpus)}
     columns = existing.column_names if existing is not None else None
-    tables, missing = [], {}
+    tables, missing, errors = [], {}, {}
     for arch, res in sorted({(a, r) for a, r, _ in todo}):
         sizes = sorted(b for a, r, b in todo if (a, r) == (arch, res))
         entry = manifest.get(task_name(arch, res))
@@ -85,6 +90,7 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
         for b in sizes:
             if b not in got:
                 missing.setdefault(_reason(entry, b), []).append((arch, res, b))
+                errors[(arch, res, b)] = " ".join(str((entry or {}).get("error") or "").split())[:200]
     added = pa.concat_tables(tables, promote_options="permissive") if tables else None
     if added is not None and existing is not None:
         added = added.select(existing.column_names).cast(existing.schema)
@@ -103,8 +109,15 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
                        row_group_size=2048)
         storage.write_bytes(uri, buf.getvalue())
         summary["bytes"] = len(buf.getvalue())
+    if not dry_run:
+        text = io.StringIO()
+        writer = csv.writer(text, lineterminator="\n")
+        writer.writerow(UNJOINED_COLUMNS)
+        for reason, keys in sorted(missing.items()):
+            writer.writerows((*k, reason, errors[k]) for k in keys)
+        storage.write_bytes(storage.join(labels_dir, UNJOINED_FILE), text.getvalue().encode())
     log.info("joined graphs: %s", {k: v for k, v in summary.items() if k != "missing"})
     return summary
 
 
-__all__ = ["ZSTD_LEVEL", "extend_joined_graphs", "labeled_keys"]
+__all__ = ["UNJOINED_COLUMNS", "UNJOINED_FILE", "ZSTD_LEVEL", "extend_joined_graphs", "labeled_keys"]
