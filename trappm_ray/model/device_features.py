@@ -30,9 +30,8 @@ def feature_names() -> list[str]:
 
 
 def optimizer_of(row: dict) -> str:
-    """The roofline's optimizer for a label row: timm's ``sgd`` is SGD with momentum 0.9."""
-    opt = row.get("optimizer") or "none"
-    return "sgd-momentum" if opt == "sgd" and row.get("model_source") == "timm" else opt
+    """The roofline's optimizer for a label row (the importer names timm's SGD ``sgd-momentum``)."""
+    return row.get("optimizer") or "none"
 
 
 def settings_of(row: dict, target: str) -> dict[str, float]:
