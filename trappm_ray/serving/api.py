@@ -30,7 +30,6 @@ from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import Predictor, PredictorError, device_of, model_version, names_device
 from trappm_ray.model.spec_model import SpecPredictor
-from trappm_ray.physics.roofline import roofline
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
 from trappm_ray.serving.registry import device_catalog, load_predictor
@@ -225,15 +224,6 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
                      dims=dict(opts.dims) or None)
 
 
-def spec_floors_ms(graph: Graph, predictor: SpecPredictor, setting: dict) -> dict[str, float]:
-    """Roofline floors of a step and an inference pass on a spec predictor's device (which may be
-    a user's spec, absent from the table :func:`time_floors_ms` reads)."""
-    precision = setting["precision"] or "amp-fp16"
-    return {"train_step_ms": roofline(graph, predictor.spec, precision, "train",
-                                      setting["optimizer"] or "sgd-momentum").total_ms,
-            "inference_ms": roofline(graph, predictor.spec, precision, "infer", "none").total_ms}
-
-
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search): intervals widened
@@ -243,8 +233,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     setting = resolve_options(asdict(opts), predictor.manifest)
     device, domain = device_of(predictor), domain_of(predictor.manifest, graph)
     floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"]),
-              **(spec_floors_ms(graph, predictor, setting) if isinstance(predictor, SpecPredictor) else
-                 time_floors_ms(graph, device, setting["precision"], setting["optimizer"]))}
+              **time_floors_ms(graph, device, setting["precision"], setting["optimizer"],
+                               predictor.spec if isinstance(predictor, SpecPredictor) else None)}
 
     def est(t: str) -> Estimate | None:
         if t not in row:
@@ -388,4 +378,4 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
 
 __all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict",
            "predict_many", "predictor_for", "load_predictor", "device_catalog", "model_bytes",
-           "spec_floors_ms", "build_prediction", "model_version", "device_of"]
+           "build_prediction", "model_version", "device_of"]
