@@ -4,9 +4,7 @@
         [--seconds 60] [--kill-seconds 40] [--replicas 2] [--files 400] [--keep]
         [--scenarios load,replica-kill,driver-kill,s3-stop] [--predictor default] [--onnx PATH]
 
-(``--random``, an untrained predictor, has no domain statistics: the bombs then come back as
-unflagged 200s, which the load scenario counts as unexpected.) ``--keep`` keeps the temp dir:
-Ray's logs, the jobs' logs.
+``--keep`` keeps the temp dir: Ray's logs, the jobs' logs.
 
 Starts a private Ray cluster on 127.0.0.1 (2 CPUs, its own temp dir) and the app of
 trappm_ray.serving.app with ``--replicas`` replicas, 1 CPU each, result cache off. Benign requests
@@ -159,7 +157,7 @@ def report(res: dict) -> None:
         print(f"{key:13s} {s['requests']} requests in {s['seconds']:.0f} s ({s['rps']:.1f} req/s): "
               f"2xx {s['2xx']}, 4xx {s['4xx']}, 5xx {s['5xx']}, no answer "
               f"{s['connection_errors']}; hostile {s['hostile']}: 4xx {s['hostile_4xx']}, "
-              f"200 flagged {s['hostile_flagged_200']}, unexpected {len(s['hostile_unexpected'])}; "
+              f"unexpected {len(s['hostile_unexpected'])}; "
               f"benign p50 {s['p50_ms']:.0f} ms, p99 {s['p99_ms']:.0f} ms")
     if res.get("load"):
         s = res["load"]

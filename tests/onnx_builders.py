@@ -430,12 +430,13 @@ def _batch_times(factor: int, out: str) -> list:
         _const_i64(f"{out}_f", [factor])
 
 
-def bomb_model(kind: str, elements: int = 900_000_000) -> onnx.ModelProto:
+def bomb_model(kind: str, elements: int = 900_000_000, reads_values: bool = False) -> onnx.ModelProto:
     """``kind``: range | constant_of_shape | expand | tile | concat; ~``elements`` at batch 1.
 
     ``range`` asks for ``Range(0, N * elements, 1)``; the others for a 2-D float tensor of
-    ``elements`` elements built from a tiny constant. The model's output is that tensor's shape,
-    so nothing downstream needs its (never computed) values.
+    ``elements`` elements built from a tiny constant. The model's output is that tensor's shape
+    (the issue's bombs: no output depends on the input's values), or with ``reads_values`` the
+    sum of the tensor scaled by the input's sum (a model that really computes on it).
     """
     side = int(round(elements ** 0.5))
     x = helper.make_tensor_value_info("x", F, ["N", 4])
@@ -464,7 +465,14 @@ def bomb_model(kind: str, elements: int = 900_000_000) -> onnx.ModelProto:
         nodes.append(helper.make_node("Concat", ["part"] * 64, ["big"], axis=0))
     else:
         raise ValueError(kind)
-    nodes.append(helper.make_node("Shape", ["big"], ["y"]))
+    if reads_values:
+        y = helper.make_tensor_value_info("y", F, None)
+        nodes += [helper.make_node("Cast", ["big"], ["big_f"], to=F),
+                  helper.make_node("ReduceSum", ["x"], ["x_sum"]),
+                  helper.make_node("Mul", ["big_f", "x_sum"], ["scaled"]),
+                  helper.make_node("ReduceSum", ["scaled"], ["y"])]
+    else:
+        nodes.append(helper.make_node("Shape", ["big"], ["y"]))
     for i, n in enumerate(nodes):
         n.name = f"n{i}"
     return _model(nodes, [x], [y], inits)

@@ -46,6 +46,16 @@ class TooLarge(ModelError):
     status = 413
 
 
+class NoDataPath(ModelError):
+    """No graph output depends on the values of an input, only on shapes or constants.
+
+    Such a graph has nothing to train or run (its work is shape arithmetic), and it is the form
+    of a shape bomb: a huge tensor built from an input's shape whose values nothing reads.
+    """
+
+    code = "no_data_path"
+
+
 class ExternalData(ModelError):
     """The model references external tensor data in a way that is refused."""
 

@@ -14,7 +14,10 @@ import subprocess
 import sys
 from pathlib import Path
 
+import numpy as np
+import onnx
 import pytest
+from onnx import helper, numpy_helper
 
 import onnx_builders as B
 from trappm_ray import errors
@@ -65,13 +68,18 @@ CASES = [("range", 10**12, 1), ("range", 2 * 10**8, 1), ("constant_of_shape", 9 
          ("constant_of_shape", 2 * 10**8, 64)]
 
 
+@pytest.mark.parametrize("reads_values", [False, True], ids=["shape-only", "reads-values"])
 @pytest.mark.parametrize("kind,elements,batch", CASES)
-def test_bomb_is_bounded(tmp_path, kind, elements, batch):
+def test_bomb_is_bounded(tmp_path, kind, elements, batch, reads_values):
+    """The issue's bombs (shape-only) are refused before shape inference; the same tensors in a
+    model that reads them are featurized with their values left uncomputed."""
     path = tmp_path / f"{kind}.onnx"
-    path.write_bytes(B.to_bytes(B.bomb_model(kind, elements)))
+    path.write_bytes(B.to_bytes(B.bomb_model(kind, elements, reads_values)))
     assert path.stat().st_size < 1000
     out = run_bounded(path, batch)
     assert ("graph" in out) != ("error" in out), out
+    if not reads_values:
+        assert out["error"].startswith("no_data_path: "), out
     if "error" in out:
         assert "\n" not in out["error"] and out["error"].split(":")[0].isidentifier(), out
     assert out["maxrss_mb"] < MAX_RSS_MB, out
@@ -110,4 +118,23 @@ def test_time_limit_is_a_typed_error():
 def test_tensor_beyond_the_largest_device_is_refused(kind):
     """10**12 elements: more than any device in the spec table holds, even at a byte each."""
     with pytest.raises(errors.TooLarge, match="largest device in the spec table"):
-        featurize(B.to_bytes(B.bomb_model(kind, 10**12)), batch_size=1)
+        featurize(B.to_bytes(B.bomb_model(kind, 10**12, reads_values=True)), batch_size=1)
+
+
+def constant_output_model() -> onnx.ModelProto:
+    """``y = Relu(w)`` for an initializer ``w``, beside an unused input ``x``."""
+    f = onnx.TensorProto.FLOAT
+    graph = helper.make_graph([helper.make_node("Relu", ["w"], ["y"])], "g",
+                              [helper.make_tensor_value_info("x", f, ["N", 4])],
+                              [helper.make_tensor_value_info("y", f, [4])],
+                              [numpy_helper.from_array(np.ones(4, np.float32), "w")])
+    return helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17)])
+
+
+def test_outputs_that_ignore_the_input_values_are_refused():
+    """Shape arithmetic alone is nothing to train or run; control flow passes values on."""
+    with pytest.raises(errors.NoDataPath, match="depends on the values of an input"):
+        featurize(B.to_bytes(B.bomb_model("expand", 100)))
+    with pytest.raises(errors.NoDataPath):  # an output computed from initializers only
+        featurize(constant_output_model().SerializeToString())
+    assert featurize(B.to_bytes(B.bomb_model("expand", 100, reads_values=True))).num_nodes > 0

@@ -4,8 +4,7 @@ Shortened versions of benchmarks/serve_faults.py's scenarios (whose helpers they
 benchmarks/fault_scenarios.py), with the hostile files of onnx_builders. The bounds, and why:
 
 * overload with 20% hostile uploads: no 5xx and no unanswered request at all; every hostile
-  request a 4xx, or (the shape-arithmetic bombs, whose values the featurizer leaves uncomputed)
-  a 200 that carries an out-of-distribution warning; the same replica processes before and after.
+  request a 4xx; the same replica processes before and after.
 * one replica's worker killed (SIGKILL) under load: the requests it held fail (500) and no others.
   A closed-loop client has one request in flight, so at most ``concurrency`` can fail. Measured
   2026-11-24 on 2 cores at load average 6-17 (benchmark and test runs, concurrency 4-16): 1-7
@@ -44,10 +43,9 @@ REPLICAS = 2
 def hostile_cases() -> list[tuple[str, bytes, str]]:
     """The issue's bombs and refusals, built by onnx_builders (not the benchmark's copies)."""
     cnn = B.to_bytes(B.cnn_model())
-    cases = [("bomb_range_1e+12", B.to_bytes(B.bomb_model("range", 10**12)), "4xx")]  # too_large
-    cases += [(f"bomb_{k}_{e:.0e}", B.to_bytes(B.bomb_model(k, e)), "4xx|flagged")
-              for k, e in (("constant_of_shape", 9 * 10**8),
-                           ("expand", 2 * 10**8), ("tile", 9 * 10**8), ("concat", 10**7))]
+    cases = [(f"bomb_{k}_{e:.0e}", B.to_bytes(B.bomb_model(k, e)), "4xx")  # no_data_path
+             for k, e in (("range", 10**12), ("constant_of_shape", 9 * 10**8),
+                          ("expand", 2 * 10**8), ("tile", 9 * 10**8), ("concat", 10**7))]
     return cases + [
         ("loop", B.to_bytes(B.loop_model()), "4xx"),
         ("loop_without_outputs", B.to_bytes(B.loop_without_outputs_model()), "4xx"),

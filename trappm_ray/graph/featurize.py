@@ -151,6 +151,34 @@ def topological_order(nodes) -> list[int]:
     return order
 
 
+# Ops whose output depends on an input's shape (or type) but never on its values.
+SHAPE_ONLY_OPS = {"Shape", "Size", "EyeLike", "RandomNormalLike", "RandomUniformLike"}
+
+
+def check_data_path(model: onnx.ModelProto) -> None:
+    """Refuse a graph in which no output depends on the values of a data input.
+
+    Values flow from the graph inputs that are not initializers through every op except
+    :data:`SHAPE_ONLY_OPS`; nodes with sub-graphs pass values on conservatively. ``nodes`` must
+    be in topological order.
+
+    Raises:
+        errors.NoDataPath: every output is shape arithmetic or a constant.
+    """
+    g = model.graph
+    inits = {t.name for t in g.initializer}
+    carries = {i.name for i in g.input if i.name not in inits}
+    for n in g.node:
+        if n.op_type in SHAPE_ONLY_OPS and n.domain in ("", "ai.onnx"):
+            continue
+        if any(a.type in (onnx.AttributeProto.GRAPH, onnx.AttributeProto.GRAPHS) for a in n.attribute) \
+                or carries.intersection(n.input):
+            carries.update(o for o in n.output if o)
+    if not any(o.name in carries for o in g.output):
+        raise errors.NoDataPath("no graph output depends on the values of an input (only on "
+                                "shapes or constants): there is nothing to train or run")
+
+
 def _macs(op: str, a: dict, ins: list, outs: list, out_numel: int) -> float:
     """Multiply-accumulates of one node from its input/output shapes."""
     x = ins[0] if ins else None
@@ -309,6 +337,7 @@ def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int 
             copy.CopyFrom(nodes[i])
         del nodes[:]
         nodes.extend(ordered)
+    check_data_path(model)  # before shape inference: shape bombs have no data path
     inferred = infer(model, batch_size, resolution, dims, limits, deadline)
     if time.monotonic() > deadline:
         raise errors.TooSlow(f"featurizing took over {limits.max_seconds:g} s (shape inference)")

@@ -227,8 +227,8 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search): intervals widened
-    where the model is unlike the training graphs, memory never below the weights + gradients +
-    optimizer-state floor (:mod:`trappm_ray.serving.checks`)."""
+    where the model is unlike the training graphs, memory never below its physical floor
+    (weights, gradients, optimizer state and the largest tensor: :mod:`trappm_ray.serving.checks`)."""
     units = {t: TARGETS[t].unit for t in REPORTED}
     setting = resolve_options(asdict(opts), predictor.manifest)
     device, domain = device_of(predictor), domain_of(predictor.manifest, graph)
@@ -261,7 +261,9 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     if p.train_memory_mb is None and p.device.get("kind") not in ("cpu", "unknown"):
         # no measured GPU memory labels: the CUDA memory model answers (docs/memory.md)
         m = gpu_memory_mb(graph, setting["precision"], setting["optimizer"])
-        p.train_memory_mb = Estimate(m["value"], m["low"], m["high"], 0.0, "MB")
+        floor = floors["train_memory_mb"]
+        p.train_memory_mb = Estimate(max(m["value"], floor), max(m["low"], floor),
+                                     max(m["high"], floor), 0.0, "MB")
         p.memory_terms = m["terms"]
     if device.get("spec_based"):  # what the times rest on, and their error on unseen GPUs
         p.notes.append(device["note"])

@@ -2,16 +2,17 @@
 
 A number that breaks physics is a defect, and a confident number for a model unlike anything the
 predictor saw misleads. So: training memory is never below the bytes that weights, gradients and
-optimizer state alone occupy (:func:`memory_floor_mb`); a model far from the training graphs is
-flagged and its interval widened (:mod:`trappm_ray.model.domain`); and costs beyond any device
-(memory far above the largest GPU of the spec table, steps lasting longer than a year) are
-flagged in words rather than returned as silent numbers.
+optimizer state occupy plus the largest tensor one operator produces (:func:`memory_floor_mb`);
+a model far from the training graphs is flagged and its interval widened
+(:mod:`trappm_ray.model.domain`); and costs beyond any device (memory far above the largest GPU of
+the spec table, steps lasting longer than a year) are flagged in words rather than returned as
+silent numbers.
 """
 from __future__ import annotations
 
 from trappm_ray import devices
 from trappm_ray.graph import features
-from trappm_ray.graph.featurize import Graph
+from trappm_ray.graph.featurize import VIEW_OPS, Graph
 from trappm_ray.model.domain import assess
 from trappm_ray.physics.memory import state_floor_bytes, training_memory
 from trappm_ray.physics.roofline import roofline
@@ -21,13 +22,24 @@ YEAR_MS = 365.25 * 24 * 3600 * 1e3
 # on timm's RTX 3090 rows misses by a median 5.7% where it errs (docs/memory.md); +-15% covers
 # that with room for the allocator and context assumptions.
 GPU_MEMORY_TOLERANCE = 0.15
+HALF_PRECISIONS = ("amp-fp16", "amp-bf16", "fp16", "bf16")
 BEYOND_DEVICES = 10.0  # memory above 10x the largest device's is not a job anyone can run
 
 
 def memory_floor_mb(graph: Graph, precision: str | None, optimizer: str | None) -> float:
-    """Weights + gradients + optimizer state of ``graph``'s parameters, in MB."""
-    return state_floor_bytes(float(graph.static["params"]), precision or "fp32",
-                             optimizer or "adam") / 2**20
+    """Weights + gradients + optimizer state of ``graph``'s parameters, plus the largest tensor
+    one operator materialises (resident beside them at some moment of every step), in MB.
+
+    Views and weight-only nodes materialise nothing; under half precision an activation may be
+    stored at half the width the file declares, so it counts for half.
+    """
+    precision = precision or "fp32"
+    largest = max((b for op, b in zip(graph.ops, graph.out_bytes) if op not in VIEW_OPS),
+                  default=0.0)
+    if precision in HALF_PRECISIONS:
+        largest /= 2
+    return (state_floor_bytes(float(graph.static["params"]), precision, optimizer or "adam")
+            + float(largest)) / 2**20
 
 
 def time_floors_ms(graph: Graph, device: dict, precision: str | None,
