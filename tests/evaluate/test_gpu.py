@@ -89,3 +89,16 @@ def test_gnn_variant_predicts_milliseconds_on_tiny_graphs():
     idx = np.arange(len(ex))
     out = run(ex, idx[::2], idx[1::2], idx, 0)
     assert out.shape == (len(ex),) and np.all(np.isfinite(out)) and np.all(out > 0)
+
+
+def test_lodo_scores_the_rows_in_settings_other_devices_share():
+    """The 4090's torch.compile rows: no other GPU ran compiled, so they are also left out once."""
+    a, b = synthetic("rtx3090"), synthetic("rtx4090", efficiency=3.0, seed=1)
+    for e in a:
+        e["setting"] = (0.0,)
+    for i, e in enumerate(b):
+        e["setting"] = (float(i % 2),)  # half of the 4090 rows compiled
+    lodo = evaluate_lodo(a + b, GpuEvalConfig(models=("roofline", "roofline-eff")))
+    assert set(lodo) == {"rtx3090", "rtx4090", "rtx4090 (settings seen)"}
+    assert lodo["rtx4090 (settings seen)"]["roofline"]["n_test"] == len(b) // 2
+    assert lodo["rtx4090"]["roofline"]["n_test"] == len(b)

@@ -19,7 +19,9 @@ def markdown(report: dict) -> str:
            "(`trappm_ray/evaluate/gpu.py`; numbers in `docs/results-gpu.json`). Models: `roofline` = "
            "the per-node roofline floor (`trappm_ray/physics/roofline.py`); `roofline-eff` = floor x one "
            "efficiency per device fitted on the training rows; `xgboost`/`mlp` = static features + "
-           "device spec vector + log roofline terms + run settings, predicting log(measured / floor); `gnn` "
+           "device spec vector + log roofline terms + run settings, predicting log(measured / floor); "
+           "`xgboost-rel` = the same on the spec-based predictor's feature design (derived device ratios "
+           "instead of absolute spec figures, `trappm_ray/model/spec_model.py`); `gnn` "
            "(where run) = the supervised GraphSAGE recipe `nnlqp` on v2 node features + per-node roofline "
            "features, same graph-level inputs and target (`trappm_ray/evaluate/gpu_gnn.py`). "
            "Every prediction is clamped to >= the floor ('after clamp' is therefore 0); 'raw < floor' "
@@ -47,7 +49,9 @@ def markdown(report: dict) -> str:
     lodo = report["lodo_inference"]
     out += ["", "## Inference, leave one device out", "",
             f"{lodo['rows']} inference rows with graphs; the held-out device's rows are the test set, "
-            "validation is 15% of the other devices' architectures."]
+            "validation is 15% of the other devices' architectures. '(settings seen)': the same "
+            "predictions scored on the held-out rows whose run settings (torch.compile, memory format, "
+            "torch 2, precision) some training row of the same device kind shares."]
     for spec, by_model in lodo["devices"].items():
         out += ["", f"### held out: {spec}", ""] + _table(by_model)
     return "\n".join(out) + "\n"
