@@ -29,6 +29,7 @@ import pyarrow.parquet as pq
 from trappm_ray import devices, storage
 from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
 from trappm_ray.evaluate.gpu_report import markdown
+from trappm_ray.evaluate.gpu_transfer import transfer_predict
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
 from trappm_ray.labels.store import device_slugs, ok_labels
@@ -87,14 +88,14 @@ def graph_index(labels_dir: str, corpora: tuple[str, ...]) -> dict[tuple, dict]:
     return index
 
 
-def examples(cfg: GpuEvalConfig) -> tuple[list[dict], dict]:
+def examples(cfg: GpuEvalConfig, index: dict | None = None) -> tuple[list[dict], dict]:
     """Label rows (one per row x target) joined to graphs, with roofline and features.
 
     Returns:
         (examples, counts): counts per ``slug/target`` of ok rows, rows with a graph, and rows
         whose graph key is missing.
     """
-    index = graph_index(cfg.labels, cfg.corpora)
+    index = graph_index(cfg.labels, cfg.corpora) if index is None else index
     out, counts, cache = [], {}, {}
     for slug in cfg.slugs or device_slugs(cfg.labels):
         rows = ok_labels(cfg.labels, slug).to_pylist()
@@ -237,10 +238,12 @@ def settings_seen(ex: list[dict], train: np.ndarray, test: np.ndarray) -> np.nda
     return np.array([i for i in test if (ex[i]["kind"], ex[i].get("setting")) in seen], int)
 
 
-def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig) -> dict:
+def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig, index: dict | None = None) -> dict:
     """Leave one device out, inference: train on every other device's rows, test on its rows;
     where some of them ran in settings no training row of that kind has, the rows in seen
-    settings are also scored alone (key ``<device> (settings seen)``)."""
+    settings are also scored alone (key ``<device> (settings seen)``). With the graph ``index``,
+    also :func:`~trappm_ray.evaluate.gpu_transfer.transfer_predict` (key ``<device> (reference
+    <ref>)``: every model scored on the rows the transfer covers, ``transfer`` among them)."""
     counts = defaultdict(int)
     for e in ex:
         counts[e["spec"]] += 1
@@ -257,6 +260,12 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig) -> dict:
             keep = np.isin(test, seen)
             out[f"{spec} (settings seen)"] = {
                 m: _metrics(ex, [(test[keep], {k: v[keep] for k, v in f.items()})]) for m, f in fits.items()}
+        moved = transfer_predict(ex, spec, rest, test, index, cfg.seeds[0]) if index else None
+        if moved is not None:
+            keep = np.isin(test, moved["rows"])
+            out[f"{spec} (reference {moved['reference']})"] = {
+                **{m: _metrics(ex, [(test[keep], {k: v[keep] for k, v in f.items()})]) for m, f in fits.items()},
+                "transfer": _metrics(ex, [(moved["rows"], moved)])}
         log.info("lodo %s: %s", spec, {m: round(v["mape"], 1) for m, v in out[spec].items()})
     return out
 
@@ -284,7 +293,8 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     """Build the examples, evaluate every device x target and leave-one-device-out, and write
     ``cfg.out_json`` and ``cfg.out_md``. Returns the report."""
     t0 = time.time()
-    ex, counts = examples(cfg)
+    index = graph_index(cfg.labels, cfg.corpora)
+    ex, counts = examples(cfg, index)
     tasks = {}
     for key in sorted({f"{e['slug']}/{e['target']}" for e in ex}):
         sub = [e for e in ex if f"{e['slug']}/{e['target']}" == key]
@@ -296,7 +306,7 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
         if key in cfg.gnn_tasks:
             from trappm_ray.evaluate.gpu_gnn import gnn_model  # torch_geometric only when asked
 
-            extra = {"gnn": gnn_model(sub, graph_index(cfg.labels, cfg.corpora), cfg.gnn_epochs)}
+            extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs)}
         tasks[key] = {"rows": len(sub), "architectures": len({e["arch"] for e in sub}),
                       "families": len({e["family"] for e in sub}), "measured_below_floor": float(np.mean([e["measured"] < e["floor"] for e in sub])),
                       "splits": evaluate_task(sub, cfg, extra)}
@@ -304,7 +314,7 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     report = {"meta": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        "config": asdict(cfg), "rows": counts},
               "floor_check": floor_check(ex), "tasks": tasks,
-              "lodo_inference": {"rows": len(inf), "devices": evaluate_lodo(inf, cfg)}}
+              "lodo_inference": {"rows": len(inf), "devices": evaluate_lodo(inf, cfg, index)}}
     report["meta"]["wall_s"] = round(time.time() - t0, 1)
     with open(cfg.out_json, "w", encoding="utf-8") as fh:
         json.dump(finite(report), fh, indent=1, sort_keys=True)

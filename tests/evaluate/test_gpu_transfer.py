@@ -1,0 +1,56 @@
+"""Reference transfer on real featurized graphs and real roofline floors of two spec-table GPUs."""
+from __future__ import annotations
+
+import numpy as np
+
+import onnx_builders as B
+from trappm_ray import devices
+from trappm_ray.evaluate.gpu_transfer import reference_device, transfer_predict
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.graph.rows import graph_to_row, row_to_graph
+from trappm_ray.model.device_features import SETTING_COLS, feature_vector, roofline_features, settings
+
+
+def examples(efficiency: dict[str, float]) -> tuple[list[dict], dict]:
+    """Tiny-CNN inference rows on each device, measured = ``efficiency[device]`` x its floor;
+    every (architecture name, batch) is one graph of the index."""
+    model = B.to_bytes(B.cnn_model())
+    index, ex = {}, []
+    s = settings(False, "amp-fp16")
+    for a in range(10):
+        for b in (8, 32, 64):
+            row = graph_to_row(featurize(model, batch_size=b), arch=f"net{a}", resolution=8, batch_size=b)
+            index[(f"net{a}", 8, b)] = row
+            for slug, eff in efficiency.items():
+                spec = devices.get(slug)
+                floor, feats = roofline_features(row_to_graph(row), spec, "amp-fp16", "infer", "none", s)
+                ex.append({"spec": slug, "kind": spec.kind, "arch": f"net{a}", "family": "net",
+                           "measured": eff * floor * (1 + 0.01 * a), "floor": floor,
+                           "rkey": (f"net{a}", 8, b, slug, "amp-fp16", "infer", "none", 1.0, 0.0),
+                           "x": feature_vector(feats, spec, s), "setting": tuple(s[c] for c in SETTING_COLS)})
+    return ex, index
+
+
+def test_transfer_carries_the_reference_overhead_through_the_floor_ratio():
+    ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0, "rtx2080ti": 5.0})
+    spec = np.array([e["spec"] for e in ex])
+    test, rest = np.where(spec == "rtx4090")[0], np.where(spec != "rtx4090")[0]
+    # the same kind's largest device: a tie between 3090 and 2080 Ti goes to the first name
+    assert reference_device(ex, "rtx4090", rest) == "rtx2080ti"
+    rest = np.where(spec == "rtx3090")[0]
+    out = transfer_predict(ex, "rtx4090", rest, test, index, seed=0)
+    assert out["reference"] == "rtx3090" and len(out["rows"]) == len(test)
+    meas = np.array([ex[i]["measured"] for i in out["rows"]])
+    assert np.mean(np.abs(out["pred"] / meas - 1)) < 0.05  # 3x the floor on both devices
+    assert np.all(out["pred"] >= np.array([ex[i]["floor"] for i in out["rows"]]))
+
+
+def test_rows_in_settings_the_reference_never_ran_are_not_predicted():
+    ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
+    spec = np.array([e["spec"] for e in ex])
+    for e in ex:
+        if e["spec"] == "rtx4090":
+            e["setting"] = (0.0, 1.0, 0.0, 1.0, 1.0, 0.0)  # channels-last: not among the 3090's
+    out = transfer_predict(ex, "rtx4090", np.where(spec == "rtx3090")[0], np.where(spec == "rtx4090")[0],
+                           index, seed=0)
+    assert out is None

@@ -1,0 +1,104 @@
+"""Reference transfer: an unseen device's time from a labeled device's, scaled by their roofline floors.
+
+For a device with no labels, predict the graph's time on a *reference* device that has labels (a
+regressor fitted on that device's rows alone), then multiply by ``floor(target) / floor(reference)``,
+the ratio of the two devices' roofline floors for the same graph and run settings
+(:mod:`trappm_ray.physics.roofline`). Whatever the reference's regressor learned about overheads
+the roofline does not model (launches, framework, fusion) carries over; what differs between the
+devices is taken from their specs through the floor. Measured on timm's inference rows with the
+reference's *measured* times (pairs of the same architecture, resolution and batch): RTX 4090 from
+RTX 3090 12.6% MAPE, RTX 3090 from RTX 4090 10.7%.
+
+In :func:`transfer_predict` the reference's times are predictions, cross-fitted by architecture:
+a test row's architecture is never among the reference rows its regressor was fitted on, so the
+score is for a model unseen on any device and a device without labels.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trappm_ray import devices
+from trappm_ray.evaluate.baselines import fit_xgboost
+from trappm_ray.graph.rows import row_to_graph
+from trappm_ray.model.device_features import SETTING_COLS, feature_vector, roofline_features
+
+FOLDS = 5
+
+
+def reference_device(ex: list[dict], held: str, rest: np.ndarray) -> str | None:
+    """The training device of ``held``'s kind with the most rows (None: no such device)."""
+    kind = next(e["kind"] for e in ex if e["spec"] == held)
+    counts: dict[str, int] = {}
+    for i in rest:
+        if ex[i]["kind"] == kind:
+            counts[ex[i]["spec"]] = counts.get(ex[i]["spec"], 0) + 1
+    return max(sorted(counts), key=counts.get) if counts else None
+
+
+def on_device(e: dict, spec: devices.DeviceSpec, index: dict, cache: dict) -> tuple[float, np.ndarray] | None:
+    """(floor, feature vector) of example ``e``'s graph and run settings on device ``spec``."""
+    arch, res, batch, _, precision, mode, optimizer, _, _ = e["rkey"]
+    key = (e["rkey"], spec.slug)
+    if key not in cache:
+        setting = dict(zip(SETTING_COLS, e["setting"]))
+        roof = roofline_features(row_to_graph(index[(arch, res, batch)]), spec, precision, mode, optimizer, setting)
+        cache[key] = None if roof is None else (roof[0], feature_vector(roof[1], spec, setting))
+    return cache[key]
+
+
+def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarray, index: dict,
+                     seed: int) -> dict | None:
+    """Predict ``held``'s ``test`` rows by reference transfer from the largest device in ``rest``.
+
+    Args:
+        ex: GPU-evaluation examples (:func:`trappm_ray.evaluate.gpu.examples`).
+        held: the held-out device; rest, test: example indices of the other devices / of it.
+        index: graph rows by (arch, resolution, batch), as :func:`trappm_ray.evaluate.gpu.graph_index`.
+
+    Returns:
+        None without a reference device; else ``reference``, ``rows`` (the test indices predicted:
+        those whose run settings the reference's rows share), ``raw``/``pred``/``lo``/``hi`` in ms
+        (``pred`` clamped to the held-out device's floor; the 95% band from the reference
+        regressor's out-of-fold log residuals on its own rows).
+    """
+    ref = reference_device(ex, held, rest)
+    if ref is None:
+        return None
+    ref_spec = devices.get(ref)
+    ref_rows = np.array([i for i in rest if ex[i]["spec"] == ref], int)
+    seen = {ex[i]["setting"] for i in ref_rows}
+    cache: dict = {}
+    moved = {i: on_device(ex[i], ref_spec, index, cache) for i in test if ex[i]["setting"] in seen}
+    rows = np.array([i for i, v in moved.items() if v is not None], int)
+    if not len(rows):
+        return None
+    # one matrix: the reference's own rows, then the test rows as they would run on the reference
+    x = np.stack([ex[i]["x"] for i in ref_rows] + [moved[i][1] for i in rows]).astype(np.float64)
+    floor_ref = np.array([ex[i]["floor"] for i in ref_rows] + [moved[i][0] for i in rows])
+    y = np.r_[[ex[i]["measured"] for i in ref_rows], np.ones(len(rows))] / floor_ref
+    archs = sorted({ex[i]["arch"] for i in np.r_[ref_rows, rows]})
+    fold = dict(zip(archs, np.random.default_rng(seed).permutation(len(archs)) % FOLDS))
+    arch_fold = np.array([fold[ex[i]["arch"]] for i in np.r_[ref_rows, rows]])
+    n_ref = len(ref_rows)
+    pred_ref, oof = np.zeros(len(rows)), np.zeros(n_ref)
+    for k in range(FOLDS):
+        train = np.where(arch_fold[:n_ref] != k)[0]
+        val = train[::7]  # early stopping and depth choice on a slice of the training side
+        fit = fit_xgboost(x, y, np.setdiff1d(train, val), val, seed)
+        mine = np.where(arch_fold[n_ref:] == k)[0]
+        if len(mine):
+            pred_ref[mine] = fit["predict"](n_ref + mine) * floor_ref[n_ref + mine]
+        held_ref = np.where(arch_fold[:n_ref] == k)[0]
+        oof[held_ref] = fit["predict"](held_ref) * floor_ref[held_ref]
+    floor_held = np.array([ex[i]["floor"] for i in rows])
+    raw = pred_ref * floor_held / floor_ref[n_ref:]
+    pred = np.maximum(raw, floor_held)
+    resid = np.log(np.array([ex[i]["measured"] for i in ref_rows]) / oof)
+    lo, hi = np.quantile(resid, 0.025), np.quantile(resid, 0.975)
+    return {"reference": ref, "rows": rows, "raw": raw, "pred": pred,
+            "lo": np.maximum(pred * math.exp(lo), floor_held), "hi": pred * math.exp(hi)}
+
+
+__all__ = ["reference_device", "on_device", "transfer_predict"]
