@@ -2,12 +2,14 @@
 from __future__ import annotations
 
 import numpy as np
+import pytest
 
 import onnx_builders as B
 from trappm_ray import devices
 from trappm_ray.evaluate.gpu_transfer import reference_device, transfer_predict
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import graph_to_row, row_to_graph
+from trappm_ray.model import transfer
 from trappm_ray.model.device_features import SETTING_COLS, feature_vector, roofline_features, settings
 
 
@@ -31,7 +33,8 @@ def examples(efficiency: dict[str, float]) -> tuple[list[dict], dict]:
     return ex, index
 
 
-def test_transfer_carries_the_reference_overhead_through_the_floor_ratio():
+def test_transfer_carries_the_reference_overhead_through_the_floor_ratio(monkeypatch):
+    monkeypatch.setattr(transfer, "LAUNCH_US", 0.0)  # the tiny CNN's floors are microseconds
     ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0, "rtx2080ti": 5.0})
     spec = np.array([e["spec"] for e in ex])
     test, rest = np.where(spec == "rtx4090")[0], np.where(spec != "rtx4090")[0]
@@ -54,3 +57,11 @@ def test_rows_in_settings_the_reference_never_ran_are_not_predicted():
     out = transfer_predict(ex, "rtx4090", np.where(spec == "rtx3090")[0], np.where(spec == "rtx4090")[0],
                            index, seed=0)
     assert out is None
+
+
+def test_a_faster_device_never_beats_the_host_launch_time():
+    # 1,000 kernels x 10 us: a 100 ms reference step (floor 50 ms) on a device with a 1 ms floor
+    assert transfer.transfer_ms(100.0, 1.0, 50.0, 1000, "infer") == pytest.approx(10.0)
+    assert transfer.transfer_ms(100.0, 1.0, 50.0, 1000, "train") == pytest.approx(30.0)
+    assert transfer.transfer_ms(5.0, 1.0, 50.0, 1000, "infer") == pytest.approx(5.0)  # capped: the reference
+    assert transfer.transfer_ms(100.0, 200.0, 50.0, 1000, "infer") == pytest.approx(400.0)  # slower device

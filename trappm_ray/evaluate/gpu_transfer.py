@@ -1,9 +1,10 @@
 """Reference transfer: an unseen device's time from a labeled device's, scaled by their roofline floors.
 
 For a device with no labels, predict the graph's time on a *reference* device that has labels (a
-regressor fitted on that device's rows alone), then multiply by ``floor(target) / floor(reference)``,
-the ratio of the two devices' roofline floors for the same graph and run settings
-(:mod:`trappm_ray.physics.roofline`). Whatever the reference's regressor learned about overheads
+regressor fitted on that device's rows alone), then move it as the product does
+(:func:`trappm_ray.model.transfer.transfer_ms`: times ``floor(target) / floor(reference)``, the ratio
+of the two devices' roofline floors for the same graph and run settings, never below the host's
+kernel-launch time). Whatever the reference's regressor learned about overheads
 the roofline does not model (launches, framework, fusion) carries over; what differs between the
 devices is taken from their specs through the floor. Measured on timm's inference rows with the
 reference's *measured* times (pairs of the same architecture, resolution and batch): RTX 4090 from
@@ -23,6 +24,7 @@ from trappm_ray import devices
 from trappm_ray.evaluate.baselines import fit_xgboost
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model.device_features import SETTING_COLS, feature_vector, roofline_features
+from trappm_ray.model.transfer import KERNELS_COL, transfer_ms
 
 FOLDS = 5
 
@@ -94,7 +96,8 @@ def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarr
         oof[held_ref] = fit["predict"](held_ref) * floor_ref[held_ref]
     floor_held = np.array([ex[i]["floor"] for i in rows])
     raw = pred_ref * floor_held / floor_ref[n_ref:]
-    pred = np.maximum(raw, floor_held)
+    kernels = np.exp(np.array([ex[i]["x"][KERNELS_COL] for i in rows]))
+    pred = transfer_ms(pred_ref, floor_held, floor_ref[n_ref:], kernels, ex[rows[0]]["rkey"][5])
     resid = np.log(np.array([ex[i]["measured"] for i in ref_rows]) / oof)
     lo, hi = np.quantile(resid, 0.025), np.quantile(resid, 0.975)
     return {"reference": ref, "rows": rows, "raw": raw, "pred": pred,

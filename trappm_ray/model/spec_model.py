@@ -27,6 +27,7 @@ import numpy as np
 from trappm_ray import devices, errors, storage
 from trappm_ray.model.device_features import (feature_names, feature_vector, roofline_features,
                                               settings)
+from trappm_ray.model.transfer import OWN_ROWS, own_rows, transferred_ms
 from trappm_ray.physics.roofline import device_rates
 
 log = logging.getLogger(__name__)
@@ -168,21 +169,33 @@ class SpecPredictor:
         model: the loaded :class:`SpecModel`.
         spec: the device (a row of the spec table, or a user's ``--device-spec`` JSON).
         user_spec: the spec came from a user's file (its name proves nothing about labels).
+        reference: a shipped GPU predictor whose answers transfer to this device
+            (:mod:`trappm_ray.model.transfer`), for the targets the device has few rows of.
     """
 
     feature_set = "v2"
 
-    def __init__(self, model: SpecModel, spec: devices.DeviceSpec, user_spec: bool = False):
+    def __init__(self, model: SpecModel, spec: devices.DeviceSpec, user_spec: bool = False, reference=None):
         self.model, self.spec = model, spec
         m = model.manifest
         rows = (m.get("data") or {}).get("rows_per_device") or {}
         digest = hashlib.sha256(repr(devices.spec_vector(spec).tolist()).encode()).hexdigest()[:8]
         tag = f"{spec.slug}#{digest}" if user_spec else spec.slug
+        spec_only = user_spec or not rows.get(spec.slug)
+        self.moved = tuple(t for t in m["targets"] if user_spec or own_rows(m, spec.slug, t) < OWN_ROWS)
+        self.reference = reference if self.moved else None
+        note = device_note(m, spec.slug, user_spec)
+        if self.reference is not None:
+            ref = self.reference.manifest
+            opts = ", ".join(f"{k} {v[0]}" for k, v in ref.get("options", {}).items() if k != "gpus")
+            note = (f"{note}. In the setting the {ref['name']} predictor was trained on ({opts}), "
+                    f"{', '.join(self.moved)} are its answer on its GPU x this GPU's roofline floor / that "
+                    f"GPU's (reference transfer)")
         self.manifest = {**m, "name": f"{KIND}:{tag}",
                          "device": {"slug": spec.slug, "name": spec.name, "kind": spec.kind, "spec": spec.slug,
                                     "spec_based": True, "spec_source": "json" if user_spec else "spec table",
-                                    "spec_only": user_spec or not rows.get(spec.slug),
-                                    "note": device_note(m, spec.slug, user_spec)}}
+                                    "spec_only": spec_only, "note": note,
+                                    **({"reference": self.reference.manifest["name"]} if self.reference else {})}}
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -211,14 +224,16 @@ class SpecPredictor:
                 ``memory_format``) and ``interval_z``; None: the manifest's defaults.
         """
         default = {k: v[0] for k, v in self.manifest["options"].items()} | {"interval_z": 1.96}
-        settings_list = settings_list or [default] * len(graphs)
+        settings_list = [{**default, **{k: v for k, v in s.items() if v is not None}}
+                         for s in (settings_list or [default] * len(graphs))]
+        moved = transferred_ms(self.reference, self.spec, list(graphs), settings_list, self.moved) \
+            if self.reference is not None else [{} for _ in graphs]
         rows: list[dict] = [{} for _ in graphs]
         for target, mode in (("train_step_ms", "train"), ("inference_ms", "infer")):
             if target not in self.targets:
                 continue
             floors, xs = [], []
             for graph, s in zip(graphs, settings_list):
-                s = {**default, **{k: v for k, v in s.items() if v is not None}}
                 run = settings(mode == "train", s["precision"], s.get("memory_format") == "nhwc")
                 found = roofline_features(graph, self.spec, s["precision"], mode,
                                           s["optimizer"] if mode == "train" else "none", run)
@@ -227,9 +242,9 @@ class SpecPredictor:
                 floors.append(found[0])
                 xs.append(feature_vector(found[1], self.spec, run))
             ratio = np.maximum(self.model.log_ratio(np.stack(xs)), 0.0)  # never below the floor
-            for row, floor, r, s in zip(rows, floors, ratio, settings_list):
+            for row, floor, r, s, m in zip(rows, floors, ratio, settings_list, moved):
                 lo, hi = quantile_offsets(self.model.manifest, target, float(s.get("interval_z", 1.96)))
-                value = floor * math.exp(r)
+                value = m.get(target, floor * math.exp(r))
                 lo95, hi95 = quantile_offsets(self.model.manifest, target, 1.96)
                 row.update({target: value, f"{target}_low": max(value * math.exp(lo), floor),
                             f"{target}_high": value * math.exp(max(hi, 0.0)), f"{target}_floor": floor,

@@ -41,17 +41,28 @@ def spec_model(uri: str | Path | None = None) -> SpecModel:
     return _LOADED[key]
 
 
+def reference_for(spec: devices.DeviceSpec) -> Predictor | None:
+    """The shipped predictor whose answers transfer to ``spec`` (:mod:`trappm_ray.model.transfer`):
+    the first of another GPU of the same kind (same vendor software stack) in the spec table."""
+    for path in shipped():
+        dev = _manifest(path).get("device") or {}
+        if dev.get("kind") == spec.kind and dev.get("spec") and dev["spec"] != spec.slug:
+            return load_predictor(str(path))
+    return None
+
+
 def for_spec(spec: devices.DeviceSpec, user_spec: bool = False, uri: str | Path | None = None) -> SpecPredictor:
-    """The spec-based predictor (at ``uri``; None: shipped) bound to ``spec``; refuses CPUs."""
+    """The spec-based predictor (at ``uri``; None: shipped) bound to ``spec``, with its
+    reference predictor; refuses CPUs."""
     uri = SPEC_DIR if uri is None else uri
     if spec.kind == "cpu":
         raise PredictorError(f"{spec.slug} is a CPU with no shipped predictor; the spec-based predictor "
                              "covers GPUs only")
     if user_spec:  # a user's file may change between calls: bound afresh (the model stays cached)
-        return SpecPredictor(spec_model(uri), spec, user_spec)
+        return SpecPredictor(spec_model(uri), spec, user_spec, reference_for(spec))
     key = f"spec:{uri}:{spec.slug}"
     if key not in _LOADED:
-        _LOADED[key] = SpecPredictor(spec_model(uri), spec)
+        _LOADED[key] = SpecPredictor(spec_model(uri), spec, reference=reference_for(spec))
     return _LOADED[key]
 
 

@@ -1,0 +1,94 @@
+"""Reference transfer: a GPU without labels predicted from a shipped GPU predictor's answer.
+
+The shipped predictor of a *reference* GPU (the RTX 3090's, trained on its measured steps)
+predicts the graph on its own device; the answer is multiplied by the ratio of the two devices'
+roofline floors for the same graph and setting (:mod:`trappm_ray.physics.roofline`, Williams et al.,
+CACM 2009). What the reference learned beyond the roofline (launches, framework overheads, fusion)
+carries over; what the devices' specs change comes through the floor. Leave-one-device-out on timm's
+inference rows (``docs/results-gpu.md``, "reference" rows) measures it against the spec model.
+
+It answers only settings the reference predictor was trained on (precision, optimizer, memory
+format); any other setting stays with the spec model, as do targets the spec model has many rows of
+the device for (``OWN_ROWS``: the RTX 4090's inference). On a much faster GPU a small workload
+cannot finish before the host has issued its kernels: the transferred time is never below the
+reference's launch time (``LAUNCH_US`` per kernel, forward, backward and update counted), capped at
+the reference's own answer.
+"""
+from __future__ import annotations
+
+import math
+
+import numpy as np
+
+from trappm_ray import devices
+from trappm_ray.graph.features import V2_STATIC
+from trappm_ray.model.device_features import ROOF_COLS, roofline_features, settings
+from trappm_ray.model.options import trained_options
+
+TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
+# Host time to issue one kernel in eager PyTorch (dispatch + launch), an assumption of the order
+# commonly measured (5-20 us); the labeled timm rows (batch 192-1024) cannot identify it: their
+# transfer error moves by 0.1 point between 0 and 20 us.
+LAUNCH_US = 10.0
+KERNELS_PER_NODE = {"train": 3, "infer": 1}  # forward; + gradient of the input and of the weight
+KERNELS_COL = len(V2_STATIC) + ROOF_COLS.index("log_kernels")  # in roofline_features' vector
+OWN_ROWS = 500  # a device with this many spec-model rows of a target keeps the spec model's answer
+
+
+def own_rows(spec_manifest: dict, slug: str, target: str) -> int:
+    """Rows of device ``slug`` and ``target`` the spec model was trained on."""
+    return ((spec_manifest.get("lodo") or {}).get(target, {}).get("devices", {}).get(slug) or {}).get("rows", 0)
+
+
+def transfer_ms(ref_ms, floor_here, floor_there, kernels, mode: str):
+    """Reference time ``ref_ms`` (floor ``floor_there``) moved to a device whose floor is
+    ``floor_here``: scaled by the floor ratio, never below the launch time of ``kernels`` graph
+    kernels (capped at ``ref_ms``) nor below ``floor_here``. Works on floats and numpy arrays.
+
+    Args:
+        mode: ``train`` (a step: 3 kernels per graph kernel) or ``infer``.
+    """
+    launch = np.minimum(kernels * KERNELS_PER_NODE[mode] * LAUNCH_US / 1e3, ref_ms)
+    return np.maximum(np.maximum(ref_ms * floor_here / floor_there, launch), floor_here)
+
+
+def covers(reference_manifest: dict, setting: dict, mode: str) -> bool:
+    """Whether the reference predictor was trained on ``setting`` (the optimizer only matters
+    for a training step)."""
+    trained = trained_options(reference_manifest)
+    fields = ("precision", "memory_format") + (("optimizer",) if mode == "train" else ())
+    return all(setting.get(f) in trained.get(f, [setting.get(f)]) for f in fields)
+
+
+def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_list: list[dict],
+                   targets: tuple[str, ...] = ("train_step_ms", "inference_ms")) -> list[dict[str, float]]:
+    """Per graph, ``{target: ms}`` on ``spec`` by reference transfer, for the ``targets`` and
+    settings the reference covers (others absent). Never below ``spec``'s floor.
+
+    Args:
+        reference: a shipped :class:`~trappm_ray.model.predictor.Predictor` of a GPU in the spec table.
+        spec: the device predicted. graphs: featurized graphs at their batch sizes.
+        settings_list: per graph the resolved options (``precision``, ``optimizer``, ``memory_format``).
+    """
+    ref_spec = devices.get(reference.manifest["device"]["spec"])
+    out: list[dict[str, float]] = [{} for _ in graphs]
+    wanted = [i for i, s in enumerate(settings_list)
+              if any(t in targets and covers(reference.manifest, s, mode) for t, mode in TARGET_MODES)]
+    ref_rows = dict(zip(wanted, reference.predict_graphs([graphs[i] for i in wanted]))) if wanted else {}
+    for i, ref_row in ref_rows.items():
+        s = settings_list[i]
+        for target, mode in TARGET_MODES:
+            if target not in targets or target not in ref_row or not covers(reference.manifest, s, mode):
+                continue
+            run = settings(mode == "train", s["precision"], s.get("memory_format") == "nhwc")
+            opt = s["optimizer"] if mode == "train" else "none"
+            here = roofline_features(graphs[i], spec, s["precision"], mode, opt, run)
+            there = roofline_features(graphs[i], ref_spec, s["precision"], mode, opt, run)
+            if here is None or there is None:
+                continue
+            out[i][target] = transfer_ms(ref_row[target], here[0], there[0],
+                                         math.exp(here[1][KERNELS_COL]), mode)
+    return out
+
+
+__all__ = ["LAUNCH_US", "OWN_ROWS", "own_rows", "transfer_ms", "covers", "transferred_ms"]
