@@ -200,9 +200,12 @@ def cmd_devices(args: argparse.Namespace) -> int:
         "lodo_mape": {t: v.get("mean_device_mape") for t, v in (spec_m.get("lodo") or {}).items()},
         "devices": [d["device"] for d in catalog if d["predictor"] == "gpu-spec"],
         "command": spec_m.get("command")}
+    served = {d["device"]: d for d in catalog if d["predictor"] == "gpu-spec"}
     specs = [{"slug": s.slug, "kind": s.kind, "name": s.name, "memory_gb": s.memory_gb,
               "predictor": next((d["predictor"] for d in catalog if d["device"] == s.slug
                                  or str(d["device"]).startswith(s.slug + "-")), None),
+              "transfer": {t: served[s.slug]["reference"] for t in served[s.slug]["transferred"]}
+              if s.slug in served else {},
               "mig_profiles": [p.profile for p in devices.mig_profiles(s.slug)]}
              for s in devices.load_specs().values()]
     if args.json:
@@ -218,12 +221,16 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print(f"\nspec-based predictor gpu-spec (any other GPU of the table, or --device-spec FILE.json):"
               f"\n  trained on {spec_info['trained_on']['rows']} rows of "
               f"{len(spec_info['trained_on']['devices'])} devices ({', '.join(spec_info['trained_on']['devices'])});"
-              f"\n  leave-one-device-out MAPE, mean over held-out devices: {err}")
+              f"\n  leave-one-device-out MAPE, mean over held-out devices: {err};"
+              f"\n  'transfer': in its reference predictor's setting, these targets are that predictor's answer x "
+              f"the ratio of roofline floors (docs/predict.md)")
     print(f"\ndevice spec table ({len(specs)} devices, data/devices.csv; predictor, GPU/MIG fit, roofline):")
     for d in specs:
         mig = f"MIG {' '.join(d['mig_profiles'])}" if d["mig_profiles"] else ""
+        moved = sorted(set(d["transfer"].values()))
+        via = f"transfer from {moved[0]} ({', '.join(d['transfer'])})" if moved else ""
         print(f"  {d['slug']:<30} {d['kind']:<5} {str(d['memory_gb'] or '?') + ' GB':<9} "
-              f"{d['predictor'] or '-':<13} {mig}".rstrip())
+              f"{d['predictor'] or '-':<13} {mig} {via}".rstrip())
     return 0
 
 

@@ -104,3 +104,33 @@ def test_batch_actor_predicts_for_a_device(tiny, tmp_path):
     assert row["model_version"].startswith("gpu-spec:h100-sxm5-80gb")
     assert row["train_step_ms_low"] <= row["train_step_ms"] <= row["train_step_ms_high"]
     assert row["train_memory_mb"] > 0
+
+
+def test_gpus_without_labels_take_the_reference_transfer():
+    """The shipped predictors: an H100 step is the RTX 3090 predictor's x the floor ratio (or the
+    launch time), so a GPU faster in every spec is never predicted slower; the RTX 4090's own
+    inference rows keep the spec model's answer for that target."""
+    import math
+
+    from trappm_ray import devices
+    from trappm_ray.model.device_features import roofline_features, settings
+    from trappm_ray.model.transfer import KERNELS_COL, transfer_ms
+
+    R._LOADED.clear()
+    ref, h100, rtx4090 = (R.load_predictor(None, d) for d in ("rtx3090", "h100-sxm5-80gb", "rtx4090"))
+    assert h100.reference is ref and h100.manifest["device"]["reference"] == "rtx3090-amp"
+    assert rtx4090.moved == ("train_step_ms",)
+    graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
+    s = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw", "interval_z": 1.96}
+    on_ref = ref.predict_graphs([graph])[0]
+    got = h100.predict_graphs([graph], [s])[0]
+    for target, mode in (("train_step_ms", "train"), ("inference_ms", "infer")):
+        run = settings(mode == "train", "amp-fp16")
+        opt = "sgd-momentum" if mode == "train" else "none"
+        here = roofline_features(graph, devices.get("h100-sxm5-80gb"), "amp-fp16", mode, opt, run)
+        there = roofline_features(graph, devices.get("rtx3090"), "amp-fp16", mode, opt, run)
+        want = transfer_ms(on_ref[target], here[0], there[0], math.exp(here[1][KERNELS_COL]), mode)
+        assert got[target] == pytest.approx(want)
+        assert got[target] <= max(on_ref[target], here[0])
+    fp32 = h100.predict_graphs([graph], [{**s, "precision": "fp32"}])[0]  # no reference: spec model
+    assert fp32["train_step_ms"] > 0

@@ -15,6 +15,7 @@ from trappm_ray import devices, storage
 from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, device_of, load_default,
                                         model_version, names_device)
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
+from trappm_ray.model.transfer import OWN_ROWS, own_rows
 
 _LOADED: dict[str, object] = {}
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
@@ -41,14 +42,20 @@ def spec_model(uri: str | Path | None = None) -> SpecModel:
     return _LOADED[key]
 
 
-def reference_for(spec: devices.DeviceSpec) -> Predictor | None:
+def reference_path(spec: devices.DeviceSpec) -> Path | None:
     """The shipped predictor whose answers transfer to ``spec`` (:mod:`trappm_ray.model.transfer`):
     the first of another GPU of the same kind (same vendor software stack) in the spec table."""
     for path in shipped():
         dev = _manifest(path).get("device") or {}
         if dev.get("kind") == spec.kind and dev.get("spec") and dev["spec"] != spec.slug:
-            return load_predictor(str(path))
+            return path
     return None
+
+
+def reference_for(spec: devices.DeviceSpec) -> Predictor | None:
+    """:func:`reference_path`'s predictor, loaded (once)."""
+    path = reference_path(spec)
+    return None if path is None else load_predictor(str(path))
 
 
 def for_spec(spec: devices.DeviceSpec, user_spec: bool = False, uri: str | Path | None = None) -> SpecPredictor:
@@ -153,10 +160,14 @@ def device_catalog() -> list[dict]:
     for s in devices.load_specs().values():
         if s.kind == "cpu" or any(names_device(d, s.slug) for d in served):
             continue
+        ref = reference_path(s)
+        moved = [t for t in m.get("targets", []) if own_rows(m, s.slug, t) < OWN_ROWS] if ref else []
         out.append({"device": s.slug, "name": s.name, "kind": s.kind, "predictor": KIND,
                     "spec_only": not rows.get(s.slug), "training_rows": rows.get(s.slug, 0),
-                    "targets": m.get("targets"), "options": m.get("options"), "lodo_mape": lodo})
+                    "targets": m.get("targets"), "options": m.get("options"), "lodo_mape": lodo,
+                    "reference": ref.name if moved else None, "transferred": moved})
     return out
 
 
-__all__ = ["SPEC_HELP", "shipped", "spec_model", "for_spec", "load_predictor", "device_catalog"]
+__all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "for_spec", "load_predictor",
+           "device_catalog"]
