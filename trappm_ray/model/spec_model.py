@@ -156,8 +156,8 @@ def device_note(manifest: dict, slug: str, user_spec: bool) -> str:
     if rows and not user_spec:
         own = {t: v["devices"][slug]["mape"] for t, v in lodo.items() if slug in v.get("devices", {})}
         own_s = ", ".join(f"{t} {v:.0f}%" for t, v in own.items())
-        return (f"predicted by the spec-based predictor {manifest.get('version', '')}: no shipped predictor for this "
-                f"device; its training rows include {rows} of this device (held out: {own_s or 'n/a'} MAPE)")
+        return (f"predicted by the spec-based predictor {manifest.get('version', '')}: its training rows include "
+                f"{rows} of this device (held out: {own_s or 'n/a'} MAPE)")
     return (f"{NOTE}; leave-one-device-out MAPE of the spec-based predictor (mean over held-out devices): "
             f"{err or 'not measured'}")
 

@@ -91,4 +91,55 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
     return out
 
 
-__all__ = ["LAUNCH_US", "OWN_ROWS", "own_rows", "transfer_ms", "covers", "transferred_ms"]
+class OptionTransfer:
+    """A shipped GPU predictor answering an option it was never trained on, through the spec-based
+    predictor of the same device, which was trained on the device's rows in that option.
+
+    The answer is the shipped predictor's (in its own setting) times the spec model's ratio
+    between the requested setting and the shipped one on this device: the option's effect comes
+    from the device's own labels, the absolute level from the predictor that fits it best, so
+    switching an option never changes the answer by a difference between two models.
+
+    Args:
+        shipped: the device's :class:`~trappm_ray.model.predictor.Predictor`.
+        spec_predictor: the :class:`~trappm_ray.model.spec_model.SpecPredictor` bound to the device.
+    """
+
+    def __init__(self, shipped, spec_predictor):
+        self.shipped, self.spec_predictor = shipped, spec_predictor
+        own = shipped.manifest.get("options") or {}
+        merged = {k: list(dict.fromkeys([*own.get(k, []), *v]))
+                  for k, v in (spec_predictor.manifest.get("options") or {}).items()}
+        self.base = {k: v[0] for k, v in own.items()}
+        dev = dict(shipped.manifest.get("device") or {})
+        dev["note"] = (f"a setting the {shipped.manifest.get('name')} predictor was not trained on (it was: "
+                       f"{', '.join(f'{k} {v}' for k, v in self.base.items() if k != 'gpus')}): its answer x "
+                       f"the spec-based predictor's ratio between the requested setting and that one on this "
+                       f"device")
+        self.manifest = {**shipped.manifest, "options": merged, "device": dev,
+                         "name": f"{shipped.manifest.get('name')}+{spec_predictor.manifest.get('name')}"}
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return tuple(t for t in self.shipped.targets if t in self.spec_predictor.targets)
+
+    def check(self, setting: dict) -> None:
+        """As :meth:`SpecPredictor.check`: a precision the device has no roofline for is refused."""
+        self.spec_predictor.check(setting)
+
+    def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
+        """The shipped predictor's rows scaled by the spec model's requested / shipped-setting ratio."""
+        rows = self.shipped.predict_graphs(graphs)
+        asked = self.spec_predictor.predict_graphs(graphs, settings_list)
+        base = self.spec_predictor.predict_graphs(graphs, [{**s, **self.base} for s in settings_list])
+        out = []
+        for row, a, b in zip(rows, asked, base):
+            moved = {}
+            for t in self.targets:
+                ratio = a[t] / b[t]
+                moved.update({t: row[t] * ratio, f"{t}_std": row[f"{t}_std"] * ratio})
+            out.append(moved)
+        return out
+
+
+__all__ = ["LAUNCH_US", "OWN_ROWS", "own_rows", "transfer_ms", "covers", "transferred_ms", "OptionTransfer"]

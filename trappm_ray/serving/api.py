@@ -30,9 +30,10 @@ from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import Predictor, PredictorError, device_of, model_version, names_device
 from trappm_ray.model.spec_model import SpecPredictor
+from trappm_ray.model.transfer import OptionTransfer
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
-from trappm_ray.serving.registry import device_catalog, load_predictor
+from trappm_ray.serving.registry import device_catalog, load_predictor, spec_predictor
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
@@ -265,7 +266,7 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
         p.train_memory_mb = Estimate(max(m["value"], floor), max(m["low"], floor),
                                      max(m["high"], floor), 0.0, "MB")
         p.memory_terms = m["terms"]
-    if device.get("spec_based"):  # what the times rest on, and their error on unseen GPUs
+    if device.get("note"):  # what the times rest on (spec-based, transferred), and their error
         p.notes.append(device["note"])
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
         p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)
@@ -298,6 +299,31 @@ def predictor_for(opts: PredictOptions, predictor) -> Predictor | SpecPredictor:
         raise errors.UnsupportedOption(str(e)) from None
 
 
+def settled(opts: PredictOptions, chosen: Predictor | SpecPredictor) -> tuple:
+    """(predictor, resolved setting) for ``opts``. A shipped GPU predictor never trained on a
+    requested option answers through the spec-based predictor when that one was trained on rows
+    of the same device (the RTX 3090's channels-last runs; :class:`OptionTransfer`); otherwise the
+    option is refused.
+
+    Raises:
+        errors.UnsupportedOption: neither was trained on the setting.
+    """
+    try:
+        return chosen, resolve_options(asdict(opts), chosen.manifest)
+    except errors.UnsupportedOption:
+        spec = (chosen.manifest.get("device") or {}).get("spec")
+        if isinstance(chosen, SpecPredictor) or not spec:
+            raise
+        try:
+            alt = spec_predictor(spec)
+        except (PredictorError, KeyError):
+            alt = None
+        if alt is None or alt.manifest["device"]["spec_only"]:
+            raise
+        both = OptionTransfer(chosen, alt)
+        return both, resolve_options(asdict(opts), both.manifest)
+
+
 def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Predictor | SpecPredictor
                  ) -> list[Prediction | errors.ModelError]:
     """Predict ``(onnx bytes, options, label)`` items with one pass per predictor over all graphs
@@ -309,9 +335,8 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
     groups: dict[int, tuple] = {}
     for i, (data, opts, _) in enumerate(models):
         try:
-            chosen = predictor_for(opts, predictor)
-            setting = resolve_options(asdict(opts), chosen.manifest)
-            if isinstance(chosen, SpecPredictor):
+            chosen, setting = settled(opts, predictor_for(opts, predictor))
+            if isinstance(chosen, (SpecPredictor, OptionTransfer)):
                 chosen.check(setting)
             proto = read_model(data)
             item = (i, proto, featurize_with(proto, opts), {**setting, "interval_z": opts.interval_z})
@@ -320,8 +345,8 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
             out[i] = e
     for chosen, ok in groups.values():
         graphs = [g for _, _, g, _ in ok]
-        rows = (chosen.predict_graphs(graphs, [s for *_, s in ok]) if isinstance(chosen, SpecPredictor)
-                else chosen.predict_graphs(graphs))
+        rows = (chosen.predict_graphs(graphs, [s for *_, s in ok])
+                if isinstance(chosen, (SpecPredictor, OptionTransfer)) else chosen.predict_graphs(graphs))
         for (i, proto, graph, _), row in zip(ok, rows):
             data, opts, label = models[i]
             p = build_prediction(row, graph, chosen, opts, label, hashlib.sha256(data).hexdigest())

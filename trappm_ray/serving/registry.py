@@ -73,6 +73,11 @@ def for_spec(spec: devices.DeviceSpec, user_spec: bool = False, uri: str | Path 
     return _LOADED[key]
 
 
+def spec_predictor(slug: str) -> SpecPredictor:
+    """The shipped spec-based predictor bound to the spec-table device ``slug``."""
+    return for_spec(devices.get(slug))
+
+
 def _is_spec_dir(uri: str) -> bool:
     try:
         return json.loads(storage.read_bytes(storage.join(uri, "manifest.json"))).get("kind") == KIND
@@ -169,5 +174,5 @@ def device_catalog() -> list[dict]:
     return out
 
 
-__all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "for_spec", "load_predictor",
+__all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "for_spec", "spec_predictor",
            "device_catalog"]
