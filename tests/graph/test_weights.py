@@ -90,3 +90,19 @@ def test_dynamic_batch_is_never_marked_rebound(batch):
     nodes = [helper.make_node("Relu", ["x"], ["y"])]
     g = featurize(_model(nodes, [_x()], [_y()]), batch_size=batch)
     assert g.meta["batch_rebound"] is False and g.meta["exported_batch"] is None
+
+
+def test_weight_standardised_conv_counts_its_weight_once():
+    """NF-Net/BiT export: the weight, reshaped twice, standardised by a training-mode
+    BatchNormalization whose running-statistics outputs nothing reads, then reshaped for Conv."""
+    w = np.ones((1, 4, 18), np.float32)  # a (4, 2, 3, 3) conv weight as [1, out, in*k*k]
+    nodes = [helper.make_node("ReduceMean", ["Wt"], ["mean"], axes=[0, 1], keepdims=0),
+             helper.make_node("ReduceMean", ["Wt"], ["var"], axes=[0, 1], keepdims=0),
+             helper.make_node("BatchNormalization", ["W", "gain", "zero", "mean", "var"],
+                              ["Wn", "run_mean", "run_var"], training_mode=1),
+             helper.make_node("Reshape", ["Wn", "shape"], ["Wc"]),
+             helper.make_node("Conv", ["x", "Wc"], ["y"], kernel_shape=[3, 3])]
+    inits = [_t("W", w), _t("Wt", w.transpose(0, 2, 1).copy()), _t("gain", np.ones(4, np.float32)),
+             _t("zero", np.zeros(4, np.float32)), _t("shape", np.array([4, 2, 3, 3], np.int64))]
+    g = featurize(_model(nodes, [_x(("N", 2, 5, 5))], [_y()], inits))
+    assert g.static["params"] == 72 and _by_op(g, "Conv") == [72]  # was 72 + 72 + 8 at the BN

@@ -82,9 +82,12 @@ def find_weights(nodes, shapes: dict, dtypes: dict, weights: set[str]
     # Unsqueeze -> Mul, a stored matrix -> Reshape -> Gemm): those are folded, and their float
     # inputs are weight sources whose producers may be folded in turn.
     folded = set()
+    # an output nothing reads does not stop a fold: a training-mode BatchNormalization that
+    # standardises a weight (NF-Nets, BiT) also returns running statistics no node uses
+    read = {x for n in nodes for x in n.input if x}
     for i in range(len(nodes) - 1, -1, -1):
         n = nodes[i]
-        outs = [o for o in n.output if o]
+        outs = [o for o in n.output if o and (o in read or o == n.output[0])]
         if (not outs or n.op_type == "Constant" or any(o not in found for o in outs)
                 or not all(x in const for x in n.input if x)):
             continue
