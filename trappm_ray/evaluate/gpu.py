@@ -41,6 +41,7 @@ from trappm_ray.train.splits import split
 log = logging.getLogger(__name__)
 
 MODELS = ("roofline", "roofline-eff", "xgboost", "xgboost-rel", "mlp")
+ENSEMBLED = ("xgboost", "xgboost-rel", "mlp", "gnn")  # averaged in log space as ``ensemble``
 # xgboost-rel: the spec-based predictor's feature design (trappm_ray/model/spec_model.py)
 SPEC_VARIANT = "relative"
 TARGETS = {"train_step_ms": "train", "inference_ms": "infer"}
@@ -166,11 +167,28 @@ def fit_predict(ex: list[dict], train, val, test, model: str, seed: int, extra: 
         fit = {"xgboost": fit_xgboost, "xgboost-rel": fit_xgboost, "mlp": fit_mlp}[model]
         out = fit(x, meas / floor, np.asarray(train), np.asarray(val if len(val) else train), seed)
         raw = out["predict"](idx) * floor[idx]
-    pred = np.maximum(raw, floor[idx])
+    return _banded(meas, floor, val, test, raw)
+
+
+def _banded(meas: np.ndarray, floor: np.ndarray, val, test, raw: np.ndarray) -> dict:
+    """``raw`` ms for ``val`` then ``test`` -> the fit dict of :func:`fit_predict` (+ ``val_raw``)."""
+    pred = np.maximum(raw, floor[np.concatenate([val, test]).astype(int)])
     lo, hi = _interval(meas[val], pred[:len(val)])
     p = pred[len(val):]
     return {"raw": raw[len(val):], "pred": p, "lo": np.maximum(p * math.exp(lo), floor[test]),
-            "hi": p * math.exp(hi)}
+            "hi": p * math.exp(hi), "val_raw": raw[:len(val)]}
+
+
+def ensemble(ex: list[dict], val, test, fits: dict) -> dict:
+    """The geometric mean of the learned models' fits (``ENSEMBLED`` among ``fits``), banded
+    from its own validation residuals; empty without at least two of them."""
+    members = [f for m, f in fits.items() if m in ENSEMBLED]
+    if len(members) < 2:
+        return {}
+    meas = np.array([e["measured"] for e in ex])
+    floor = np.array([e["floor"] for e in ex])
+    raw = np.exp(np.mean([np.log(np.r_[f["val_raw"], f["raw"]]) for f in members], 0))
+    return {"ensemble": _banded(meas, floor, np.asarray(val, int), np.asarray(test, int), raw)}
 
 
 def _metrics(ex: list[dict], folds: list[tuple[np.ndarray, dict]]) -> dict:
@@ -223,11 +241,18 @@ def evaluate_task(ex: list[dict], cfg: GpuEvalConfig, extra: dict | None = None)
         splits = [(s, t) for s, t in zip(folds, splits) if len(t[2]) and len(t[0])]
         if not splits:
             continue
-        out[kind] = {m: _metrics(ex, [(te, fit_predict(ex, tr, va, te, m, seed, extra))
-                                      for (seed, _), (tr, va, te) in splits])
-                     for m in cfg.models + tuple(extra or ())}
+        fits = []
+        for (seed, _), (tr, va, te) in splits:
+            f = {m: fit_predict(ex, tr, va, te, m, seed, extra) for m in cfg.models + tuple(extra or ())}
+            fits.append((te, {**f, **ensemble(ex, va, te, f)}))
+        out[kind] = {m: _metrics(ex, [(te, f[m]) for te, f in fits]) for m in fits[0][1]}
         log.info("%s: %s", kind, {m: round(v["mape"], 1) for m, v in out[kind].items()})
     return out
+
+
+def _subset(fit: dict, keep: np.ndarray) -> dict:
+    """A fit dict restricted to the test rows ``keep`` (a mask over its test rows)."""
+    return {k: fit[k][keep] for k in ("raw", "pred", "lo", "hi")}
 
 
 def settings_seen(ex: list[dict], train: np.ndarray, test: np.ndarray) -> np.ndarray:
@@ -254,17 +279,18 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig, index: dict | None = None)
         rest = np.array([i for i, e in enumerate(ex) if e["spec"] != spec], int)
         tr, va = _val_by_arch(ex, rest, cfg.seeds[0])
         fits = {m: fit_predict(ex, tr, va, test, m, cfg.seeds[0]) for m in cfg.models}
+        fits.update(ensemble(ex, va, test, fits))
         out[spec] = {m: _metrics(ex, [(test, f)]) for m, f in fits.items()}
         seen = settings_seen(ex, rest, test)
         if 0 < len(seen) < len(test):
             keep = np.isin(test, seen)
             out[f"{spec} (settings seen)"] = {
-                m: _metrics(ex, [(test[keep], {k: v[keep] for k, v in f.items()})]) for m, f in fits.items()}
+                m: _metrics(ex, [(test[keep], _subset(f, keep))]) for m, f in fits.items()}
         moved = transfer_predict(ex, spec, rest, test, index, cfg.seeds[0]) if index else None
         if moved is not None:
             keep = np.isin(test, moved["rows"])
             out[f"{spec} (reference {moved['reference']})"] = {
-                **{m: _metrics(ex, [(test[keep], {k: v[keep] for k, v in f.items()})]) for m, f in fits.items()},
+                **{m: _metrics(ex, [(test[keep], _subset(f, keep))]) for m, f in fits.items()},
                 "transfer": _metrics(ex, [(moved["rows"], moved)])}
         log.info("lodo %s: %s", spec, {m: round(v["mape"], 1) for m, v in out[spec].items()})
     return out
@@ -323,5 +349,5 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     return report
 
 
-__all__ = ["MODELS", "GpuEvalConfig", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
+__all__ = ["MODELS", "ENSEMBLED", "GpuEvalConfig", "ensemble", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
            "settings_seen", "evaluate_lodo", "finite", "run_gpu_evaluation"]
