@@ -5,7 +5,8 @@ shipped predictor directory trappm_ray/predictors/gpu-spec/ (boosters as XGBoost
     python jobs/train_spec_predictor.py --variants full,physics,relative --depths 4,6 --out /tmp/gpu-spec
 Examples are the GPU evaluation's (trappm_ray/evaluate/gpu.py): label rows under --labels joined to
 data/labels/graphs.parquet (plus --corpora). Variant x depth are chosen by leave-one-device-out
-MAPE, whose residuals also make the intervals. Runs in one process (no Ray), a few minutes.
+MAPE, whose residuals also make the intervals. Every leave-one-device-out fit is a Ray task
+(--parallel false: in this process); --ray-address joins a cluster.
 """
 import json
 

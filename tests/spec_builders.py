@@ -39,5 +39,5 @@ def train_tiny(out: str, variants=("full", "physics"), depths=(2,)) -> dict:
     """Train and write a tiny spec predictor at ``out``; the training summary."""
     from trappm_ray.train.spec_predictor import SpecTrainConfig, train_from_table
 
-    cfg = SpecTrainConfig(out=out, variants=variants, depths=depths, rounds=30, nthread=1)
+    cfg = SpecTrainConfig(out=out, variants=variants, depths=depths, rounds=30, nthread=1, parallel=False)
     return train_from_table(tiny_table(), cfg)

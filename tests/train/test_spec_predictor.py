@@ -45,3 +45,14 @@ def test_metrics_are_per_device_with_held_out_coverage():
     perfect = np.log(t["measured"] / t["floor"])
     m = metrics(t, perfect, np.ones(len(perfect), bool))
     assert all(v["mape"] < 1e-6 for v in m["inference_ms"]["devices"].values())
+
+
+def test_lodo_as_ray_tasks_matches_the_in_process_fits(ray_session):
+    from spec_builders import tiny_table
+    from trappm_ray.train.spec_predictor import SpecTrainConfig, lodo_runs
+
+    t = tiny_table()
+    cfg = SpecTrainConfig(variants=("physics",), depths=(2,), rounds=20, nthread=1)
+    remote = lodo_runs(t, cfg)[("physics", 2)]
+    local = lodo_runs(t, SpecTrainConfig(**{**cfg.__dict__, "parallel": False}))[("physics", 2)]
+    assert remote["tested"].all() and np.allclose(remote["log_pred"], local["log_pred"])

@@ -25,6 +25,8 @@ from trappm_ray.evaluate.gpu import GpuEvalConfig, examples
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.predictor import code_version
 from trappm_ray.model.spec_model import KIND, VARIANTS, design, design_names
+from trappm_ray.ray_init import ensure_ray
+from trappm_ray.train.fanout import fan_out
 
 log = logging.getLogger(__name__)
 
@@ -52,6 +54,9 @@ class SpecTrainConfig:
         monotone: ``column:+1`` / ``column:-1`` monotone constraints on design columns (those a
             variant lacks are ignored), e.g. ``launch_pressure:+1``: more kernels per ms of
             floor can only add launch overhead.
+        parallel: one Ray task per leave-one-device-out fit (``nthread`` CPUs each); False fits
+            them in this process (tiny tables, tests). ray_address: the cluster (None: a private
+            local one, or ``RAY_ADDRESS``).
     """
 
     labels: str = "data/labels"
@@ -67,6 +72,8 @@ class SpecTrainConfig:
     min_test_rows: int = 3
     train_kinds: tuple[str, ...] = ("cuda", "rocm", "cpu")
     monotone: tuple[str, ...] = ("launch_pressure:+1",)
+    parallel: bool = True
+    ray_address: str | None = None
 
 
 def table(ex: list[dict]) -> dict[str, np.ndarray]:
@@ -112,25 +119,50 @@ def predict_log_ratio(boosters: list, x: np.ndarray) -> np.ndarray:
     return np.maximum(np.mean([b.predict(d) for b in boosters], 0).astype(np.float64), 0.0)
 
 
-def lodo(t: dict, variant: str, depth: int, cfg: SpecTrainConfig) -> dict[str, np.ndarray]:
-    """Leave one device out: every device's rows predicted by boosters fitted on the others.
+def fit_and_predict(x: np.ndarray, y: np.ndarray, w: np.ndarray, train: np.ndarray, test: np.ndarray,
+                    depth: int, cfg: SpecTrainConfig, variant: str) -> np.ndarray:
+    """One leave-one-device-out fit (a Ray task): boosters on the ``train`` rows of design matrix
+    ``x``, the log ratio predicted for the ``test`` rows."""
+    return predict_log_ratio(fit_boosters(x[train], y[train], w[train], depth, cfg, variant), x[test])
+
+
+def lodo_runs(t: dict, cfg: SpecTrainConfig) -> dict[tuple[str, int], dict[str, np.ndarray]]:
+    """Leave one device out for every variant x depth of ``cfg``: every device's rows predicted by
+    boosters fitted on the others, one Ray task per (variant, depth, device) when ``cfg.parallel``.
 
     Returns:
-        ``log_pred`` (predicted log ratio per row) and ``tested`` (rows of devices with at least
-        ``min_test_rows`` rows, the only ones predicted).
+        (variant, depth) -> ``log_pred`` (predicted log ratio per row) and ``tested`` (rows of
+        devices with at least ``min_test_rows`` rows, the only ones predicted).
     """
-    x, y = design(t["x"], variant), np.log(t["measured"] / t["floor"])
+    y = np.log(t["measured"] / t["floor"])
     w = device_weights(t["spec"], cfg.balance)
-    out, tested = np.zeros(len(y)), np.zeros(len(y), bool)
     trains = np.isin(t["kind"], cfg.train_kinds)
-    for spec in sorted(set(t["spec"])):
-        test = t["spec"] == spec
-        if test.sum() < cfg.min_test_rows:
-            continue
-        tr = ~test & trains
-        out[test] = predict_log_ratio(fit_boosters(x[tr], y[tr], w[tr], depth, cfg, variant), x[test])
-        tested |= test
-    return {"log_pred": out, "tested": tested}
+    held = [s for s in sorted(set(t["spec"])) if (t["spec"] == s).sum() >= cfg.min_test_rows]
+    calls = {}
+    for variant in cfg.variants:
+        if variant not in VARIANTS:
+            raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
+        x = design(t["x"], variant)
+        if cfg.parallel:
+            import ray
+
+            ensure_ray(cfg.ray_address)
+            x = ray.put(x)  # once per variant, read by every task without a copy
+        for depth in cfg.depths:
+            for spec in held:
+                test = t["spec"] == spec
+                calls[(variant, depth, spec)] = (fit_and_predict, (x, y, w, np.where(~test & trains)[0],
+                                                                   np.where(test)[0], depth, cfg, variant), {})
+    if cfg.parallel:
+        done = fan_out(calls, "spec-model LODO", num_cpus=cfg.nthread)
+    else:
+        done = {k: fn(*args, **kw) for k, (fn, args, kw) in calls.items()}
+    runs = {}
+    for (variant, depth, spec), pred in done.items():
+        run = runs.setdefault((variant, depth), {"log_pred": np.zeros(len(y)), "tested": np.zeros(len(y), bool)})
+        run["log_pred"][t["spec"] == spec] = pred
+        run["tested"] |= t["spec"] == spec
+    return runs
 
 
 def roofline_eff_lodo(t: dict) -> np.ndarray:
@@ -232,17 +264,13 @@ def train_from_table(t: dict, cfg: SpecTrainConfig, t0: float | None = None) -> 
     """
     t0 = time.time() if t0 is None else t0
     candidates, best = {}, None
-    for variant in cfg.variants:
-        if variant not in VARIANTS:
-            raise ValueError(f"unknown variant {variant!r}; expected one of {sorted(VARIANTS)}")
-        for depth in cfg.depths:
-            run = lodo(t, variant, depth, cfg)
-            m = metrics(t, run["log_pred"], run["tested"])
-            candidates[f"{variant}/d{depth}"] = {k: {kk: v[kk] for kk in ("mean_device_mape", "pooled_mape",
-                                                                           "timm_gpu_mape")} for k, v in m.items()}
-            log.info("lodo %s/d%d: %s", variant, depth, candidates[f"{variant}/d{depth}"])
-            if best is None or score(m) < score(best["metrics"]):
-                best = {"variant": variant, "depth": depth, "metrics": m, **run}
+    for (variant, depth), run in lodo_runs(t, cfg).items():
+        m = metrics(t, run["log_pred"], run["tested"])
+        candidates[f"{variant}/d{depth}"] = {k: {kk: v[kk] for kk in ("mean_device_mape", "pooled_mape",
+                                                                       "timm_gpu_mape")} for k, v in m.items()}
+        log.info("lodo %s/d%d: %s", variant, depth, candidates[f"{variant}/d{depth}"])
+        if best is None or score(m) < score(best["metrics"]):
+            best = {"variant": variant, "depth": depth, "metrics": m, **run}
     eff = roofline_eff_lodo(t)
     candidates["roofline-eff"] = {k: {kk: v[kk] for kk in ("mean_device_mape", "pooled_mape", "timm_gpu_mape")}
                                   for k, v in metrics(t, eff, best["tested"]).items()}
@@ -267,5 +295,5 @@ def train_from_table(t: dict, cfg: SpecTrainConfig, t0: float | None = None) -> 
 
 
 __all__ = ["SpecTrainConfig", "LEVELS", "TIMM_GPUS", "table", "constraints", "device_weights", "fit_boosters", "predict_log_ratio",
-           "lodo", "roofline_eff_lodo", "weighted_quantiles", "metrics", "score", "train_spec_predictor",
+           "fit_and_predict", "lodo_runs", "roofline_eff_lodo", "weighted_quantiles", "metrics", "score", "train_spec_predictor",
            "train_from_table"]
