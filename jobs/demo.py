@@ -1,5 +1,7 @@
 """The main job end to end on embedded defaults: build a small graph corpus with Ray, predict the
-bundled sample models into parquet with the shipped predictor, and print one report.
+bundled sample models into parquet with the shipped predictor, and print one report per device:
+the CPU predictor, the RTX 3090's (trained on its measured steps) and an H100 (no labels: the
+RTX 3090's answer moved by the roofline, see docs/predict.md).
 
     make demo        (or: .venv/bin/python jobs/demo.py [--out artifacts/demo/corpus])
 """
@@ -19,4 +21,7 @@ if __name__ == "__main__":
     print(json.dumps(asdict(build(cfg)), indent=1))
     summary = run(BatchPredictConfig(src=SAMPLES, dst=PREDICTIONS, batch_size=32))
     print(json.dumps(asdict(summary), indent=1))
-    cli.main(["predict", f"{SAMPLES}/resnet10t@64.onnx", "--batch-size", "32"])
+    for device in (None, "rtx3090", "h100-sxm5-80gb"):
+        print()
+        cli.main(["predict", f"{SAMPLES}/resnet10t@64.onnx", "--batch-size", "32"]
+                 + (["--device", device] if device else []))
