@@ -215,6 +215,16 @@ def _val_by_arch(ex: list[dict], idx: np.ndarray, seed: int, share: float = 0.15
     return tuple(np.array([i for i in idx if (ex[i]["arch"] in val) == side], int) for side in (False, True))
 
 
+def _val_by_family(ex: list[dict], idx: np.ndarray, seed: int, share: float = 0.15) -> tuple:
+    """Split ``idx`` into (train, val) with ``share`` of its families (at least one) in val: a
+    leave-family-out test is validated, and its interval calibrated, on families unseen too."""
+    fams = sorted({ex[i]["family"] for i in idx})
+    if len(fams) < 2:
+        return _val_by_arch(ex, idx, seed, share)
+    val = set(np.random.default_rng(seed).choice(fams, max(1, round(len(fams) * share)), replace=False))
+    return tuple(np.array([i for i in idx if (ex[i]["family"] in val) == side], int) for side in (False, True))
+
+
 def family_groups(ex: list[dict], folds: int) -> list:
     """Leave-family-out folds: every family alone (``folds`` 0), or the families dealt, largest
     first, into ``folds`` groups held out together (stricter than one family at a time)."""
@@ -235,7 +245,7 @@ def evaluate_task(ex: list[dict], cfg: GpuEvalConfig, extra: dict | None = None)
     out = {}
     for kind, folds in plans.items():
         splits = [split(rows, kind, seed, family) if isinstance(family, (str, type(None))) else
-                  (*_val_by_arch(ex, np.array([i for i, e in enumerate(ex) if e["family"] not in family]), seed),
+                  (*_val_by_family(ex, np.array([i for i, e in enumerate(ex) if e["family"] not in family]), seed),
                    np.array([i for i, e in enumerate(ex) if e["family"] in family], int))
                   for seed, family in folds]
         splits = [(s, t) for s, t in zip(folds, splits) if len(t[2]) and len(t[0])]

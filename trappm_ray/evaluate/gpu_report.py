@@ -32,7 +32,8 @@ def markdown(report: dict) -> str:
            "(`trappm_ray/train/splits.py`): `random` (per family 70:30 by row) and `arch` (30% of each "
            f"family's architectures held out) with seeds {cfg['seeds']}; `family` = leave families out "
            f"({cfg['family_folds']} folds, the families dealt largest first into groups held out together; "
-           "0 = one fold per family). Validation: 15% of the training side, split the same way.", "",
+           "0 = one fold per family). Validation (early stopping, interval calibration): 15% of the training "
+           "side, split the same way (rows, architectures, or families).", "",
            "## Rows used (ok label rows, single GPU; joined to a graph or not)", "",
            "| device / target | ok rows | used | no graph | graph, no roofline (peak not sourced) |",
            "|---|---|---|---|---|"]
