@@ -34,9 +34,13 @@ def fit_mlp(x: np.ndarray, y: np.ndarray, train_idx, val_idx, seed: int, hidden:
                               torch.nn.Linear(hidden, 1))
     opt = torch.optim.Adam(net.parameters(), lr=lr)
 
+    # a ReLU net extrapolates linearly: far outside its inputs (an unseen device) its log output
+    # can overflow exp; it is kept within the training targets' range widened by e^2 either way
+    lo, hi = ly[train_idx].min() - 2.0, ly[train_idx].max() + 2.0
+
     def predict(idx) -> np.ndarray:
         with torch.no_grad():
-            return np.exp(net(xt[idx]).squeeze(1).double().numpy() * ys + ym)
+            return np.exp(np.clip(net(xt[idx]).squeeze(1).double().numpy() * ys + ym, lo, hi))
 
     best, best_epoch, state = float("inf"), 0, None
     for epoch in range(1, max_epochs + 1):
