@@ -60,6 +60,8 @@ class GpuEvalConfig:
         task_slugs: device folders with per-device splits (empty: all; fewer than ``min_rows``
             joined rows: none); every device's inference rows join leave-one-device-out.
         gnn_tasks, gnn_epochs: ``slug/target`` keys that also get the GNN (``gpu_gnn.py``); its cap.
+        shipped_encoder: a shipped predictor whose encoder the ``shipped-recipe`` model of those
+            tasks uses (empty: no such model).
         out_md, out_json: the report files.
     """
 
@@ -73,6 +75,7 @@ class GpuEvalConfig:
     min_rows: int = 20
     gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
     gnn_epochs: int = 60
+    shipped_encoder: str = "trappm_ray/predictors/rtx3090-amp"
     out_md: str = "docs/results-gpu.md"
     out_json: str = "docs/results-gpu.json"
 
@@ -340,9 +343,13 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
         log.info("%s: %d rows, %d archs", key, len(sub), len({e["arch"] for e in sub}))
         extra = None
         if key in cfg.gnn_tasks:
-            from trappm_ray.evaluate.gpu_gnn import gnn_model  # torch_geometric only when asked
+            from trappm_ray.evaluate.gpu_gnn import gnn_model, shipped_recipe_model  # torch_geometric only when asked
+            from trappm_ray.model.predictor import Predictor
 
             extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs)}
+            if cfg.shipped_encoder:
+                extra["shipped-recipe"] = shipped_recipe_model(
+                    sub, index, Predictor.load(cfg.shipped_encoder).encoder, sub[0]["target"], cfg.gnn_epochs)
         tasks[key] = {"rows": len(sub), "architectures": len({e["arch"] for e in sub}),
                       "families": len({e["family"] for e in sub}), "measured_below_floor": float(np.mean([e["measured"] < e["floor"] for e in sub])),
                       "splits": evaluate_task(sub, cfg, extra)}

@@ -1,8 +1,14 @@
-"""The GNN variant of the GPU evaluation: the project's supervised GraphSAGE regressor (the
-``nnlqp`` recipe of :mod:`trappm_ray.train.regressors`, no pretrained encoder) on v2 node features
-with the per-node roofline features appended (:func:`trappm_ray.physics.roofline.node_features`),
-the GPU evaluation's graph-level inputs as its static vector (v2 static + log roofline terms +
-device spec vector + run settings), predicting log(measured / roofline floor).
+"""The GNN variants of the GPU evaluation.
+
+``gnn``: the project's supervised GraphSAGE regressor (the ``nnlqp`` recipe of
+:mod:`trappm_ray.train.regressors`, no pretrained encoder) on v2 node features with the per-node
+roofline features appended (:func:`trappm_ray.physics.roofline.node_features`), the GPU
+evaluation's graph-level inputs as its static vector (v2 static + log roofline terms + device spec
+vector + run settings), predicting log(measured / roofline floor).
+
+``shipped-recipe``: how the shipped per-device GPU predictors are trained (``trappm-ray`` recipe:
+the frozen pretrained encoder's embedding, v2 features and static vector, log of the measured
+time; no roofline input), with the encoder of a shipped predictor.
 """
 from __future__ import annotations
 
@@ -16,7 +22,7 @@ from trappm_ray import devices
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.physics.roofline import node_features, roofline
-from trappm_ray.train.regressors import RECIPES, fit, predict_rows, prepare
+from trappm_ray.train.regressors import RECIPES, embed, fit, for_target, predict_rows, prepare
 
 log = logging.getLogger(__name__)
 
@@ -69,4 +75,34 @@ def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60):
     return run
 
 
-__all__ = ["gnn_inputs", "gnn_model"]
+def shipped_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):
+    """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): the shipped
+    predictors' recipe (``trappm-ray``, frozen ``encoder``) fitted on ``ex``'s train rows of
+    ``target``, returning ms.
+
+    Args:
+        ex: the task's examples. index: graph rows by key.
+        encoder: the pretrained graph encoder (a shipped predictor's ``encoder``).
+        target: ``train_step_ms`` or ``inference_ms`` (the recipe's output head follows it).
+    """
+    graphs: dict = {}
+    data = []
+    for e in ex:
+        key = tuple(e["rkey"][:3])
+        if key not in graphs:
+            graphs[key] = prepare([graph_data(row_to_graph(index[key]), "v2")])[0]
+        data.append(graphs[key])
+    emb = embed(encoder, data)
+    y = np.array([e["measured"] for e in ex])
+    recipe = replace(for_target(RECIPES["trappm-ray"], target), max_epochs=max_epochs)
+    log.info("shipped-recipe: %d examples", len(ex))
+
+    def run(_ex, train, val, idx, seed) -> np.ndarray:
+        torch.set_num_threads(1)
+        out = fit(data, y, emb, train, val, recipe, seed)
+        return predict_rows(out["model"], out["scaler"], data, emb, idx)
+
+    return run
+
+
+__all__ = ["gnn_inputs", "gnn_model", "shipped_recipe_model"]
