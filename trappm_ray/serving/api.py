@@ -28,12 +28,12 @@ from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.predictor import Predictor, PredictorError, device_of, model_version, names_device
+from trappm_ray.model.predictor import Predictor, device_of, model_version
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.model.transfer import OptionTransfer
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
-from trappm_ray.serving.registry import device_catalog, load_predictor, spec_predictor
+from trappm_ray.serving.registry import device_catalog, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
@@ -288,42 +288,6 @@ def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
                memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
 
 
-def predictor_for(opts: PredictOptions, predictor) -> Predictor | SpecPredictor:
-    """The predictor answering ``opts``: ``predictor``, unless ``opts.device`` names another
-    device (then its shipped or spec-based one); an unknown device is an UnsupportedOption."""
-    if opts.device is None or names_device(predictor.manifest.get("device") or {}, opts.device):
-        return predictor
-    try:
-        return load_predictor(None, opts.device)
-    except PredictorError as e:
-        raise errors.UnsupportedOption(str(e)) from None
-
-
-def settled(opts: PredictOptions, chosen: Predictor | SpecPredictor) -> tuple:
-    """(predictor, resolved setting) for ``opts``. A shipped GPU predictor never trained on a
-    requested option answers through the spec-based predictor when that one was trained on rows
-    of the same device (the RTX 3090's channels-last runs; :class:`OptionTransfer`); otherwise the
-    option is refused.
-
-    Raises:
-        errors.UnsupportedOption: neither was trained on the setting.
-    """
-    try:
-        return chosen, resolve_options(asdict(opts), chosen.manifest)
-    except errors.UnsupportedOption:
-        spec = (chosen.manifest.get("device") or {}).get("spec")
-        if isinstance(chosen, SpecPredictor) or not spec:
-            raise
-        try:
-            alt = spec_predictor(spec)
-        except (PredictorError, KeyError):
-            alt = None
-        if alt is None or alt.manifest["device"]["spec_only"]:
-            raise
-        both = OptionTransfer(chosen, alt)
-        return both, resolve_options(asdict(opts), both.manifest)
-
-
 def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Predictor | SpecPredictor
                  ) -> list[Prediction | errors.ModelError]:
     """Predict ``(onnx bytes, options, label)`` items with one pass per predictor over all graphs
@@ -335,7 +299,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
     groups: dict[int, tuple] = {}
     for i, (data, opts, _) in enumerate(models):
         try:
-            chosen, setting = settled(opts, predictor_for(opts, predictor))
+            chosen, setting = settled(asdict(opts), predictor_for(opts.device, predictor))
             if isinstance(chosen, (SpecPredictor, OptionTransfer)):
                 chosen.check(setting)
             proto = read_model(data)
@@ -404,5 +368,5 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
 
 
 __all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict",
-           "predict_many", "predictor_for", "load_predictor", "device_catalog", "model_bytes",
+           "predict_many", "load_predictor", "device_catalog", "model_bytes",
            "build_prediction", "model_version", "device_of"]

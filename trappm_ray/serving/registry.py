@@ -11,11 +11,12 @@ import json
 import os
 from pathlib import Path
 
-from trappm_ray import devices, storage
+from trappm_ray import devices, errors, storage
 from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, device_of, load_default,
                                         model_version, names_device)
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
-from trappm_ray.model.transfer import OWN_ROWS, own_rows
+from trappm_ray.model.options import resolve as resolve_options
+from trappm_ray.model.transfer import OWN_ROWS, OptionTransfer, own_rows
 
 _LOADED: dict[str, object] = {}
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
@@ -146,6 +147,42 @@ def load_predictor(predictor: str | os.PathLike | Predictor | SpecPredictor | No
     return found
 
 
+def predictor_for(device: str | None, predictor: Predictor | SpecPredictor) -> Predictor | SpecPredictor:
+    """The predictor answering for ``device``: ``predictor``, unless ``device`` names another
+    one (then its shipped or spec-based predictor); an unknown device is an UnsupportedOption."""
+    if device is None or names_device(predictor.manifest.get("device") or {}, device):
+        return predictor
+    try:
+        return load_predictor(None, device)
+    except PredictorError as e:
+        raise errors.UnsupportedOption(str(e)) from None
+
+
+def settled(requested: dict, chosen: Predictor | SpecPredictor) -> tuple:
+    """(predictor, resolved setting) for the ``requested`` options. A shipped GPU predictor never
+    trained on a requested option answers through the spec-based predictor when that one was
+    trained on rows of the same device (the RTX 3090's channels-last runs; :class:`OptionTransfer`);
+    otherwise the option is refused.
+
+    Raises:
+        errors.UnsupportedOption: neither was trained on the setting.
+    """
+    try:
+        return chosen, resolve_options(requested, chosen.manifest)
+    except errors.UnsupportedOption:
+        spec = (chosen.manifest.get("device") or {}).get("spec")
+        if isinstance(chosen, SpecPredictor) or not spec:
+            raise
+        try:
+            alt = spec_predictor(spec)
+        except (PredictorError, KeyError):
+            alt = None
+        if alt is None or alt.manifest["device"]["spec_only"]:
+            raise
+        both = OptionTransfer(chosen, alt)
+        return both, resolve_options(requested, both.manifest)
+
+
 def device_catalog() -> list[dict]:
     """Every device a prediction can name: the shipped predictors, then the GPUs of the spec
     table that the spec-based predictor serves (with its leave-one-device-out error)."""
@@ -175,4 +212,4 @@ def device_catalog() -> list[dict]:
 
 
 __all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "for_spec", "spec_predictor",
-           "device_catalog"]
+           "predictor_for", "settled", "device_catalog"]
