@@ -11,8 +11,8 @@ It answers only settings the reference predictor was trained on (precision, opti
 format); any other setting stays with the spec model, as do targets the spec model has many rows of
 the device for (``OWN_ROWS``: the RTX 4090's inference). On a much faster GPU a small workload
 cannot finish before the host has issued its kernels: the transferred time is never below the
-reference's launch time (``LAUNCH_US`` per kernel, forward, backward and update counted), capped at
-the reference's own answer.
+host's time to issue them (``LAUNCH_US`` each; a training step counts forward, input-gradient and
+weight-gradient kernels), capped at the reference's own answer.
 """
 from __future__ import annotations
 
