@@ -89,7 +89,7 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
               f"{p.batch_size}")
     floor = p.floors.get("train_memory_mb")
     if floor:
-        print(f"training memory floor (weights + gradients + optimizer state): {floor:.1f} MB")
+        print(f"training memory floor (weights + gradients + optimizer state + largest tensor): {floor:.1f} MB")
     print(f"similarity to the training graphs: {p.domain.get('note', 'not assessed')}")
     for note in p.notes:
         print(f"note: {note}")
