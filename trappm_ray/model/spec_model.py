@@ -226,21 +226,24 @@ class SpecPredictor:
         default = {k: v[0] for k, v in self.manifest["options"].items()} | {"interval_z": 1.96}
         settings_list = [{**default, **{k: v for k, v in s.items() if v is not None}}
                          for s in (settings_list or [default] * len(graphs))]
-        moved = transferred_ms(self.reference, self.spec, list(graphs), settings_list, self.moved) \
-            if self.reference is not None else [{} for _ in graphs]
-        rows: list[dict] = [{} for _ in graphs]
-        for target, mode in (("train_step_ms", "train"), ("inference_ms", "infer")):
-            if target not in self.targets:
-                continue
-            floors, xs = [], []
+        modes = [(t, m) for t, m in (("train_step_ms", "train"), ("inference_ms", "infer")) if t in self.targets]
+        found: dict[str, list] = {}
+        for target, mode in modes:
+            found[target] = []
             for graph, s in zip(graphs, settings_list):
                 run = settings(mode == "train", s["precision"], s.get("memory_format") == "nhwc")
-                found = roofline_features(graph, self.spec, s["precision"], mode,
-                                          s["optimizer"] if mode == "train" else "none", run)
-                if found is None:
+                f = roofline_features(graph, self.spec, s["precision"], mode,
+                                      s["optimizer"] if mode == "train" else "none", run)
+                if f is None:
                     raise errors.UnsupportedOption(f"{self.spec.slug} has no roofline at {s['precision']}")
-                floors.append(found[0])
-                xs.append(feature_vector(found[1], self.spec, run))
+                found[target].append((f, run))
+        moved = transferred_ms(self.reference, self.spec, list(graphs), settings_list, self.moved,
+                               {t: [f for f, _ in v] for t, v in found.items()}) \
+            if self.reference is not None else [{} for _ in graphs]
+        rows: list[dict] = [{} for _ in graphs]
+        for target, mode in modes:
+            floors = [f[0] for f, _ in found[target]]
+            xs = [feature_vector(f[1], self.spec, run) for f, run in found[target]]
             ratio = np.maximum(self.model.log_ratio(np.stack(xs)), 0.0)  # never below the floor
             for row, floor, r, s, m in zip(rows, floors, ratio, settings_list, moved):
                 lo, hi = quantile_offsets(self.model.manifest, target, float(s.get("interval_z", 1.96)))

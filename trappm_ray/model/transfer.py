@@ -61,7 +61,8 @@ def covers(reference_manifest: dict, setting: dict, mode: str) -> bool:
 
 
 def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_list: list[dict],
-                   targets: tuple[str, ...] = ("train_step_ms", "inference_ms")) -> list[dict[str, float]]:
+                   targets: tuple[str, ...] = ("train_step_ms", "inference_ms"),
+                   here: dict[str, list] | None = None) -> list[dict[str, float]]:
     """Per graph, ``{target: ms}`` on ``spec`` by reference transfer, for the ``targets`` and
     settings the reference covers (others absent). Never below ``spec``'s floor.
 
@@ -69,6 +70,8 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
         reference: a shipped :class:`~trappm_ray.model.predictor.Predictor` of a GPU in the spec table.
         spec: the device predicted. graphs: featurized graphs at their batch sizes.
         settings_list: per graph the resolved options (``precision``, ``optimizer``, ``memory_format``).
+        here: per target, the graphs' :func:`roofline_features` on ``spec`` where the caller has
+            them already (computed otherwise).
     """
     ref_spec = devices.get(reference.manifest["device"]["spec"])
     out: list[dict[str, float]] = [{} for _ in graphs]
@@ -82,12 +85,13 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
                 continue
             run = settings(mode == "train", s["precision"], s.get("memory_format") == "nhwc")
             opt = s["optimizer"] if mode == "train" else "none"
-            here = roofline_features(graphs[i], spec, s["precision"], mode, opt, run)
+            on_spec = here[target][i] if here and target in here else \
+                roofline_features(graphs[i], spec, s["precision"], mode, opt, run)
             there = roofline_features(graphs[i], ref_spec, s["precision"], mode, opt, run)
-            if here is None or there is None:
+            if on_spec is None or there is None:
                 continue
-            out[i][target] = transfer_ms(ref_row[target], here[0], there[0],
-                                         math.exp(here[1][KERNELS_COL]), mode)
+            out[i][target] = transfer_ms(ref_row[target], on_spec[0], there[0],
+                                         math.exp(on_spec[1][KERNELS_COL]), mode)
     return out
 
 
