@@ -159,8 +159,8 @@ def check_data_path(model: onnx.ModelProto) -> None:
     """Refuse a graph in which no output depends on the values of a data input.
 
     Values flow from the graph inputs that are not initializers through every op except
-    :data:`SHAPE_ONLY_OPS`; nodes with sub-graphs pass values on conservatively. ``nodes`` must
-    be in topological order.
+    :data:`SHAPE_ONLY_OPS`; nodes with sub-graphs pass values on conservatively. The model's
+    nodes must be in topological order (``featurize`` sorts them first).
 
     Raises:
         errors.NoDataPath: every output is shape arithmetic or a constant.

@@ -27,7 +27,7 @@ import numpy as np
 from trappm_ray import devices, errors, storage
 from trappm_ray.model.device_features import (feature_names, feature_vector, roofline_features,
                                               settings)
-from trappm_ray.model.transfer import OWN_ROWS, own_rows, transferred_ms
+from trappm_ray.model.transfer import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
 from trappm_ray.physics.roofline import device_rates
 
 log = logging.getLogger(__name__)
@@ -226,7 +226,7 @@ class SpecPredictor:
         default = {k: v[0] for k, v in self.manifest["options"].items()} | {"interval_z": 1.96}
         settings_list = [{**default, **{k: v for k, v in s.items() if v is not None}}
                          for s in (settings_list or [default] * len(graphs))]
-        modes = [(t, m) for t, m in (("train_step_ms", "train"), ("inference_ms", "infer")) if t in self.targets]
+        modes = [(t, m) for t, m in TARGET_MODES if t in self.targets]
         found: dict[str, list] = {}
         for target, mode in modes:
             found[target] = []
