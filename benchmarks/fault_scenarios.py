@@ -325,7 +325,7 @@ class S3Server:
         self._script("stop")
 
 
-__all__ = ["Answer", "closed_loop", "meets", "summarize", "capacity", "replica_pids",
+__all__ = ["Answer", "closed_loop", "summarize", "capacity", "replica_pids",
            "running_replicas", "kill_replica_under_load", "write_inputs", "start_batch",
            "end_group", "parts", "row_counts", "wait_for", "last_line", "S3Server", "free_port",
            "pct_ms"]

@@ -30,9 +30,9 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from trappm_ray.evaluate.gpu import (GpuEvalConfig, examples, family_groups, fit_predict,
-                                     graph_index)
-from trappm_ray.evaluate.gpu_gnn import gnn_inputs
+from trappm_ray.evaluate.gpu import GpuEvalConfig, family_groups, fit_predict
+from trappm_ray.train.gpu_examples import examples, graph_index
+from trappm_ray.train.gpu_predictor import gnn_inputs
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.train.pretrain import load_encoder
@@ -78,8 +78,8 @@ def main() -> None:
     torch.set_num_threads(1)
     t0 = time.perf_counter()
     cfg = GpuEvalConfig(slugs=(args.device,))
-    ex = [e for e in examples(cfg)[0] if e["target"] == args.target]
     index = graph_index(cfg.labels, cfg.corpora)
+    ex = [e for e in examples(cfg.labels, cfg.corpora, (args.device,), index)[0] if e["target"] == args.target]
     data = gnn_inputs(ex, index)
     encoder, _ = load_encoder(args.encoder)
     emb = encoder_embeddings(ex, index, encoder)

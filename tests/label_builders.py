@@ -28,12 +28,14 @@ def _archs():
         yield f"wide{hw}", "wide", hw, lambda hw=hw: cnn_model(hw=hw, conv_bias=False)
 
 
-def make_labeled_dir(root: str, slug: str = SLUG, scale: float = 1.0, device: str = "cpu") -> str:
+def make_labeled_dir(root: str, slug: str = SLUG, scale: float = 1.0, device: str = "cpu",
+                     extra: dict | None = None) -> str:
     """Write ``<root>/<slug>/labels.parquet`` and ``<root>/graphs.parquet``; returns root.
 
     ``scale`` multiplies the time labels and adds to memory, a second "device" for transfer.
     ``device="cuda"`` fills the columns a GPU harness fills (CUDA allocator peaks, NVML memory
-    and power) and leaves the CPU's resident-set columns empty."""
+    and power) and leaves the CPU's resident-set columns empty. ``extra``: columns set on every
+    row (an imported GPU set's ``device_spec``, ``precision``, ...)."""
     rng = np.random.default_rng(0)
     labels, graphs = [], []
     for arch, family, res, build in _archs():
@@ -58,7 +60,7 @@ def make_labeled_dir(root: str, slug: str = SLUG, scale: float = 1.0, device: st
             else:
                 row.update(cuda_max_allocated_mb=memory, cuda_max_reserved_mb=memory * 1.1,
                            nvml_used_mb=memory * 1.1 + 400, power_w_mean=100 + macs ** 0.5 / 100)
-            labels.append(row)
+            labels.append({**row, **(extra or {})})
     storage.write_table(pa.Table.from_pylist(labels, schema=SCHEMA),
                         storage.join(root, slug, "labels.parquet"))
     storage.write_table(pa.Table.from_pylist(graphs), storage.join(root, GRAPHS_FILE))

@@ -10,8 +10,8 @@ from trappm_ray import devices, errors
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.device_features import feature_names
 from trappm_ray.model.predictor import PredictorError
-from trappm_ray.model.spec_model import (VARIANTS, SpecModel, SpecPredictor, derived, design,
-                                         design_names, quantile_offsets)
+from trappm_ray.model.intervals import quantile_offsets
+from trappm_ray.model.spec_model import VARIANTS, SpecModel, SpecPredictor, derived, design, design_names
 from trappm_ray.physics.roofline import roofline
 
 

@@ -137,21 +137,26 @@ def test_gpus_without_labels_take_the_reference_transfer():
 
 
 def test_an_option_the_shipped_gpu_predictor_lacks_goes_through_the_spec_model(tmp_path):
-    """RTX 3090 channels-last: the shipped (NCHW-only) answer x the spec model's NHWC/NCHW ratio
-    on the RTX 3090, whose own NHWC rows trained it; an option neither has is still refused."""
+    """RTX 3090 in fp32: the shipped (AMP-only) answer x the spec model's fp32/AMP ratio on the
+    RTX 3090; channels-last is the shipped predictor's own (its labels vary it); an option
+    neither has is still refused."""
     R._LOADED.clear()
     path = tmp_path / "cnn.onnx"
     path.write_bytes(B.to_bytes(B.cnn_model(hw=32)))
-    nchw = P.predict(str(path), batch_size=64, device="rtx3090")
+    amp = P.predict(str(path), batch_size=64, device="rtx3090")
     nhwc = P.predict(str(path), batch_size=64, device="rtx3090", memory_format="nhwc")
-    assert nchw.options["memory_format"] == "nchw" and nhwc.options["memory_format"] == "nhwc"
-    assert "spec-based predictor's ratio" in " ".join(nhwc.notes) and not nchw.notes
+    assert nhwc.options["memory_format"] == "nhwc" and not nhwc.notes and nhwc.model_version == amp.model_version
+    fp32 = P.predict(str(path), batch_size=64, device="rtx3090", precision="fp32")
+    assert amp.options["precision"] == "amp-fp16" and fp32.options["precision"] == "fp32"
+    assert "spec-based predictor's ratio" in " ".join(fp32.notes) and not amp.notes
     spec = R.spec_predictor("rtx3090")
     graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
-    s = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "interval_z": 1.96}
-    a, b = (spec.predict_graphs([graph], [{**s, "memory_format": m}])[0] for m in ("nhwc", "nchw"))
-    ratio = nhwc.inference_ms.value / nchw.inference_ms.value
-    assert ratio == pytest.approx(a["inference_ms"] / b["inference_ms"], rel=1e-6) or \
-        nhwc.inference_ms.value == pytest.approx(nhwc.floors["inference_ms"])  # clamped to the floor
+    s = {"optimizer": "sgd-momentum", "memory_format": "nchw", "interval_z": 1.96}
+    a, b = (spec.predict_graphs([graph], [{**s, "precision": p}])[0] for p in ("fp32", "amp-fp16"))
+    for t in ("train_step_ms", "inference_ms"):
+        ratio = getattr(fp32, t).value / getattr(amp, t).value
+        assert ratio == pytest.approx(a[t] / b[t], rel=1e-6) or \
+            getattr(fp32, t).value == pytest.approx(fp32.floors[t])  # clamped to the floor
+        assert getattr(fp32, t).low <= getattr(fp32, t).value <= getattr(fp32, t).high
     with pytest.raises(errors.UnsupportedOption, match="adam"):
         P.predict(str(path), batch_size=64, device="rtx3090", optimizer="adam")

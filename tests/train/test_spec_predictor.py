@@ -5,7 +5,8 @@ import numpy as np
 import pytest
 
 from spec_builders import SPECS, tiny_table, train_tiny
-from trappm_ray.train.spec_predictor import device_weights, metrics, weighted_quantiles
+from trappm_ray.model.intervals import weighted_quantiles
+from trappm_ray.train.spec_predictor import device_weights, metrics
 
 
 def test_trains_writes_json_boosters_and_a_manifest(tmp_path):

@@ -13,29 +13,21 @@ the log residuals on the validation rows, around each test prediction.
 """
 from __future__ import annotations
 
-import glob
 import json
 import logging
 import math
-import os
 import time
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 
 import numpy as np
-import pyarrow.parquet as pq
 
-from trappm_ray import devices, storage
 from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
 from trappm_ray.evaluate.gpu_report import markdown
 from trappm_ray.evaluate.gpu_transfer import transfer_predict
-from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
-from trappm_ray.labels.store import device_slugs, ok_labels
-from trappm_ray.model.device_features import (SETTING_COLS, feature_vector, optimizer_of, roofline_features,
-                                              settings_of)
 from trappm_ray.model.spec_model import design
+from trappm_ray.train.gpu_examples import examples, graph_index
 from trappm_ray.train.splits import split
 
 log = logging.getLogger(__name__)
@@ -44,7 +36,6 @@ MODELS = ("roofline", "roofline-eff", "xgboost", "xgboost-rel", "mlp")
 ENSEMBLED = ("xgboost", "xgboost-rel", "mlp", "gnn")  # averaged in log space as ``ensemble``
 # xgboost-rel: the spec-based predictor's feature design (trappm_ray/model/spec_model.py)
 SPEC_VARIANT = "relative"
-TARGETS = {"train_step_ms": "train", "inference_ms": "infer"}
 
 
 @dataclass
@@ -60,7 +51,7 @@ class GpuEvalConfig:
         task_slugs: device folders with per-device splits (empty: all; fewer than ``min_rows``
             joined rows: none); every device's inference rows join leave-one-device-out.
         gnn_tasks, gnn_epochs: ``slug/target`` keys that also get the GNN (``gpu_gnn.py``); its cap.
-        shipped_encoder: a shipped predictor whose encoder the ``shipped-recipe`` model of those
+        encoder_from: a shipped predictor whose encoder the ``encoder-recipe`` model of those
             tasks uses (empty: no such model).
         out_md, out_json: the report files.
     """
@@ -75,64 +66,9 @@ class GpuEvalConfig:
     min_rows: int = 20
     gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
     gnn_epochs: int = 60
-    shipped_encoder: str = "trappm_ray/predictors/rtx3090-amp"
+    encoder_from: str = "trappm_ray/predictors/default"
     out_md: str = "docs/results-gpu.md"
     out_json: str = "docs/results-gpu.json"
-
-
-def graph_index(labels_dir: str, corpora: tuple[str, ...]) -> dict[tuple, dict]:
-    """Graph rows by (arch, resolution, batch size): the labels' joined graphs, then corpora."""
-    joined = storage.join(labels_dir, GRAPHS_FILE)
-    files = [joined] if storage.exists(joined) else []
-    files += [f for c in corpora for f in sorted(glob.glob(os.path.join(c, "graphs", "*.parquet")))]
-    index = {}
-    for f in files:
-        for row in pq.read_table(f).to_pylist():
-            index.setdefault(tuple(row[k] for k in GRAPH_KEY), row)
-    return index
-
-
-def examples(cfg: GpuEvalConfig, index: dict | None = None) -> tuple[list[dict], dict]:
-    """Label rows (one per row x target) joined to graphs, with roofline and features.
-
-    Returns:
-        (examples, counts): counts per ``slug/target`` of ok rows, rows with a graph, and rows
-        whose graph key is missing.
-    """
-    index = graph_index(cfg.labels, cfg.corpora) if index is None else index
-    out, counts, cache = [], {}, {}
-    for slug in cfg.slugs or device_slugs(cfg.labels):
-        rows = ok_labels(cfg.labels, slug).to_pylist()
-        spec_slug = next((r["device_spec"] for r in rows if r.get("device_spec")), None)
-        if not spec_slug:
-            continue  # this project's own CPU rows: the VMs' peaks are unknown (no roofline)
-        spec = devices.get(spec_slug)
-        for target, mode in TARGETS.items():
-            have = [r for r in rows if r.get(target) and (r.get("gpus") or 1) == 1]
-            joined, no_roof = 0, 0
-            for r in have:
-                r["precision"] = r.get("precision") or "fp32"
-                g = index.get((r["arch"], r["resolution"], r["batch_size"]))
-                if g is None:
-                    continue
-                s = settings_of(r, target)
-                key = (g["arch"], g["resolution"], g["batch_size"], spec.slug, r["precision"], mode,
-                       optimizer_of(r), s["torch2"], s["compiled"])
-                if key not in cache:
-                    cache[key] = roofline_features(row_to_graph(g), spec, r["precision"], mode, optimizer_of(r), s)
-                if cache[key] is None:  # e.g. no sourced FP64 peak: counted, reported once
-                    if not no_roof:
-                        log.warning("%s: no roofline for %s", slug, r["precision"])
-                    no_roof += 1
-                    continue
-                floor, feats = cache[key]
-                joined += 1
-                out.append({"slug": slug, "spec": spec.slug, "kind": spec.kind, "target": target, "arch": r["arch"],
-                            "family": r["family"], "measured": float(r[target]), "floor": floor, "rkey": key,
-                            "x": feature_vector(feats, spec, s), "setting": tuple(s[c] for c in SETTING_COLS)})
-            counts[f"{slug}/{target}"] = {"ok_rows": len(have), "with_graph": joined, "no_roofline": no_roof,
-                                          "without_graph": len(have) - joined - no_roof}
-    return out, counts
 
 
 def _interval(meas_val, pred_val) -> tuple[float, float]:
@@ -333,7 +269,7 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     ``cfg.out_json`` and ``cfg.out_md``. Returns the report."""
     t0 = time.time()
     index = graph_index(cfg.labels, cfg.corpora)
-    ex, counts = examples(cfg, index)
+    ex, counts = examples(cfg.labels, cfg.corpora, cfg.slugs, index)
     tasks = {}
     for key in sorted({f"{e['slug']}/{e['target']}" for e in ex}):
         sub = [e for e in ex if f"{e['slug']}/{e['target']}" == key]
@@ -343,13 +279,13 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
         log.info("%s: %d rows, %d archs", key, len(sub), len({e["arch"] for e in sub}))
         extra = None
         if key in cfg.gnn_tasks:
-            from trappm_ray.evaluate.gpu_gnn import gnn_model, shipped_recipe_model  # torch_geometric only when asked
+            from trappm_ray.evaluate.gpu_gnn import encoder_recipe_model, gnn_model  # torch_geometric only when asked
             from trappm_ray.model.predictor import Predictor
 
             extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs)}
-            if cfg.shipped_encoder:
-                extra["shipped-recipe"] = shipped_recipe_model(
-                    sub, index, Predictor.load(cfg.shipped_encoder).encoder, sub[0]["target"], cfg.gnn_epochs)
+            if cfg.encoder_from:
+                extra["encoder-recipe"] = encoder_recipe_model(
+                    sub, index, Predictor.load(cfg.encoder_from).encoder, sub[0]["target"], cfg.gnn_epochs)
         tasks[key] = {"rows": len(sub), "architectures": len({e["arch"] for e in sub}),
                       "families": len({e["family"] for e in sub}), "measured_below_floor": float(np.mean([e["measured"] < e["floor"] for e in sub])),
                       "splits": evaluate_task(sub, cfg, extra)}

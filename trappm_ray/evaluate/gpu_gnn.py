@@ -1,14 +1,14 @@
 """The GNN variants of the GPU evaluation.
 
-``gnn``: the project's supervised GraphSAGE regressor (the ``nnlqp`` recipe of
+``gnn``: the shipped GPU predictors' recipe (:mod:`trappm_ray.train.gpu_predictor`): the supervised GraphSAGE regressor (the ``nnlqp`` recipe of
 :mod:`trappm_ray.train.regressors`, no pretrained encoder) on v2 node features with the per-node
 roofline features appended (:func:`trappm_ray.physics.roofline.node_features`), the GPU
 evaluation's graph-level inputs as its static vector (v2 static + log roofline terms + device spec
 vector + run settings), predicting log(measured / roofline floor).
 
-``shipped-recipe``: how the shipped per-device GPU predictors are trained (``trappm-ray`` recipe:
-the frozen pretrained encoder's embedding, v2 features and static vector, log of the measured
-time; no roofline input), with the encoder of a shipped predictor.
+``encoder-recipe``: the CPU predictor's recipe (``trappm-ray``: the frozen pretrained encoder's
+embedding, v2 features and static vector, log of the measured time; no roofline input), with the
+encoder of a shipped predictor; the RTX 3090 predictor was trained so until 2026-11-24.
 """
 from __future__ import annotations
 
@@ -18,38 +18,12 @@ from dataclasses import replace
 import numpy as np
 import torch
 
-from trappm_ray import devices
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.physics.roofline import node_features, roofline
+from trappm_ray.train.gpu_predictor import gnn_inputs
 from trappm_ray.train.regressors import RECIPES, embed, fit, for_target, predict_rows, prepare
 
 log = logging.getLogger(__name__)
-
-
-def gnn_inputs(ex: list[dict], index: dict) -> list:
-    """One prepared PyG ``Data`` per example (graphs shared by examples are built once).
-
-    Args:
-        ex: examples of :func:`trappm_ray.evaluate.gpu.examples` (their ``rkey`` and ``x``).
-        index: graph rows by (arch, resolution, batch size) (:func:`~trappm_ray.evaluate.gpu.graph_index`).
-    """
-    base = {}
-    out = []
-    for e in ex:
-        arch, res, bs, spec_slug, precision, _, _, torch2, compiled = e["rkey"]
-        key = (arch, res, bs, spec_slug, precision, torch2, compiled)
-        if key not in base:
-            graph = row_to_graph(index[(arch, res, bs)])
-            spec = devices.get(spec_slug)
-            est = roofline(graph, spec, precision, "infer", fused_attention=bool(torch2), compiled=bool(compiled))
-            d = graph_data(graph, "v2")
-            d.x = torch.cat([d.x, torch.from_numpy(node_features(graph, spec, precision, est))], dim=1)
-            base[key] = prepare([d])[0]
-        d = base[key].clone()
-        d.static = torch.tensor(np.asarray(e["x"]), dtype=torch.float32).unsqueeze(0)
-        out.append(d)
-    return out
 
 
 def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60):
@@ -75,9 +49,9 @@ def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60):
     return run
 
 
-def shipped_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):
-    """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): the shipped
-    predictors' recipe (``trappm-ray``, frozen ``encoder``) fitted on ``ex``'s train rows of
+def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):
+    """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): the CPU
+    predictor's recipe (``trappm-ray``, frozen ``encoder``) fitted on ``ex``'s train rows of
     ``target``, returning ms.
 
     Args:
@@ -95,7 +69,7 @@ def shipped_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_
     emb = embed(encoder, data)
     y = np.array([e["measured"] for e in ex])
     recipe = replace(for_target(RECIPES["trappm-ray"], target), max_epochs=max_epochs)
-    log.info("shipped-recipe: %d examples", len(ex))
+    log.info("encoder-recipe: %d examples", len(ex))
 
     def run(_ex, train, val, idx, seed) -> np.ndarray:
         torch.set_num_threads(1)
@@ -105,4 +79,4 @@ def shipped_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_
     return run
 
 
-__all__ = ["gnn_inputs", "gnn_model", "shipped_recipe_model"]
+__all__ = ["gnn_model", "encoder_recipe_model"]

@@ -11,6 +11,7 @@ from __future__ import annotations
 import hashlib
 import io
 import json
+import math
 import re
 import subprocess
 from collections.abc import Sequence
@@ -22,11 +23,14 @@ import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
+from trappm_ray import devices, storage
 from trappm_ray.graph import features
-from trappm_ray import storage
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
+from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM, node_data, static_input, with_static
+from trappm_ray.model.intervals import quantile_offsets
+from trappm_ray.model.transfer import TARGET_MODES
 
 FORMAT_VERSION = 1
 DEFAULT_DIR = Path(__file__).parents[1] / "predictors" / "default"
@@ -58,8 +62,10 @@ class Scaler:
 
     @classmethod
     def fit(cls, static: torch.Tensor, emb: torch.Tensor | None, y: torch.Tensor) -> Scaler:
-        std = lambda t: (t.std(0).clamp_min(1e-6) if len(t) > 1 and t.shape[1]  # noqa: E731
-                         else torch.ones(t.shape[1:]))
+        # a column constant on the training rows (one device's spec vector) gets unit scale, so
+        # another value at prediction time moves the input by its difference, not by 1e6 x it
+        std = lambda t: (torch.where(t.std(0) > 1e-6, t.std(0), torch.ones(()))  # noqa: E731
+                         if len(t) > 1 and t.shape[1] else torch.ones(t.shape[1:]))
         emb = torch.zeros(len(static), 0) if emb is None else cls.signed_log(emb)
         ly = torch.log(y.clamp_min(1e-9))
         return cls(static.mean(0), std(static), emb.mean(0), std(emb),
@@ -114,7 +120,9 @@ class Predictor:
     Args:
         manifest: the registry manifest (see module docstring); must name ``feature_set``,
             ``targets``, ``seeds``, ``head`` (hidden, fc, dropout, and the targets predicted
-            as ``batch_affine``) and ``encoder`` (or None).
+            as ``batch_affine``) and ``encoder`` (or None). ``inputs: roofline`` (a GPU
+            predictor, :mod:`trappm_ray.model.roofline_inputs`) also needs ``device.spec``,
+            ``options``, ``run`` (per target the framework setting) and ``residual_quantiles``.
         encoder: the frozen pretrained encoder, or None for a predictor without embedding.
         heads: target -> one :class:`Regressor` per seed.
         scalers: target -> one :class:`Scaler` per seed (each fitted on that seed's rows).
@@ -149,9 +157,16 @@ class Predictor:
     def feature_set(self) -> str:
         return self.manifest["feature_set"]
 
+    @property
+    def inputs(self) -> str:
+        """``graph`` (the graph's features) or ``roofline`` (:mod:`trappm_ray.model.roofline_inputs`)."""
+        return self.manifest.get("inputs", "graph")
+
     @torch.no_grad()
-    def predict_data(self, data: Sequence[Data], emb: torch.Tensor | None = None) -> dict[str, np.ndarray]:
-        """Per target: ``[G, S]`` predictions (graphs x seeds) in the target's unit."""
+    def predict_data(self, data: Sequence[Data], emb: torch.Tensor | None = None,
+                     targets: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+        """Per target (default: all): ``[G, S]`` predictions (graphs x seeds) in the network's
+        unit (the target's, or the ratio to the roofline floor for ``roofline`` inputs)."""
         batch = Batch.from_data_list(list(data)).to(self.compute)
         emb = None if emb is None else emb.to(self.compute)
         if emb is None and self.encoder is not None:
@@ -159,15 +174,27 @@ class Predictor:
                                    batch.num_graphs)
         agg = neighbor_mean(batch.x, batch.edge_index)
         out = {}
-        for target, heads in self.heads.items():
+        for target in targets or self.heads:
+            heads = self.heads[target]
             cols = [sc.y_inverse(h(batch.x, batch.edge_index, batch.batch, sc.static(batch.static),
                                    sc.emb(emb), agg, batch.log_samples).double())
                     for h, sc in zip(heads, self.scalers[target])]
             out[target] = torch.cat(cols, 1).cpu().numpy()
         return out
 
-    def predict_graphs(self, graphs: Sequence[Graph], chunk: int = 64) -> list[dict[str, float]]:
-        """One dict per graph: ``{target: mean over seeds, target + "_std": their spread}``."""
+    def predict_graphs(self, graphs: Sequence[Graph], settings_list: Sequence[dict] | None = None,
+                       chunk: int = 64) -> list[dict[str, float]]:
+        """One dict per graph: ``{target: mean over seeds, target + "_std": their spread}``; for
+        ``roofline`` inputs also ``_floor`` and the conformal ``_low``/``_high``.
+
+        Args:
+            graphs: featurized graphs at their batch sizes.
+            settings_list: per graph the resolved options (``precision``, ``optimizer``,
+                ``memory_format``, ``interval_z``); read by ``roofline`` inputs only (None:
+                the manifest's defaults).
+        """
+        if self.inputs == INPUTS:
+            return self._roofline_rows(graphs, settings_list, chunk)
         rows: list[dict[str, float]] = []
         for i in range(0, len(graphs), chunk):
             preds = self.predict_data([graph_data(g, self.feature_set) for g in graphs[i:i + chunk]])
@@ -177,6 +204,38 @@ class Predictor:
                     row[target] = float(p[j].mean())
                     row[f"{target}_std"] = float(p[j].std())
                 rows.append(row)
+        return rows
+
+    def _roofline_rows(self, graphs, settings_list, chunk: int) -> list[dict[str, float]]:
+        spec = devices.get(self.manifest["device"]["spec"])
+        default = {k: v[0] for k, v in self.manifest["options"].items()} | {"interval_z": 1.96}
+        settings_list = [{**default, **{k: v for k, v in s.items() if v is not None}}
+                         for s in (settings_list or [default] * len(graphs))]
+        rows: list[dict[str, float]] = [{} for _ in graphs]
+        nodes: dict = {}
+        for target, mode in TARGET_MODES:
+            if target not in self.heads:
+                continue
+            run = self.manifest["run"][target]
+            data, floors = [], []
+            for i, (graph, s) in enumerate(zip(graphs, settings_list)):
+                found = static_input(graph, spec, s, mode, run)
+                if found is None:
+                    raise PredictorError(f"{spec.slug} has no roofline at {s['precision']}")
+                key = (i, s["precision"], run["torch2"], run["compiled"])
+                if key not in nodes:
+                    nodes[key] = node_data(graph, spec, s["precision"], bool(run["torch2"]), bool(run["compiled"]))
+                data.append(with_static(nodes[key], found[1]))
+                floors.append(found[0])
+            ratio = np.concatenate([self.predict_data(data[i:i + chunk], targets=[target])[target]
+                                    for i in range(0, len(data), chunk)])
+            ms = np.maximum(ratio, 1.0) * np.asarray(floors)[:, None]  # no step beats the roofline
+            for row, p, floor, s in zip(rows, ms, floors, settings_list):
+                value = float(p.mean())
+                lo, hi = quantile_offsets(self.manifest, target, float(s.get("interval_z", 1.96)))
+                row.update({target: value, f"{target}_std": float(p.std()), f"{target}_floor": floor,
+                            f"{target}_low": max(value * math.exp(lo), floor),
+                            f"{target}_high": value * math.exp(max(hi, 0.0))})
         return rows
 
     # -- registry -----------------------------------------------------------------------------
@@ -240,13 +299,15 @@ class Predictor:
             encoder.load_state_dict(part("encoder."))
         emb_dim = encoder.out_dim if encoder is not None else 0
         spec = manifest["head"]
+        roof = manifest.get("inputs") == INPUTS
+        node_dim, static_dim = (NODE_DIM, STATIC_DIM) if roof else (fs.node_dim, fs.static_dim)
         # manifests before "node_dropout" was in "head" have it in their recipe
         node_dropout = spec.get("node_dropout", manifest.get("recipe", {}).get("node_dropout", False))
         heads, scalers = {}, {}
         for target in manifest["targets"]:
             heads[target], scalers[target] = [], []
             for seed in manifest["seeds"]:
-                head = Regressor(fs.node_dim, fs.static_dim, emb_dim, spec["hidden"], spec["fc"],
+                head = Regressor(node_dim, static_dim, emb_dim, spec["hidden"], spec["fc"],
                                  spec["dropout"], node_dropout=node_dropout,
                                  batch_affine=target in spec.get("batch_affine", ()))
                 head.load_state_dict(part(f"head.{target}.{seed}."))

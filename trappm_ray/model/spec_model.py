@@ -25,6 +25,7 @@ from pathlib import Path
 import numpy as np
 
 from trappm_ray import devices, errors, storage
+from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.device_features import (feature_names, feature_vector, roofline_features,
                                               settings)
 from trappm_ray.model.transfer import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
@@ -92,16 +93,6 @@ def design_names(variant: str) -> list[str]:
     """Column names of :func:`design` for ``variant``."""
     drop, add = VARIANTS[variant]
     return [c for c in feature_names() if not (drop and c in ABSOLUTE_SPEC)] + list(add)
-
-
-def quantile_offsets(manifest: dict, target: str, z: float) -> tuple[float, float]:
-    """Log offsets of the central interval with the coverage of ``+-z`` normal sd (1.96: 95%),
-    interpolated in the stored LODO residual quantiles of ``target``."""
-    q = manifest["residual_quantiles"][target]
-    coverage = math.erf(z / math.sqrt(2))
-    levels, values = np.asarray(q["levels"]), np.asarray(q["values"])
-    return (float(np.interp((1 - coverage) / 2, levels, values)),
-            float(np.interp((1 + coverage) / 2, levels, values)))
 
 
 class SpecModel:
@@ -256,4 +247,4 @@ class SpecPredictor:
 
 
 __all__ = ["KIND", "SPEC_DIR", "NOTE", "VARIANTS", "DERIVED", "derived", "design", "design_names",
-           "quantile_offsets", "SpecModel", "SpecPredictor", "device_note"]
+           "SpecModel", "SpecPredictor", "device_note"]

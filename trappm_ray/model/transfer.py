@@ -77,7 +77,8 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
     out: list[dict[str, float]] = [{} for _ in graphs]
     wanted = [i for i, s in enumerate(settings_list)
               if any(t in targets and covers(reference.manifest, s, mode) for t, mode in TARGET_MODES)]
-    ref_rows = dict(zip(wanted, reference.predict_graphs([graphs[i] for i in wanted]))) if wanted else {}
+    ref_rows = dict(zip(wanted, reference.predict_graphs([graphs[i] for i in wanted],
+                                                         [settings_list[i] for i in wanted]))) if wanted else {}
     for i, ref_row in ref_rows.items():
         s = settings_list[i]
         for target, mode in TARGET_MODES:
@@ -133,15 +134,16 @@ class OptionTransfer:
 
     def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
         """The shipped predictor's rows scaled by the spec model's requested / shipped-setting ratio."""
-        rows = self.shipped.predict_graphs(graphs)
+        based = [{**s, **self.base} for s in settings_list]
+        rows = self.shipped.predict_graphs(graphs, based)
         asked = self.spec_predictor.predict_graphs(graphs, settings_list)
-        base = self.spec_predictor.predict_graphs(graphs, [{**s, **self.base} for s in settings_list])
+        base = self.spec_predictor.predict_graphs(graphs, based)
         out = []
         for row, a, b in zip(rows, asked, base):
             moved = {}
             for t in self.targets:
                 ratio = a[t] / b[t]
-                moved.update({t: row[t] * ratio, f"{t}_std": row[f"{t}_std"] * ratio})
+                moved.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
             out.append(moved)
         return out
 

@@ -309,8 +309,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
             out[i] = e
     for chosen, ok in groups.values():
         graphs = [g for _, _, g, _ in ok]
-        rows = (chosen.predict_graphs(graphs, [s for *_, s in ok])
-                if isinstance(chosen, (SpecPredictor, OptionTransfer)) else chosen.predict_graphs(graphs))
+        rows = chosen.predict_graphs(graphs, [s for *_, s in ok])
         for (i, proto, graph, _), row in zip(ok, rows):
             data, opts, label = models[i]
             p = build_prediction(row, graph, chosen, opts, label, hashlib.sha256(data).hexdigest())

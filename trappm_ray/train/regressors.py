@@ -84,7 +84,8 @@ def for_target(recipe: Recipe, target: str) -> Recipe:
 
 def build_regressor(example: Data, emb_dim: int, recipe: Recipe) -> Regressor:
     """An untrained regressor for graphs shaped like ``example`` under ``recipe``."""
-    return Regressor(example.x.size(1), example.static.size(1), emb_dim, recipe.hidden, recipe.fc,
+    in_dim = (example.x if "x" in example else example.u_x).size(1)
+    return Regressor(in_dim, example.static.size(1), emb_dim, recipe.hidden, recipe.fc,
                      recipe.dropout, node_dropout=recipe.node_dropout,
                      batch_affine=recipe.batch_affine)
 
@@ -97,9 +98,14 @@ def rmse(pred: np.ndarray, true: np.ndarray) -> float:
     return float(np.sqrt(np.mean((pred - true) ** 2)))
 
 
-def prepare(data: list[Data], classes: bool = True) -> list[Data]:
+def prepare(data: list[Data], classes: bool = True, keep_nodes: bool = True) -> list[Data]:
     """Copies of ``data`` carrying the cached first-layer aggregation ``agg`` and, with
-    ``classes``, the node classes that training runs on (:mod:`trappm_ray.model.node_classes`)."""
+    ``classes``, the node classes that training runs on (:mod:`trappm_ray.model.node_classes`).
+    ``keep_nodes=False`` (with ``classes``) drops the per-node fields (``x``, ``agg``,
+    ``edge_index``): a recipe without node dropout trains and predicts on the classes alone, in
+    several times less memory."""
+    if not (keep_nodes or classes):
+        raise ValueError("keep_nodes=False needs classes")
     out = []
     for d in data:
         d = d.clone()
@@ -107,6 +113,9 @@ def prepare(data: list[Data], classes: bool = True) -> list[Data]:
         if classes:
             for k, v in node_classes(d.x, d.agg, d.edge_index).items():
                 d[k] = v
+        if not keep_nodes:
+            for k in ("x", "agg", "edge_index"):
+                del d[k]
         out.append(d)
     return out
 
@@ -139,15 +148,15 @@ def unpack_graphs(packed: dict[str, np.ndarray]) -> list[Data]:
     with warnings.catch_warnings():  # read-only shared memory: nothing here writes to it
         warnings.filterwarnings("ignore", message="The given NumPy array is not writable")
         t = {k: torch.from_numpy(v) for k, v in packed.items() if not k.endswith("_offsets")}
-    nodes = packed["node_offsets"]
+    nodes = packed.get("node_offsets")  # absent for graphs prepared without their nodes
     out = []
-    for i in range(len(nodes) - 1):
+    for i in range(len(packed["static"])):
         d = {}
         for k, v in t.items():
             level = _LEVELS.get(k)
             lo, hi = (i, i + 1) if level is None else packed[f"{level}_offsets"][i:i + 2]
             d[k] = v[:, lo:hi] if k == "edge_index" else v[lo:hi]
-        out.append(Data(**d, num_nodes=int(nodes[i + 1] - nodes[i])))
+        out.append(Data(**d) if nodes is None else Data(**d, num_nodes=int(nodes[i + 1] - nodes[i])))
     return out
 
 

@@ -1,6 +1,6 @@
 """Training the spec-based predictor (:mod:`trappm_ray.model.spec_model`) on every GPU's labels.
 
-Examples are the GPU evaluation's (:func:`trappm_ray.evaluate.gpu.examples`): every label row of
+Examples are the GPU evaluation's (:func:`trappm_ray.train.gpu_examples.examples`): every label row of
 every device with a spec entry that joins a graph, one per row x target (training step,
 inference), with its roofline floor and feature vector. The model (XGBoost on log(measured /
 floor)) is chosen by leave-one-device-out (LODO) error: each device's rows in turn are predicted by
@@ -21,17 +21,16 @@ from datetime import datetime, timezone
 import numpy as np
 
 from trappm_ray import storage
-from trappm_ray.evaluate.gpu import GpuEvalConfig, examples
 from trappm_ray.model.domain import fit_domain
+from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.predictor import code_version
 from trappm_ray.model.spec_model import KIND, VARIANTS, design, design_names
 from trappm_ray.ray_init import ensure_ray
 from trappm_ray.train.fanout import fan_out
+from trappm_ray.train.gpu_examples import examples
 
 log = logging.getLogger(__name__)
 
-LEVELS = (0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.16, 0.25, 0.5, 0.75, 0.84, 0.9, 0.95, 0.975, 0.99,
-          0.995, 0.9975)
 TIMM_GPUS = ("rtx3090", "rtx4090")  # the timm-labelled GPUs of the issue's LODO target
 COMMAND = "python jobs/train_spec_predictor.py"
 
@@ -176,14 +175,6 @@ def roofline_eff_lodo(t: dict) -> np.ndarray:
     return out
 
 
-def weighted_quantiles(r: np.ndarray, w: np.ndarray, levels=LEVELS) -> list[float]:
-    """Quantiles of ``r`` with weights ``w`` (midpoint rule on the weighted CDF)."""
-    order = np.argsort(r)
-    r, w = r[order], w[order]
-    cdf = (np.cumsum(w) - 0.5 * w) / w.sum()
-    return [float(v) for v in np.interp(levels, cdf, r)]
-
-
 def metrics(t: dict, log_pred: np.ndarray, tested: np.ndarray) -> dict:
     """Per target: per device MAPE, median APE, rows and 95% coverage of the conformal interval
     made from the *other* devices' residuals (each device weighted alike); means over devices."""
@@ -248,7 +239,7 @@ def train_spec_predictor(cfg: SpecTrainConfig) -> dict:
     """Build the GPU evaluation's examples from ``cfg.labels`` and train on them
     (:func:`train_from_table`). Returns the summary."""
     t0 = time.time()
-    ex, _ = examples(GpuEvalConfig(labels=cfg.labels, corpora=cfg.corpora))
+    ex, _ = examples(cfg.labels, cfg.corpora)
     t = table(ex)
     log.info("%d examples from %d devices in %.0f s", len(ex), len(set(t["spec"])), time.time() - t0)
     return train_from_table(t, cfg, t0)
@@ -294,6 +285,6 @@ def train_from_table(t: dict, cfg: SpecTrainConfig, t0: float | None = None) -> 
             "candidates": candidates, "lodo": best["metrics"], "wall_s": manifest["wall_s"]}
 
 
-__all__ = ["SpecTrainConfig", "LEVELS", "TIMM_GPUS", "table", "constraints", "device_weights", "fit_boosters", "predict_log_ratio",
-           "fit_and_predict", "lodo_runs", "roofline_eff_lodo", "weighted_quantiles", "metrics", "score", "train_spec_predictor",
+__all__ = ["SpecTrainConfig", "TIMM_GPUS", "table", "constraints", "device_weights", "fit_boosters", "predict_log_ratio",
+           "fit_and_predict", "lodo_runs", "roofline_eff_lodo", "metrics", "score", "train_spec_predictor",
            "train_from_table"]

@@ -1,0 +1,59 @@
+"""The shipped GPU predictor's training job on a tiny labeled GPU set: it registers a predictor
+fed roofline inputs whose answers respect the floor and carry a conformal band."""
+import pytest
+
+from tests.label_builders import make_labeled_dir
+from tests.onnx_builders import cnn_model, transformer_block
+from trappm_ray import devices
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.model import predictor as P
+from trappm_ray.model.roofline_inputs import static_input
+from trappm_ray.train.gpu_predictor import GpuPredictorConfig, run_setting, train_gpu_predictor
+
+GPU = {"device_spec": "rtx3090", "precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw",
+       "compiled": "none", "gpus": 1, "torch_version": "1.12;2.1.0"}
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory, ray_session):
+    root = tmp_path_factory.mktemp("gpu-predictor")
+    labels = make_labeled_dir(str(root / "labels"), slug="test-gpu-amp", device="cuda", extra=GPU)
+    cfg = GpuPredictorConfig(labels=labels, device="test-gpu-amp", seeds=(1, 2), max_epochs=3,
+                             registry=str(root / "registry"))
+    return train_gpu_predictor(cfg)
+
+
+def test_registers_a_roofline_predictor_with_its_provenance(trained):
+    assert trained["uri"].endswith("test-gpu-amp/v0001")
+    assert set(trained["task_seconds"]) == {f"{t}/{s}" for t in ("train_step_ms", "inference_ms") for s in (1, 2)}
+    m = P.Predictor.load(trained["uri"]).manifest
+    assert m["inputs"] == "roofline" and m["encoder"] is None and m["device"]["spec"] == "rtx3090"
+    assert m["options"]["precision"] == ["amp-fp16"] and m["data"]["per_target"]["train_step_ms"] == 54
+    assert m["run"]["train_step_ms"] == {"torch2": 1, "compiled": 0}
+    q = m["residual_quantiles"]["train_step_ms"]
+    assert q["rows"] > 0 and q["values"] == sorted(q["values"])
+
+
+def test_predictions_respect_the_floor_and_carry_a_band(trained):
+    pred = P.Predictor.load(trained["uri"])
+    graphs = [featurize(cnn_model(), batch_size=4), featurize(transformer_block(), batch_size=2)]
+    setting = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw", "interval_z": 1.96}
+    rows = pred.predict_graphs(graphs, [setting] * 2)
+    spec = devices.get("rtx3090")
+    for graph, row in zip(graphs, rows):
+        for target, mode in (("train_step_ms", "train"), ("inference_ms", "infer")):
+            floor = static_input(graph, spec, setting, mode, pred.manifest["run"][target])[0]
+            assert row[f"{target}_floor"] == pytest.approx(floor)
+            assert floor <= row[f"{target}_low"] <= row[target] <= row[f"{target}_high"]
+    # the same graphs without settings: the manifest's defaults, the same answer
+    again = pred.predict_graphs(graphs)
+    assert again[0]["train_step_ms"] == pytest.approx(rows[0]["train_step_ms"])
+    # a wider z widens the band
+    wide = pred.predict_graphs(graphs[:1], [{**setting, "interval_z": 3.0}])[0]
+    assert wide["train_step_ms_high"] >= rows[0]["train_step_ms_high"]
+
+
+def test_run_setting_prefers_pytorch_2_and_eager():
+    ex = [{"setting": (1.0, 0.0, c, t, 1.0, 0.0)} for c, t in ((0.0, 0.0), (1.0, 1.0))]
+    assert run_setting(ex) == {"torch2": 1, "compiled": 0}
+    assert run_setting(ex[:1]) == {"torch2": 0, "compiled": 0}
