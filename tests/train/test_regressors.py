@@ -58,6 +58,21 @@ def test_packed_graphs_unpack_to_the_same_graphs(examples):
             assert torch.equal(a[k], b[k]), k
 
 
+def test_graphs_without_their_nodes_train_and_predict_as_with_them(examples):
+    """The node classes alone (``keep_nodes=False``, 3-5x less memory) give the same fit and
+    predictions as the full graphs, packed for Ray or not."""
+    full, lean = prepare(examples.data), prepare(examples.data, keep_nodes=False)
+    assert "x" not in lean[0] and "edge_index" not in lean[0]
+    y = examples.column("train_step_ms")
+    tr, va, te = split(examples.rows, "random", 1337)
+    recipe = recipe_with("nnlqp", max_epochs=3, hidden=8, fc=8, batch_affine=False)
+    a = fit_task(full, y, None, tr, va, te, recipe, 1)
+    b = fit_task(pack_graphs(lean), y, None, tr, va, te, recipe, 1)
+    assert np.allclose(a["pred"], b["pred"], rtol=1e-4) and a["best_epoch"] == b["best_epoch"]
+    with pytest.raises(ValueError, match="needs classes"):
+        prepare(examples.data[:1], classes=False, keep_nodes=False)
+
+
 def test_batch_affine_output_only_for_memory_targets():
     assert for_target(RECIPES["trappm-ray"], "train_memory_mb").batch_affine
     assert not for_target(RECIPES["trappm-ray"], "train_step_ms").batch_affine
