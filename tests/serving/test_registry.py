@@ -113,8 +113,8 @@ def test_gpus_without_labels_take_the_reference_transfer():
     import math
 
     from trappm_ray import devices
-    from trappm_ray.model.device_features import roofline_features, settings
-    from trappm_ray.model.transfer import KERNELS_COL, transfer_ms
+    from trappm_ray.model.device_features import KERNELS_COL, roofline_features, settings
+    from trappm_ray.model.transfer import transfer_ms
 
     R._LOADED.clear()
     ref, h100, rtx4090 = (R.load_predictor(None, d) for d in ("rtx3090", "h100-sxm5-80gb", "rtx4090"))

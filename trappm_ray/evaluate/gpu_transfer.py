@@ -23,8 +23,8 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.evaluate.baselines import fit_xgboost
 from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.model.device_features import SETTING_COLS, feature_vector, roofline_features
-from trappm_ray.model.transfer import KERNELS_COL, transfer_ms
+from trappm_ray.model.device_features import KERNELS_COL, SETTING_COLS, feature_vector, roofline_features
+from trappm_ray.model.transfer import transfer_ms
 
 FOLDS = 5
 

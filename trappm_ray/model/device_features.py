@@ -20,6 +20,8 @@ from trappm_ray.physics.roofline import roofline
 ROOF_COLS = ("log_total_ms", "log_forward_ms", "log_optimizer_ms", "compute_bound_share",
              "log_compute_ms", "log_memory_ms", "log_kernels")
 SETTING_COLS = ("train", "nhwc", "compiled", "torch2", "half", "fp64")
+# where log(kernel count) sits in roofline_features' vector and in feature_vector, which starts with it
+KERNELS_COL = len(features.V2_STATIC) + ROOF_COLS.index("log_kernels")
 HALF = ("amp-fp16", "amp-bf16", "fp16", "bf16")
 
 
@@ -83,5 +85,5 @@ def feature_vector(graph_roof: np.ndarray, spec: devices.DeviceSpec, setting: di
     return np.concatenate([graph_roof, devices.spec_vector(spec), [setting[c] for c in SETTING_COLS]])
 
 
-__all__ = ["ROOF_COLS", "SETTING_COLS", "feature_names", "optimizer_of", "settings_of", "settings",
+__all__ = ["ROOF_COLS", "SETTING_COLS", "KERNELS_COL", "feature_names", "optimizer_of", "settings_of", "settings",
            "roofline_features", "feature_vector"]

@@ -21,8 +21,7 @@ import math
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.graph.features import V2_STATIC
-from trappm_ray.model.device_features import ROOF_COLS, roofline_features, settings
+from trappm_ray.model.device_features import KERNELS_COL, roofline_features, settings
 from trappm_ray.model.options import trained_options
 
 TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
@@ -31,7 +30,6 @@ TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
 # transfer error moves by 0.1 point between 0 and 20 us.
 LAUNCH_US = 10.0
 KERNELS_PER_NODE = {"train": 3, "infer": 1}  # forward; + gradient of the input and of the weight
-KERNELS_COL = len(V2_STATIC) + ROOF_COLS.index("log_kernels")  # in roofline_features' vector
 OWN_ROWS = 500  # a device with this many spec-model rows of a target keeps the spec model's answer
 
 
