@@ -62,8 +62,7 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
     print(f"model      {p.model}  (sha256 {p.model_sha256[:12]})")
     print(f"graph      {p.graph.get('nodes')} nodes, {p.graph.get('macs', 0) / 1e9:.3g} GMACs, "
           f"{p.graph.get('params', 0) / 1e6:.3g} M params")
-    band = (f"interval: split-conformal, coverage of +-{p.interval_z:g} sd, from unseen-device errors"
-            if dev.get("spec_based") else f"interval: mean +- {p.interval_z:g} sd over seeds")
+    band = "interval: " + p.interval.replace("interval_z", f"{p.interval_z:g}")
     print(f"predictor  {p.model_version}  device {dev.get('name', '?')} ({dev.get('kind')})  {band}")
     print(f"batch size {p.batch_size}\n")
     rows = [("training step time", _fmt(p.train_step_ms)),

@@ -178,7 +178,7 @@ class SpecPredictor:
         note = device_note(m, spec.slug, user_spec)
         if self.reference is not None:
             ref = self.reference.manifest
-            opts = ", ".join(f"{k} {v[0]}" for k, v in ref.get("options", {}).items() if k != "gpus")
+            opts = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in ref.get("options", {}).items() if k != "gpus")
             note = (f"{note}. In the setting the {ref['name']} predictor was trained on ({opts}), "
                     f"{', '.join(self.moved)} are its answer on its GPU x this GPU's roofline floor / that "
                     f"GPU's (reference transfer)")

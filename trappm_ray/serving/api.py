@@ -135,6 +135,7 @@ class Prediction:
     warnings: list[str] = field(default_factory=list)
     memory_terms: dict | None = None
     notes: list[str] = field(default_factory=list)
+    interval: str = "mean +- interval_z sd over seeds"  # what the time intervals are
 
     @property
     def throughput_samples_s(self) -> float | None:
@@ -162,7 +163,7 @@ class Prediction:
         out["interval"] = {t: [e.low, e.high] for t, e in present.items()}
         out["std"] = {t: e.std for t, e in present.items()}
         out["units"] = {t: e.unit for t, e in present.items()}
-        out.update(interval_z=self.interval_z, throughput_samples_s=self.throughput_samples_s,
+        out.update(interval_z=self.interval_z, interval_method=self.interval, throughput_samples_s=self.throughput_samples_s,
                    inference_samples_s=self.inference_samples_s, gpu_profiles=self.gpu_profiles,
                    smallest_profile=self.smallest_profile, memory_budget_mb=self.memory_budget_mb,
                    max_batch_size=self.max_batch_size,
@@ -268,6 +269,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
         p.memory_terms = m["terms"]
     if device.get("note"):  # what the times rest on (spec-based, transferred), and their error
         p.notes.append(device["note"])
+    if predictor.manifest.get("intervals"):  # split-conformal bands (GPU predictors)
+        p.interval = f"{predictor.manifest['intervals']}, at the coverage of +-interval_z sd"
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
         p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)
     if p.train_memory_mb is not None:
