@@ -48,6 +48,20 @@ def test_transfer_carries_the_reference_overhead_through_the_floor_ratio(monkeyp
     assert np.all(out["pred"] >= np.array([ex[i]["floor"] for i in out["rows"]]))
 
 
+def test_a_gnn_reference_transfers_too(monkeypatch):
+    """The shipped GPU recipe as the reference regressor: it sees the test graphs on the
+    reference device (their node features there), and its answers are moved the same way."""
+    monkeypatch.setattr(transfer, "LAUNCH_US", 0.0)
+    ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
+    spec = np.array([e["spec"] for e in ex])
+    out = transfer_predict(ex, "rtx4090", np.where(spec == "rtx3090")[0], np.where(spec == "rtx4090")[0],
+                           index, seed=0, model="gnn", folds=2)
+    meas = np.array([ex[i]["measured"] for i in out["rows"]])
+    assert out["reference"] == "rtx3090" and len(meas) == 30
+    assert np.all(np.isfinite(out["pred"])) and np.mean(np.abs(out["pred"] / meas - 1)) < 0.5
+    assert np.all(out["lo"] <= out["pred"]) and np.all(out["pred"] <= out["hi"])
+
+
 def test_rows_in_settings_the_reference_never_ran_are_not_predicted():
     ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
     spec = np.array([e["spec"] for e in ex])

@@ -17,6 +17,7 @@ score is for a model unseen on any device and a device without labels.
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -50,14 +51,36 @@ def on_device(e: dict, spec: devices.DeviceSpec, index: dict, cache: dict) -> tu
     return cache[key]
 
 
+def reference_fitter(model: str, on_ref: list[dict], y: np.ndarray, index: dict, seed: int,
+                     max_epochs: int = 60):
+    """``fit(train, val) -> predict(idx)`` over examples as they run on the reference device
+    (``on_ref``: ``rkey`` naming it, device-aware vector ``x``; targets ``y`` = measured / floor)
+    for the reference regressor: ``xgboost`` on the vectors, or ``gnn``, the shipped GPU
+    predictors' recipe (:mod:`trappm_ray.train.gpu_predictor`) on their graphs."""
+    if model == "xgboost":
+        x = np.stack([e["x"] for e in on_ref]).astype(np.float64)
+        return lambda train, val: fit_xgboost(x, y, train, val, seed)["predict"]
+    from trappm_ray.train.gpu_predictor import gnn_inputs  # torch_geometric only when asked
+    from trappm_ray.train.regressors import RECIPES, fit, predict_rows
+
+    data = gnn_inputs(on_ref, index)
+    recipe = replace(RECIPES["nnlqp"], batch_affine=False, max_epochs=max_epochs)
+
+    def fit_gnn(train, val):
+        out = fit(data, y, None, train, val, recipe, seed)
+        return lambda idx: predict_rows(out["model"], out["scaler"], data, None, idx)
+    return fit_gnn
+
+
 def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarray, index: dict,
-                     seed: int) -> dict | None:
+                     seed: int, model: str = "xgboost", folds: int = FOLDS) -> dict | None:
     """Predict ``held``'s ``test`` rows by reference transfer from the largest device in ``rest``.
 
     Args:
-        ex: GPU-evaluation examples (:func:`trappm_ray.evaluate.gpu.examples`).
+        ex: GPU-evaluation examples (:func:`trappm_ray.train.gpu_examples.examples`).
         held: the held-out device; rest, test: example indices of the other devices / of it.
-        index: graph rows by (arch, resolution, batch), as :func:`trappm_ray.evaluate.gpu.graph_index`.
+        index: graph rows by (arch, resolution, batch), as :func:`trappm_ray.train.gpu_examples.graph_index`.
+        model, folds: the reference regressor (:func:`reference_fitter`) and its architecture folds.
 
     Returns:
         None without a reference device; else ``reference``, ``rows`` (the test indices predicted:
@@ -76,24 +99,26 @@ def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarr
     rows = np.array([i for i, v in moved.items() if v is not None], int)
     if not len(rows):
         return None
-    # one matrix: the reference's own rows, then the test rows as they would run on the reference
-    x = np.stack([ex[i]["x"] for i in ref_rows] + [moved[i][1] for i in rows]).astype(np.float64)
+    # one set: the reference's own rows, then the test rows as they would run on the reference
+    on_ref = [ex[i] for i in ref_rows] + [{**ex[i], "rkey": (*ex[i]["rkey"][:3], ref, *ex[i]["rkey"][4:]),
+                                           "x": moved[i][1]} for i in rows]
     floor_ref = np.array([ex[i]["floor"] for i in ref_rows] + [moved[i][0] for i in rows])
     y = np.r_[[ex[i]["measured"] for i in ref_rows], np.ones(len(rows))] / floor_ref
     archs = sorted({ex[i]["arch"] for i in np.r_[ref_rows, rows]})
-    fold = dict(zip(archs, np.random.default_rng(seed).permutation(len(archs)) % FOLDS))
+    fold = dict(zip(archs, np.random.default_rng(seed).permutation(len(archs)) % folds))
     arch_fold = np.array([fold[ex[i]["arch"]] for i in np.r_[ref_rows, rows]])
     n_ref = len(ref_rows)
     pred_ref, oof = np.zeros(len(rows)), np.zeros(n_ref)
-    for k in range(FOLDS):
+    fitter = reference_fitter(model, on_ref, y, index, seed)
+    for k in range(folds):
         train = np.where(arch_fold[:n_ref] != k)[0]
         val = train[::7]  # early stopping and depth choice on a slice of the training side
-        fit = fit_xgboost(x, y, np.setdiff1d(train, val), val, seed)
+        predict = fitter(np.setdiff1d(train, val), val)
         mine = np.where(arch_fold[n_ref:] == k)[0]
         if len(mine):
-            pred_ref[mine] = fit["predict"](n_ref + mine) * floor_ref[n_ref + mine]
+            pred_ref[mine] = predict(n_ref + mine) * floor_ref[n_ref + mine]
         held_ref = np.where(arch_fold[:n_ref] == k)[0]
-        oof[held_ref] = fit["predict"](held_ref) * floor_ref[held_ref]
+        oof[held_ref] = predict(held_ref) * floor_ref[held_ref]
     floor_held = np.array([ex[i]["floor"] for i in rows])
     raw = pred_ref * floor_held / floor_ref[n_ref:]
     kernels = np.exp(np.array([ex[i]["x"][KERNELS_COL] for i in rows]))
@@ -104,4 +129,4 @@ def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarr
             "lo": np.maximum(pred * math.exp(lo), floor_held), "hi": pred * math.exp(hi)}
 
 
-__all__ = ["reference_device", "on_device", "transfer_predict"]
+__all__ = ["reference_device", "on_device", "reference_fitter", "transfer_predict"]
