@@ -64,7 +64,7 @@ class GpuEvalConfig:
     models: tuple[str, ...] = MODELS
     task_slugs: tuple[str, ...] = ("rtx3090-amp", "rtx4090-amp")
     min_rows: int = 20
-    gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms", "rtx3090-amp/inference_ms")
+    gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
     gnn_epochs: int = 60
     encoder_from: str = "trappm_ray/predictors/default"
     out_md: str = "docs/results-gpu.md"
