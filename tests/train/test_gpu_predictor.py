@@ -57,3 +57,10 @@ def test_run_setting_prefers_pytorch_2_and_eager():
     ex = [{"setting": (1.0, 0.0, c, t, 1.0, 0.0)} for c, t in ((0.0, 0.0), (1.0, 1.0))]
     assert run_setting(ex) == {"torch2": 1, "compiled": 0}
     assert run_setting(ex[:1]) == {"torch2": 0, "compiled": 0}
+
+
+def test_ship_copies_a_validated_predictor(trained, tmp_path):
+    from trappm_ray.train.build_predictor import ship
+
+    dest = ship(trained["uri"], tmp_path / "test-gpu-amp")
+    assert P.Predictor.load(dest).manifest["weights_sha256"] == P.Predictor.load(trained["uri"]).manifest["weights_sha256"]

@@ -11,6 +11,7 @@ import shutil
 import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 import numpy as np
 import torch
@@ -189,14 +190,16 @@ def train_predictor(cfg: RegressConfig) -> dict:
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-def ship(uri: str) -> None:
-    """Copy a registered predictor into the package (``predictor.DEFAULT_DIR``)."""
+def ship(uri: str, dest: Path = P.DEFAULT_DIR) -> str:
+    """Copy a registered predictor into the package (``dest``: the default predictor's
+    directory, or ``trappm_ray/predictors/<name>/`` of a per-device one); returns ``dest``."""
     P.Predictor.load(uri)  # validate before replacing the shipped one
-    if P.DEFAULT_DIR.exists():
-        shutil.rmtree(P.DEFAULT_DIR)
-    P.DEFAULT_DIR.mkdir(parents=True)
+    if dest.exists():
+        shutil.rmtree(dest)
+    dest.mkdir(parents=True)
     for name in ("manifest.json", "weights.pt"):
-        (P.DEFAULT_DIR / name).write_bytes(storage.read_bytes(storage.join(uri, name)))
+        (dest / name).write_bytes(storage.read_bytes(storage.join(uri, name)))
+    return str(dest)
 
 
 __all__ = ["RegressConfig", "DEFAULT_ENCODER", "train_predictor", "available_targets", "ship",

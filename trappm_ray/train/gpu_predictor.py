@@ -14,7 +14,6 @@ describes the error on an architecture the predictor never saw.
 from __future__ import annotations
 
 import logging
-import shutil
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -22,7 +21,7 @@ from datetime import datetime, timezone
 import numpy as np
 import torch
 
-from trappm_ray import devices, storage
+from trappm_ray import devices
 from trappm_ray.graph.features import V2_STATIC
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model import predictor as P
@@ -33,7 +32,7 @@ from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.model.roofline_inputs import INPUTS, STATIC_DIM, node_data, with_static
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.targets import unit
-from trappm_ray.train.build_predictor import data_hash
+from trappm_ray.train.build_predictor import data_hash, ship
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.gpu_examples import examples, graph_index
 from trappm_ray.train.regressors import RECIPES, build_regressor, fit_task, prepare
@@ -149,7 +148,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
     manifest = manifest_of(cfg, ex, targets, recipe, heads, residuals, held_mape)
     uri = P.register(P.Predictor(manifest, None, heads, scalers), cfg.registry, cfg.name or cfg.device)
     if cfg.ship:
-        ship(uri, cfg.device)
+        ship(uri, P.DEFAULT_DIR.parent / cfg.device)
     return {"uri": uri, "device": cfg.device, "examples": counts, "held_out_arch_mape": held_mape,
             "task_seconds": {f"{t}/{s}": round(r["seconds"], 1) for (t, s), r in results.items()},
             "wall_s": round(time.perf_counter() - t0, 1)}
@@ -187,16 +186,4 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, heads,
     }
 
 
-def ship(uri: str, slug: str) -> str:
-    """Copy a registered predictor into the package as ``trappm_ray/predictors/<slug>/``."""
-    P.Predictor.load(uri)  # validate before replacing the shipped one
-    out = P.DEFAULT_DIR.parent / slug
-    if out.exists():
-        shutil.rmtree(out)
-    out.mkdir(parents=True)
-    for name in ("manifest.json", "weights.pt"):
-        (out / name).write_bytes(storage.read_bytes(storage.join(uri, name)))
-    return str(out)
-
-
-__all__ = ["GpuPredictorConfig", "gnn_inputs", "run_setting", "train_gpu_predictor", "manifest_of", "ship"]
+__all__ = ["GpuPredictorConfig", "gnn_inputs", "run_setting", "train_gpu_predictor", "manifest_of"]
