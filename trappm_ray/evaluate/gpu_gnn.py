@@ -20,7 +20,7 @@ import torch
 
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.train.gpu_predictor import gnn_inputs
+from trappm_ray.train.gpu_predictor import gnn_inputs, gnn_recipe
 from trappm_ray.train.regressors import RECIPES, embed, fit, for_target, predict_rows, prepare
 
 log = logging.getLogger(__name__)
@@ -38,7 +38,7 @@ def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60):
     data = gnn_inputs(ex, index)
     ratio = np.array([e["measured"] / e["floor"] for e in ex])
     floor = np.array([e["floor"] for e in ex])
-    recipe = replace(RECIPES["nnlqp"], batch_affine=False, max_epochs=max_epochs)
+    recipe = gnn_recipe(max_epochs)
     log.info("gnn: %d examples", len(ex))
 
     def run(_ex, train, val, idx, seed) -> np.ndarray:

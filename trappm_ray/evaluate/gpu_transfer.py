@@ -17,7 +17,6 @@ score is for a model unseen on any device and a device without labels.
 from __future__ import annotations
 
 import math
-from dataclasses import replace
 
 import numpy as np
 
@@ -60,11 +59,11 @@ def reference_fitter(model: str, on_ref: list[dict], y: np.ndarray, index: dict,
     if model == "xgboost":
         x = np.stack([e["x"] for e in on_ref]).astype(np.float64)
         return lambda train, val: fit_xgboost(x, y, train, val, seed)["predict"]
-    from trappm_ray.train.gpu_predictor import gnn_inputs  # torch_geometric only when asked
-    from trappm_ray.train.regressors import RECIPES, fit, predict_rows
+    from trappm_ray.train.gpu_predictor import gnn_inputs, gnn_recipe  # torch_geometric only when asked
+    from trappm_ray.train.regressors import fit, predict_rows
 
     data = gnn_inputs(on_ref, index)
-    recipe = replace(RECIPES["nnlqp"], batch_affine=False, max_epochs=max_epochs)
+    recipe = gnn_recipe(max_epochs)
 
     def fit_gnn(train, val):
         out = fit(data, y, None, train, val, recipe, seed)

@@ -5,7 +5,7 @@ The network is the supervised GraphSAGE regressor (the ``nnlqp`` recipe of
 earn its place, ``docs/training.md``) fed :mod:`trappm_ray.model.roofline_inputs`: v2 node
 features + per-node roofline terms, the device-aware static vector, target log(measured / floor).
 On the GPU evaluation's held-out architectures and families it beats the recipe of the CPU
-predictor by 5-11 MAPE points (``docs/results-gpu.md``, ``gnn`` vs ``shipped-recipe``).
+predictor by 5-11 MAPE points (``docs/results-gpu.md``, ``gnn`` vs ``encoder-recipe``).
 
 Every target x seed is one Ray task. Each seed holds out 15% of the architectures (per family)
 to stop on; their residuals, pooled over seeds, make the split-conformal interval, so it
@@ -89,6 +89,12 @@ def gnn_inputs(ex: list[dict], index: dict) -> list:
     return out
 
 
+def gnn_recipe(max_epochs: int = 60):
+    """The GPU predictors' recipe: ``nnlqp`` with one plain output (the target is already a
+    ratio to the floor, so the batch-affine head has nothing to add)."""
+    return replace(RECIPES["nnlqp"], batch_affine=False, max_epochs=max_epochs)
+
+
 def run_setting(ex: list[dict]) -> dict:
     """The framework setting a prediction is made in: PyTorch 2 where the labels include it (the
     version users run), eager unless every row was compiled."""
@@ -116,7 +122,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
     log.info("%s: %d examples (%s)", cfg.device, len(ex), counts)
     data = gnn_inputs(ex, index)
     ratio = np.array([e["measured"] / e["floor"] for e in ex])
-    recipe = replace(RECIPES["nnlqp"], batch_affine=False, max_epochs=cfg.max_epochs)
+    recipe = gnn_recipe(cfg.max_epochs)
     data_ref, _ = share_graphs(data, None)
     example = data[0]
     del data
@@ -145,7 +151,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
         residuals[target] = {"levels": list(LEVELS), "values": weighted_quantiles(res),
                              "rows": int(len(res))}
         held_mape[target] = float(np.mean([results[(target, s)]["val_mape"] for s in cfg.seeds]))
-    manifest = manifest_of(cfg, ex, targets, recipe, heads, residuals, held_mape)
+    manifest = manifest_of(cfg, ex, targets, recipe, residuals, held_mape)
     uri = P.register(P.Predictor(manifest, None, heads, scalers), cfg.registry, cfg.name or cfg.device)
     if cfg.ship:
         ship(uri, P.DEFAULT_DIR.parent / cfg.device)
@@ -154,7 +160,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, heads, residuals, held_mape) -> dict:
+def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residuals, held_mape) -> dict:
     rows = [r for r in ok_labels(cfg.labels, cfg.device).to_pylist() if (r.get("gpus") or 1) == 1]
     dates = sorted(r["date"] for r in rows if r.get("date"))
     spec = ex[0]["spec"]
@@ -186,4 +192,4 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, heads,
     }
 
 
-__all__ = ["GpuPredictorConfig", "gnn_inputs", "run_setting", "train_gpu_predictor", "manifest_of"]
+__all__ = ["GpuPredictorConfig", "gnn_inputs", "gnn_recipe", "run_setting", "train_gpu_predictor", "manifest_of"]
