@@ -27,6 +27,7 @@ from trappm_ray.physics.roofline import FEATURE_NAMES, node_features, roofline
 INPUTS = "roofline"  # the manifest's ``inputs`` of a predictor fed by this module
 NODE_DIM = features.get("v2").node_dim + len(FEATURE_NAMES)
 STATIC_DIM = len(feature_names())
+EAGER_TORCH2 = {"torch2": 1, "compiled": 0}  # a prediction's framework setting unless a predictor's labels fix one
 
 
 def node_data(graph, spec: devices.DeviceSpec, precision: str, torch2: bool, compiled: bool) -> Data:
@@ -62,4 +63,4 @@ def static_input(graph, spec: devices.DeviceSpec, setting: dict, mode: str, run:
     return None if found is None else (found[0], feature_vector(found[1], spec, s))
 
 
-__all__ = ["INPUTS", "NODE_DIM", "STATIC_DIM", "node_data", "with_static", "static_input"]
+__all__ = ["INPUTS", "NODE_DIM", "STATIC_DIM", "EAGER_TORCH2", "node_data", "with_static", "static_input"]

@@ -26,8 +26,8 @@ import numpy as np
 
 from trappm_ray import devices, errors, storage
 from trappm_ray.model.intervals import quantile_offsets
-from trappm_ray.model.device_features import (feature_names, feature_vector, roofline_features,
-                                              settings)
+from trappm_ray.model.device_features import feature_names
+from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
 from trappm_ray.model.transfer import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
 from trappm_ray.physics.roofline import device_rates
 
@@ -222,19 +222,16 @@ class SpecPredictor:
         for target, mode in modes:
             found[target] = []
             for graph, s in zip(graphs, settings_list):
-                run = settings(mode == "train", s["precision"], s.get("memory_format") == "nhwc")
-                f = roofline_features(graph, self.spec, s["precision"], mode,
-                                      s["optimizer"] if mode == "train" else "none", run)
+                f = static_input(graph, self.spec, s, mode, EAGER_TORCH2)
                 if f is None:
                     raise errors.UnsupportedOption(f"{self.spec.slug} has no roofline at {s['precision']}")
-                found[target].append((f, run))
-        moved = transferred_ms(self.reference, self.spec, list(graphs), settings_list, self.moved,
-                               {t: [f for f, _ in v] for t, v in found.items()}) \
+                found[target].append(f)
+        moved = transferred_ms(self.reference, self.spec, list(graphs), settings_list, self.moved, found) \
             if self.reference is not None else [{} for _ in graphs]
         rows: list[dict] = [{} for _ in graphs]
         for target, mode in modes:
-            floors = [f[0] for f, _ in found[target]]
-            xs = [feature_vector(f[1], self.spec, run) for f, run in found[target]]
+            floors = [f[0] for f in found[target]]
+            xs = [f[1] for f in found[target]]
             ratio = np.maximum(self.model.log_ratio(np.stack(xs)), 0.0)  # never below the floor
             for row, floor, r, s, m in zip(rows, floors, ratio, settings_list, moved):
                 lo, hi = quantile_offsets(self.model.manifest, target, float(s.get("interval_z", 1.96)))

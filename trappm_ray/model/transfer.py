@@ -21,8 +21,9 @@ import math
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.model.device_features import KERNELS_COL, roofline_features, settings
+from trappm_ray.model.device_features import KERNELS_COL
 from trappm_ray.model.options import trained_options
+from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
 
 TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
 # Host time to issue one kernel in eager PyTorch (dispatch + launch), an assumption of the order
@@ -68,8 +69,8 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
         reference: a shipped :class:`~trappm_ray.model.predictor.Predictor` of a GPU in the spec table.
         spec: the device predicted. graphs: featurized graphs at their batch sizes.
         settings_list: per graph the resolved options (``precision``, ``optimizer``, ``memory_format``).
-        here: per target, the graphs' :func:`roofline_features` on ``spec`` where the caller has
-            them already (computed otherwise).
+        here: per target, the graphs' :func:`~trappm_ray.model.roofline_inputs.static_input` on
+            ``spec`` where the caller has them already (computed otherwise).
     """
     ref_spec = devices.get(reference.manifest["device"]["spec"])
     out: list[dict[str, float]] = [{} for _ in graphs]
@@ -82,11 +83,9 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
         for target, mode in TARGET_MODES:
             if target not in targets or target not in ref_row or not covers(reference.manifest, s, mode):
                 continue
-            run = settings(mode == "train", s["precision"], s.get("memory_format") == "nhwc")
-            opt = s["optimizer"] if mode == "train" else "none"
             on_spec = here[target][i] if here and target in here else \
-                roofline_features(graphs[i], spec, s["precision"], mode, opt, run)
-            there = roofline_features(graphs[i], ref_spec, s["precision"], mode, opt, run)
+                static_input(graphs[i], spec, s, mode, EAGER_TORCH2)
+            there = static_input(graphs[i], ref_spec, s, mode, EAGER_TORCH2)
             if on_spec is None or there is None:
                 continue
             out[i][target] = transfer_ms(ref_row[target], on_spec[0], there[0],
