@@ -31,6 +31,7 @@ from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import Predictor, device_of, model_version
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.model.transfer import OptionTransfer
+from trappm_ray.serving import batch_envelope
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
 from trappm_ray.serving.registry import device_catalog, load_predictor, predictor_for, settled
@@ -241,15 +242,16 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     def est(t: str) -> Estimate | None:
         if t not in row:
             return None
-        mean, std = row[t], row[f"{t}_std"]
+        mean, std = float(row[t]), float(row[f"{t}_std"])
         if f"{t}_low" in row:  # a conformal band (spec predictor), widened in log space
             low, high = (mean * (row[f"{t}_{e}"] / mean) ** domain["widen"] for e in ("low", "high"))
-            return Estimate(max(mean, floors[t]), max(low, floors[t]), max(high, floors[t]), std, units[t])
+            floor = float(floors[t])
+            return Estimate(max(mean, floor), float(max(low, floor)), float(max(high, floor)), std, units[t])
         half = opts.interval_z * std * domain["widen"]
         # a cost is positive and its errors are relative: the low end mirrors the high end in
         # ratio (mean / (1 + h), never below mean - half), so a wide interval never reaches 0
         low = mean / (1 + half / mean) if mean > 0 else 0.0
-        floor = floors.get(t, 0.0)
+        floor = float(floors.get(t, 0.0))
         return Estimate(max(mean, floor), max(low, floor), max(mean + half, floor), std, units[t])
 
     summary = graph.summary()
@@ -299,23 +301,45 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
     A bad model yields its :class:`errors.ModelError` in its slot; the others are unaffected.
     """
     out: list = [None] * len(models)
-    groups: dict[int, tuple] = {}
+    cache: dict[tuple, object] = {}  # a sweep reads its model and featurizes each batch once
+    passes: dict[int, tuple] = {}  # per predictor: its items, and each (graph, setting) once
+
+    def cached(key: tuple, make):
+        if key not in cache:
+            cache[key] = make()
+        return cache[key]
+
     for i, (data, opts, _) in enumerate(models):
         try:
             chosen, setting = settled(asdict(opts), predictor_for(opts.device, predictor))
             if isinstance(chosen, (SpecPredictor, OptionTransfer)):
                 chosen.check(setting)
-            proto = read_model(data)
-            item = (i, proto, featurize_with(proto, opts), {**setting, "interval_z": opts.interval_z})
-            groups.setdefault(id(chosen), (chosen, []))[1].append(item)
+            sha = hashlib.sha256(data).hexdigest()
+            proto = cached((sha,), lambda: read_model(data))
+            at = (sha, opts.resolution, opts.dims)
+            graph = cached((*at, opts.batch_size), lambda: featurize_with(proto, opts))
+            try:  # the batches that hold the answer to the batch envelope
+                above = [cached((*at, b), lambda b=b: featurize_with(proto, opts, b)) for b in
+                         batch_envelope.ladder(int(graph.static["batch_size"]), device_of(chosen)["kind"])]
+            except errors.ModelError:  # a batch that cannot be re-bound: no envelope
+                above = []
         except errors.ModelError as e:
             out[i] = e
-    for chosen, ok in groups.values():
-        graphs = [g for _, _, g, _ in ok]
-        rows = chosen.predict_graphs(graphs, [s for *_, s in ok])
-        for (i, proto, graph, _), row in zip(ok, rows):
+            continue
+        setting = {**setting, "interval_z": opts.interval_z}
+        items, slots = passes.setdefault(id(chosen), (chosen, [], {}))[1:]
+        keys = [(id(g), json.dumps(setting, sort_keys=True)) for g in (graph, *above)]
+        for g, key in zip((graph, *above), keys):
+            slots.setdefault(key, (len(slots), g, setting))
+        items.append((i, proto, sha, graph, len(above) and int(above[-1].static["batch_size"]), keys))
+    for chosen, items, slots in passes.values():
+        rows = chosen.predict_graphs([g for _, g, _ in slots.values()], [s for *_, s in slots.values()])
+        for i, proto, sha, graph, top, keys in items:
             data, opts, label = models[i]
-            p = build_prediction(row, graph, chosen, opts, label, hashlib.sha256(data).hexdigest())
+            row, *above_rows = [dict(rows[slots[k][0]]) for k in keys]
+            changed = batch_envelope.hold(row, above_rows)
+            p = build_prediction(row, graph, chosen, opts, label, sha)
+            p.notes += batch_envelope.notes(changed, p.batch_size, top)
             if opts.memory_budget_mb is not None:
                 p.max_batch_size = largest_batch(
                     lambda b, proto=proto, opts=opts, chosen=chosen: memory_at(proto, opts, b, chosen),
