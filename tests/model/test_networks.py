@@ -142,3 +142,16 @@ def test_batch_affine_regressor_is_affine_in_batch_size(batch):
     assert "y_std" in reg.state_dict()  # the scale travels with the saved weights
     with pytest.raises(ValueError):
         Regressor(IN_DIM, STATIC_DIM, out_dim=2, batch_affine=True)
+
+
+def test_published_head_normalises_nodes_and_stays_positive_on_raw_counts(batch):
+    """The published network L2-normalises each SAGEConv output, so node features at the scale
+    of raw MACs (1e11) leave it finite; its output is -logsigmoid, never negative."""
+    raw = batch.x * 1e11
+    plain = Regressor(IN_DIM, STATIC_DIM, hidden=16, fc=16, dropout=0.0).eval()
+    published = Regressor(IN_DIM, STATIC_DIM, hidden=16, fc=16, dropout=0.0, published_head=True).eval()
+    published.load_state_dict(plain.state_dict())
+    small = published(batch.x, batch.edge_index, batch.batch, batch.static)
+    big = published(raw, batch.edge_index, batch.batch, batch.static)
+    assert (small >= 0).all() and (big >= 0).all() and big.abs().max() < 1e3
+    assert plain(raw, batch.edge_index, batch.batch, batch.static).abs().max() > 1e6

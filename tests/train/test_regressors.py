@@ -119,3 +119,17 @@ def test_analytic_estimate_round_trips_and_calibrates(examples):
     y = 3.0 * est
     out = fit_analytic(x, y, np.arange(20), np.arange(20, 30), 0)
     assert out["factor"] == pytest.approx(3.0, rel=1e-4) and out["val_mape"] < 1e-3
+
+
+def test_epoch_kept_by_training_loss_runs_every_epoch_and_records_the_curve(examples):
+    data = prepare(examples.data)
+    y = examples.column("train_step_ms")
+    tr, va, _ = split(examples.rows, "random", 1337)
+    recipe = recipe_with("nnlqp", max_epochs=8, patience=1, hidden=8, fc=8, select="train_loss")
+    out = fit(data, y, None, tr, va, recipe, 1)
+    losses = [loss for loss, _ in out["history"]]
+    assert out["epochs"] == 8 and len(out["history"]) == 8
+    assert out["best_epoch"] == 1 + int(np.argmin(losses))
+    assert out["val_mape"] == out["history"][out["best_epoch"] - 1][1]
+    with pytest.raises(ValueError, match="select"):
+        fit(data, y, None, tr, va, recipe_with("nnlqp", max_epochs=1, select="best"), 1)

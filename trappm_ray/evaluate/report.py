@@ -12,11 +12,11 @@ SPLIT_TITLES = {
 }
 MODEL_NOTES = {
     "trappm-ray": "this project: v2 features, log-scaled target, pretrained frozen encoder",
-    "trappm-published": "the published recipe: trappm-v1 features, raw target + MSE, static "
-                        "features z-scored within each graph, v1-pretrained encoder. Its node "
-                        "features are unscaled and its MSE is on raw targets that span two to "
-                        "three orders of magnitude; on these labels even its best-validation "
-                        "epoch is off by hundreds to thousands of percent",
+    "trappm-published": "the published recipe: trappm-v1 features (unscaled), SAGEConv outputs "
+                        "L2-normalised per node and a -logsigmoid output as in the published "
+                        "code, raw target + MSE, static features z-scored within each graph, "
+                        "v1-pretrained encoder (this evaluation's batch size and epoch choice; "
+                        "benchmarks/published_recipe.py runs batch 1, epoch by training loss)",
     "nnlqp": "NNLQP-style supervised GNN: trappm-ray without the pretrained embedding",
     "random-encoder": "ablation: trappm-ray with a frozen randomly initialised encoder",
     "mlp": "MLP on the 9 static features (log target)",

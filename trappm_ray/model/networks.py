@@ -147,15 +147,19 @@ class Regressor(nn.Module):
             predicts the value at a reference batch size and the share of it that grows with
             the batch; needs ``log_samples`` in :meth:`forward` and :meth:`set_target_scale`
             before training.
+        published_head: as the published code builds it: each SAGEConv output L2-normalised per
+            node (PyG's ``normalize=True``, which is what keeps its unscaled node features, MACs
+            up to 1e12, from saturating the network) and the output passed through
+            ``-logsigmoid`` (positive).
     """
 
     def __init__(self, in_dim: int, static_dim: int, emb_dim: int = 0, hidden: int = 512,
                  fc: int = 512, dropout: float = 0.05, out_dim: int = 1, node_dropout: bool = True,
-                 batch_affine: bool = False):
+                 batch_affine: bool = False, published_head: bool = False):
         super().__init__()
         if batch_affine and out_dim != 1:
             raise ValueError("batch_affine predicts one target (out_dim=1)")
-        self.batch_affine = batch_affine
+        self.batch_affine, self.published_head = batch_affine, published_head
         self.emb_dim, self.dropout, self.node_dropout = emb_dim, dropout, node_dropout
         self.conv1 = pygnn.SAGEConv(in_dim, hidden)
         self.conv2 = pygnn.SAGEConv(hidden, hidden)
@@ -187,8 +191,8 @@ class Regressor(nn.Module):
         """
         node_drop = self._drop if self.node_dropout else (lambda t: t)
         agg = neighbor_mean(x, edge_index) if agg is None else agg
-        h = node_drop((self.conv1.lin_l(agg) + self.conv1.lin_r(x)).relu())  # = conv1(x, edge_index)
-        h = node_drop(self.conv2(h, edge_index).relu())
+        h = node_drop(self._norm(self.conv1.lin_l(agg) + self.conv1.lin_r(x)).relu())  # = conv1(x, edge_index)
+        h = node_drop(self._norm(self.conv2(h, edge_index)).relu())
         pooled = pygnn.global_add_pool(h, batch, static.size(0))
         return self.readout(pooled, static, emb, log_samples)
 
@@ -198,15 +202,18 @@ class Regressor(nn.Module):
         the same predictions at a fraction of the cost. Needs ``node_dropout`` off."""
         if self.node_dropout:
             raise ValueError("per-node dropout cannot run on node classes")
-        h1 = (self.conv1.lin_l(c.agg) + self.conv1.lin_r(c.x)).relu()
+        h1 = self._norm(self.conv1.lin_l(c.agg) + self.conv1.lin_r(c.x)).relu()
         mean = scatter(h1[c.src] * c.weight.unsqueeze(1), c.dst, 0, dim_size=c.root.size(0),
                        reduce="sum")
-        h2 = (self.conv2.lin_l(mean) + self.conv2.lin_r(h1[c.root])).relu()
+        h2 = self._norm(self.conv2.lin_l(mean) + self.conv2.lin_r(h1[c.root])).relu()
         pooled = scatter(h2 * c.count.unsqueeze(1), c.graph, 0, dim_size=c.num_graphs, reduce="sum")
         return self.readout(pooled, static, emb, log_samples)
 
     def _drop(self, t: Tensor) -> Tensor:
         return nn.functional.dropout(t, self.dropout, self.training)
+
+    def _norm(self, t: Tensor) -> Tensor:
+        return nn.functional.normalize(t, p=2.0, dim=-1) if self.published_head else t
 
     def readout(self, pooled: Tensor, static: Tensor, emb: Tensor | None,
                 log_samples: Tensor | None) -> Tensor:
@@ -221,6 +228,8 @@ class Regressor(nn.Module):
         h = self._drop(self.fc1(torch.cat(parts, 1)).relu())
         h = self._drop(self.fc2(h).relu())
         out = self.out(h)
+        if self.published_head:
+            return -nn.functional.logsigmoid(out)
         if not self.batch_affine:
             return out
         if log_samples is None:

@@ -46,6 +46,9 @@ class Recipe:
         batch_affine: predict ``fixed + per_sample * batch_size`` (both parts from the graph)
             for the targets in :data:`trappm_ray.targets.BATCH_AFFINE` (see
             :class:`~trappm_ray.model.networks.Regressor`); the published recipe predicts the value.
+        select: the epoch kept: ``validation`` (lowest validation MAPE, early stopping after
+            ``patience``) or ``train_loss`` (lowest mean training loss over all ``max_epochs``,
+            as the published code does).
     """
 
     feature_set: str = "v2"
@@ -61,6 +64,7 @@ class Recipe:
     patience: int = 10
     huber_delta: float = 1.0
     batch_affine: bool = True
+    select: str = "validation"
 
 
 # Memory is affine in the batch size within 1.6% per architecture on this project's CPU labels
@@ -87,7 +91,7 @@ def build_regressor(example: Data, emb_dim: int, recipe: Recipe) -> Regressor:
     in_dim = (example.x if "x" in example else example.u_x).size(1)
     return Regressor(in_dim, example.static.size(1), emb_dim, recipe.hidden, recipe.fc,
                      recipe.dropout, node_dropout=recipe.node_dropout,
-                     batch_affine=recipe.batch_affine)
+                     batch_affine=recipe.batch_affine, published_head=recipe.scaling == "published")
 
 
 def mape(pred: np.ndarray, true: np.ndarray) -> float:
@@ -257,8 +261,9 @@ def fit(data: list[Data], y: np.ndarray, emb: torch.Tensor | None, train_idx, va
         recipe: the recipe. seed: seeds initialisation and batch order.
 
     Returns:
-        ``model`` (best state loaded, eval mode), ``scaler``, ``val_mape``, ``best_epoch``,
-        ``epochs`` run, ``seconds``.
+        ``model`` (best state loaded, eval mode), ``scaler``, ``val_mape`` (of the kept epoch),
+        ``best_epoch``, ``epochs`` run, ``seconds``, ``history`` (per epoch: mean training loss,
+        validation MAPE).
     """
     t0 = time.perf_counter()
     torch.manual_seed(seed)
@@ -276,23 +281,31 @@ def fit(data: list[Data], y: np.ndarray, emb: torch.Tensor | None, train_idx, va
         model.set_target_scale(scaler.y_std, float(log_samples.mean()))
     opt = torch.optim.Adam(model.parameters(), lr=recipe.lr)
     loss_fn = torch.nn.HuberLoss(delta=recipe.huber_delta) if recipe.scaling == "log" else torch.nn.MSELoss()
+    history: list[tuple[float, float]] = []
     best, epoch = train_epochs(model, scaler, data, emb, y, train_idx, val_idx, opt, loss_fn,
-                               recipe.batch_size, recipe.max_epochs, recipe.patience, rng)
-    return {"model": model, "scaler": scaler, "val_mape": best[0], "best_epoch": best[1],
-            "epochs": epoch, "seconds": time.perf_counter() - t0}
+                               recipe.batch_size, recipe.max_epochs, recipe.patience, rng,
+                               history=history, select=recipe.select)
+    return {"model": model, "scaler": scaler, "val_mape": history[best[1] - 1][1] if best[1] else best[0],
+            "best_epoch": best[1], "epochs": epoch, "seconds": time.perf_counter() - t0,
+            "history": history}
 
 
 def train_epochs(model: Regressor, scaler, data, emb, y: np.ndarray, train_idx, val_idx, opt,
                  loss_fn, batch_size: int, max_epochs: int, patience: int,
-                 rng: np.random.Generator, best: tuple = (float("inf"), 0, None)) -> tuple:
+                 rng: np.random.Generator, best: tuple = (float("inf"), 0, None),
+                 history: list | None = None, select: str = "validation") -> tuple:
     """Epochs of ``opt`` steps until ``patience`` epochs pass without a lower validation MAPE
     (or it turns non-finite); loads the best epoch's state and leaves ``model`` in eval mode.
+    With ``select="train_loss"`` every epoch runs and the one of lowest mean training loss is kept.
 
     Args:
-        best: ``(val_mape, epoch, state)`` to beat; fine-tuning passes its starting point.
+        best: ``(score, epoch, state)`` to beat; fine-tuning passes its starting point.
+        history: a list to append ``(mean training loss, validation MAPE)`` of each epoch to.
     Returns:
-        ``((val_mape, best_epoch, state), epochs_run)``.
+        ``((score, best_epoch, state), epochs_run)``.
     """
+    if select not in ("validation", "train_loss"):
+        raise ValueError(f"select must be validation or train_loss, got {select!r}")
     yt = torch.tensor(y, dtype=torch.float32).unsqueeze(1)
     classes = _uses_classes(model, data)
     train = minibatches(data, emb, np.asarray(train_idx), batch_size, rng, classes)
@@ -300,18 +313,23 @@ def train_epochs(model: Regressor, scaler, data, emb, y: np.ndarray, train_idx, 
     epoch = 0
     for epoch in range(1, max_epochs + 1):
         model.train()
+        total = 0.0
         for k in rng.permutation(len(train)):
             b, e, part = train[k]
             loss = loss_fn(scaled_forward(model, scaler, b, e), scaler.y(yt[part]))
             opt.zero_grad(set_to_none=True)
             loss.backward()
             opt.step()
-        score = mape(predict_rows(model, scaler, data, emb, val_idx, batches=val), y[val_idx])
+            total += float(loss) * len(part)
+        val_mape = mape(predict_rows(model, scaler, data, emb, val_idx, batches=val), y[val_idx])
+        if history is not None:
+            history.append((total / max(len(train_idx), 1), val_mape))
+        score = val_mape if select == "validation" else total
         if not np.isfinite(score):
             break
         if score < best[0]:
             best = (score, epoch, {k: v.clone() for k, v in model.state_dict().items()})
-        elif epoch - best[1] >= patience:
+        elif select == "validation" and epoch - best[1] >= patience:
             break
     if best[2] is not None:
         model.load_state_dict(best[2])
