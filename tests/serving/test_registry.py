@@ -160,3 +160,35 @@ def test_an_option_the_shipped_gpu_predictor_lacks_goes_through_the_spec_model(t
         assert getattr(fp32, t).low <= getattr(fp32, t).value <= getattr(fp32, t).high
     with pytest.raises(errors.UnsupportedOption, match="adam"):
         P.predict(str(path), batch_size=64, device="rtx3090", optimizer="adam")
+
+
+class _Stub:
+    """A predictor answering ``value`` for its ``targets`` (unit test of TargetFill only)."""
+
+    def __init__(self, targets, value, name):
+        self.targets, self.value = tuple(targets), value
+        self.manifest = {"name": name, "device": {"slug": "gpu-x", "kind": "cuda", "note": "from its specs"},
+                         "options": {"precision": ["amp-fp16"]}}
+
+    def predict_graphs(self, graphs, settings_list):
+        return [{k: v for t in self.targets for k, v in
+                 ((t, self.value), (f"{t}_std", 0.1), (f"{t}_low", 0.9 * self.value),
+                  (f"{t}_high", 1.1 * self.value))} for _ in graphs]
+
+    def check(self, setting):
+        if setting.get("precision") == "fp64":
+            raise errors.UnsupportedOption("no fp64 roofline")
+
+
+def test_target_fill_completes_a_shipped_predictor_with_the_spec_answer():
+    from trappm_ray.model.transfer import TargetFill
+
+    both = TargetFill(_Stub(["inference_ms"], 2.0, "gpu-x"), _Stub(["train_step_ms", "inference_ms"], 5.0, "gpu-spec"))
+    assert both.targets == ("inference_ms", "train_step_ms") and both.manifest["targets"] == list(both.targets)
+    row = both.predict_graphs([object(), object()], [{}, {}])[1]
+    assert row["inference_ms"] == 2.0 and row["inference_ms_high"] == 2.2
+    assert row["train_step_ms"] == 5.0 and row["train_step_ms_low"] == 4.5
+    assert both.manifest["device"]["note"].startswith("train_step_ms: no labels of this device; from its specs")
+    assert both.manifest["name"] == "gpu-x+gpu-spec" and both.manifest["options"] == {"precision": ["amp-fp16"]}
+    with pytest.raises(errors.UnsupportedOption):
+        both.check({"precision": "fp64"})

@@ -145,4 +145,40 @@ class OptionTransfer:
         return out
 
 
-__all__ = ["LAUNCH_US", "OWN_ROWS", "own_rows", "transfer_ms", "covers", "transferred_ms", "OptionTransfer"]
+class TargetFill:
+    """A shipped GPU predictor completed, for the targets its device has no labels of (the RTX
+    4090: inference only), by the spec-based predictor of the same device.
+
+    Args:
+        shipped: the device's :class:`~trappm_ray.model.predictor.Predictor`.
+        spec_predictor: the :class:`~trappm_ray.model.spec_model.SpecPredictor` bound to the device.
+    """
+
+    def __init__(self, shipped, spec_predictor):
+        self.shipped, self.spec_predictor = shipped, spec_predictor
+        self.filled = tuple(t for t in spec_predictor.targets if t not in shipped.targets)
+        dev = dict(shipped.manifest.get("device") or {})
+        how = (spec_predictor.manifest.get("device") or {}).get("note") or "the spec-based predictor"
+        dev["note"] = f"{', '.join(self.filled)}: no labels of this device; {how}"
+        self.manifest = {**shipped.manifest, "device": dev, "targets": list(self.targets),
+                         "name": f"{shipped.manifest.get('name')}+{spec_predictor.manifest.get('name')}"}
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return (*self.shipped.targets, *self.filled)
+
+    def check(self, setting: dict) -> None:
+        """As :meth:`SpecPredictor.check`, for the filled targets."""
+        self.spec_predictor.check(setting)
+
+    def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
+        """The shipped predictor's rows, with the spec-based predictor's for the filled targets."""
+        rows = self.shipped.predict_graphs(graphs, settings_list)
+        for row, other in zip(rows, self.spec_predictor.predict_graphs(graphs, settings_list)):
+            row.update({k: v for k, v in other.items()
+                        if any(k == t or k.startswith(f"{t}_") for t in self.filled)})
+        return rows
+
+
+__all__ = ["LAUNCH_US", "OWN_ROWS", "own_rows", "transfer_ms", "covers", "transferred_ms", "OptionTransfer",
+           "TargetFill"]

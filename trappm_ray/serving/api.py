@@ -30,7 +30,7 @@ from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import Predictor, device_of, model_version
 from trappm_ray.model.spec_model import SpecPredictor
-from trappm_ray.model.transfer import OptionTransfer
+from trappm_ray.model.transfer import OptionTransfer, TargetFill
 from trappm_ray.serving import batch_envelope
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
@@ -312,7 +312,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
     for i, (data, opts, _) in enumerate(models):
         try:
             chosen, setting = settled(asdict(opts), predictor_for(opts.device, predictor))
-            if isinstance(chosen, (SpecPredictor, OptionTransfer)):
+            if isinstance(chosen, (SpecPredictor, OptionTransfer, TargetFill)):
                 chosen.check(setting)
             sha = hashlib.sha256(data).hexdigest()
             proto = cached((sha,), lambda: read_model(data))

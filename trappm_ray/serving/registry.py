@@ -16,7 +16,7 @@ from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, 
                                         model_version, names_device)
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.transfer import OWN_ROWS, OptionTransfer, own_rows
+from trappm_ray.model.transfer import OWN_ROWS, OptionTransfer, TargetFill, own_rows
 
 _LOADED: dict[str, object] = {}
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
@@ -45,12 +45,12 @@ def spec_model(uri: str | Path | None = None) -> SpecModel:
 
 def reference_path(spec: devices.DeviceSpec) -> Path | None:
     """The shipped predictor whose answers transfer to ``spec`` (:mod:`trappm_ray.model.transfer`):
-    the first of another GPU of the same kind (same vendor software stack) in the spec table."""
-    for path in shipped():
-        dev = _manifest(path).get("device") or {}
-        if dev.get("kind") == spec.kind and dev.get("spec") and dev["spec"] != spec.slug:
-            return path
-    return None
+    of another GPU of the same kind (same vendor software stack) in the spec table, the one with
+    the most targets (then the first by name)."""
+    found = [(-len(m.get("targets") or []), path) for path in shipped()
+             for m in [_manifest(path)] for dev in [m.get("device") or {}]
+             if dev.get("kind") == spec.kind and dev.get("spec") and dev["spec"] != spec.slug]
+    return min(found)[1] if found else None
 
 
 def reference_for(spec: devices.DeviceSpec) -> Predictor | None:
@@ -86,10 +86,23 @@ def _is_spec_dir(uri: str) -> bool:
         return False
 
 
+def completed(found: Predictor) -> Predictor | TargetFill:
+    """``found``, or for a GPU predictor lacking targets the spec-based predictor answers (the
+    RTX 4090 has inference labels only), ``found`` completed by it; cached."""
+    spec_slug = (found.manifest.get("device") or {}).get("spec")
+    if not spec_slug or not (SPEC_DIR / "manifest.json").exists():
+        return found
+    key = f"completed:{id(found)}"
+    if key not in _LOADED:
+        alt = spec_predictor(spec_slug)
+        _LOADED[key] = TargetFill(found, alt) if set(alt.targets) - set(found.targets) else found
+    return _LOADED[key]
+
+
 def _for_device(device: str):
     for path in shipped():
         if names_device(_manifest(path).get("device") or {}, device):
-            return load_predictor(str(path))
+            return completed(load_predictor(str(path)))
     try:
         spec = devices.get(device)
     except devices.UnknownDevice:
@@ -118,13 +131,14 @@ def load_predictor(predictor: str | os.PathLike | Predictor | SpecPredictor | No
             predictor, or both ``device`` and ``device_spec``.
         trappm_ray.devices.DeviceSpecError: a malformed spec file.
     """
-    custom = predictor not in (None, "", "default") and not isinstance(predictor, (Predictor, SpecPredictor))
+    loaded = (Predictor, SpecPredictor, TargetFill)
+    custom = predictor not in (None, "", "default") and not isinstance(predictor, loaded)
     if device_spec is not None:
         if device is not None:
             raise PredictorError("give a device or a device spec, not both")
         spec = device_spec if isinstance(device_spec, devices.DeviceSpec) else devices.from_json(device_spec)
         return for_spec(spec, user_spec=True, uri=str(predictor) if custom else None)
-    if isinstance(predictor, (Predictor, SpecPredictor)):
+    if isinstance(predictor, loaded):
         found = predictor
     elif custom and _is_spec_dir(str(predictor)):
         if device is None:
