@@ -115,18 +115,23 @@ def main() -> None:
     y = np.array([e["measured"] for e in ex])
     print(f"{len(ex)} graphs (setting {info['setting']}); train {len(train)}, val {len(val)}, test {len(test)}")
     chosen = {k: v for k, v in variants(args.epochs).items() if not args.only or k in args.only.split(",")}
-    graphs = {fs: prepare([graph_data(row_to_graph(info["index"][tuple(e["rkey"][:3])]), fs) for e in ex],
-                          classes=False) for fs in {r.feature_set for r in chosen.values()}}
-    scales = {fs: input_scales(d, y, fs) for fs, d in graphs.items()}
-    for fs, s in scales.items():
-        print(f"inputs {fs}: {json.dumps(s)}")
     import ray
 
     ensure_ray()
+    refs, scales = {}, {}
+    for fs, nodes in {(r.feature_set, r.node_dropout) for r in chosen.values()}:
+        data = [graph_data(row_to_graph(info["index"][tuple(e["rkey"][:3])]), fs) for e in ex]
+        scales.setdefault(fs, input_scales(data, y, fs))
+        # node dropout needs every node; the other recipes train on node classes, in far less memory
+        refs[(fs, nodes)] = ray.put(prepare(data, classes=not nodes, keep_nodes=nodes))
+        del data
+    del info["index"]
+    for fs, s in scales.items():
+        print(f"inputs {fs}: {json.dumps(s)}")
     task = ray.remote(num_cpus=1)(run_variant)
-    refs = {fs: ray.put(d) for fs, d in graphs.items()}
     t0 = time.perf_counter()
-    futures = {name: task.remote(refs[r.feature_set], y, train, val, test, r, args.seed) for name, r in chosen.items()}
+    futures = {name: task.remote(refs[(r.feature_set, r.node_dropout)], y, train, val, test, r, args.seed)
+               for name, r in chosen.items()}
     results = {name: ray.get(f) for name, f in futures.items()}
     print(f"\n{'variant':14} {'test MAPE %':>11} {'kept epoch':>10} {'epochs':>6} {'fit s':>6}  test predictions (ms)")
     for name, r in results.items():
@@ -150,9 +155,10 @@ def main() -> None:
         import matplotlib.pyplot as plt
         fig, axes = plt.subplots(1, 2, figsize=(11, 4))
         for name, r in results.items():
-            loss, val_mape = zip(*r["history"])
-            axes[0].plot(np.array(loss) / loss[0], label=name)
-            axes[1].plot(val_mape, label=name)
+            loss, val_mape = (np.array(v, dtype=float) for v in zip(*r["history"]))
+            finite = lambda v: np.where(np.isfinite(v), v, np.nan)  # noqa: E731 (diverged epochs)
+            axes[0].plot(finite(loss / loss[0]), label=name)
+            axes[1].plot(finite(val_mape), label=name)
         axes[0].set(yscale="log", xlabel="epoch", ylabel="training loss / first epoch's")
         axes[1].set(yscale="log", xlabel="epoch", ylabel="validation MAPE %")
         axes[1].legend()
