@@ -213,8 +213,9 @@ def cmd_devices(args: argparse.Namespace) -> int:
     print("shipped predictors (trappm-ray predict MODEL --device DEVICE):")
     for d in shipped:
         opts = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in (d["options"] or {}).items())
+        filled = f" (+ {', '.join(d['filled_by_spec'])} from gpu-spec)" if d.get("filled_by_spec") else ""
         print(f"  {d['device']:<30} {d['kind'] or '?':<5} {d['labels']} labels; targets "
-              f"{', '.join(d['targets'] or [])}; {opts}")
+              f"{', '.join(d['targets'] or [])}{filled}; {opts}")
     if spec_info:
         err = ", ".join(f"{t} {v:.0f}%" for t, v in spec_info["lodo_mape"].items() if v is not None)
         print(f"\nspec-based predictor gpu-spec (any other GPU of the table, or --device-spec FILE.json):"

@@ -108,8 +108,9 @@ def test_batch_actor_predicts_for_a_device(tiny, tmp_path):
 
 def test_gpus_without_labels_take_the_reference_transfer():
     """The shipped predictors: an H100 step is the RTX 3090 predictor's x the floor ratio (or the
-    launch time), so a GPU faster in every spec is never predicted slower; the RTX 4090's own
-    inference rows keep the spec model's answer for that target."""
+    launch time), so a GPU faster in every spec is never predicted slower; the RTX 4090's
+    shipped (inference-only) predictor takes its step time from the spec-based predictor, which
+    transfers it from the RTX 3090's."""
     import math
 
     from trappm_ray import devices
@@ -119,7 +120,8 @@ def test_gpus_without_labels_take_the_reference_transfer():
     R._LOADED.clear()
     ref, h100, rtx4090 = (R.load_predictor(None, d) for d in ("rtx3090", "h100-sxm5-80gb", "rtx4090"))
     assert h100.reference is ref and h100.manifest["device"]["reference"] == "rtx3090-amp"
-    assert rtx4090.moved == ("train_step_ms",)
+    assert rtx4090.shipped.targets == ("inference_ms",) and rtx4090.filled == ("train_step_ms",)
+    assert rtx4090.spec_predictor.moved == ("train_step_ms",) and rtx4090.spec_predictor.reference is ref
     graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
     s = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw", "interval_z": 1.96}
     on_ref = ref.predict_graphs([graph])[0]
@@ -192,3 +194,14 @@ def test_target_fill_completes_a_shipped_predictor_with_the_spec_answer():
     assert both.manifest["name"] == "gpu-x+gpu-spec" and both.manifest["options"] == {"precision": ["amp-fp16"]}
     with pytest.raises(errors.UnsupportedOption):
         both.check({"precision": "fp64"})
+
+
+def test_rtx4090_answers_inference_from_its_gnn_and_the_step_from_the_spec_predictor():
+    R._LOADED.clear()
+    p = P.predict(B.cnn_model(hw=32), 256, device="rtx4090")
+    assert p.train_step_ms is not None and p.inference_ms is not None and p.train_memory_mb is not None
+    assert p.model_version.startswith("rtx4090-amp")
+    assert any(n.startswith("train_step_ms: no labels of this device") for n in p.notes)
+    graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=256), 256)
+    own = R.load_predictor(None, "rtx4090").shipped.predict_graphs([graph])[0]["inference_ms"]
+    assert p.inference_ms.value == pytest.approx(max(own, p.floors["inference_ms"]))

@@ -201,16 +201,19 @@ def device_catalog() -> list[dict]:
     """Every device a prediction can name: the shipped predictors, then the GPUs of the spec
     table that the spec-based predictor serves (with its leave-one-device-out error)."""
     out, served = [], []
+    spec_m = _manifest(SPEC_DIR) if (SPEC_DIR / "manifest.json").exists() else None
     for path in shipped():
         m = _manifest(path)
         dev = m.get("device") or {}
         served.append(dev)
+        filled = [t for t in (spec_m or {}).get("targets", []) if dev.get("spec") and t not in m.get("targets", [])]
         out.append({"device": dev.get("slug"), "name": dev.get("name"), "kind": dev.get("kind"),
                     "predictor": path.name, "spec_only": False, "targets": m.get("targets"),
-                    "options": m.get("options"), "labels": (m.get("data") or {}).get("labels")})
-    if not (SPEC_DIR / "manifest.json").exists():
+                    "filled_by_spec": filled, "options": m.get("options"),
+                    "labels": (m.get("data") or {}).get("labels")})
+    if spec_m is None:
         return out
-    m = _manifest(SPEC_DIR)
+    m = spec_m
     lodo = {t: v.get("mean_device_mape") for t, v in (m.get("lodo") or {}).items()}
     rows = (m.get("data") or {}).get("rows_per_device") or {}
     for s in devices.load_specs().values():
