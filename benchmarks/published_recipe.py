@@ -119,11 +119,12 @@ def main() -> None:
 
     ensure_ray()
     refs, scales = {}, {}
-    for fs, nodes in {(r.feature_set, r.node_dropout) for r in chosen.values()}:
+    for fs in {r.feature_set for r in chosen.values()}:
         data = [graph_data(row_to_graph(info["index"][tuple(e["rkey"][:3])]), fs) for e in ex]
-        scales.setdefault(fs, input_scales(data, y, fs))
+        scales[fs] = input_scales(data, y, fs)
         # node dropout needs every node; the other recipes train on node classes, in far less memory
-        refs[(fs, nodes)] = ray.put(prepare(data, classes=not nodes, keep_nodes=nodes))
+        for nodes in {r.node_dropout for r in chosen.values() if r.feature_set == fs}:
+            refs[(fs, nodes)] = ray.put(prepare(data, classes=not nodes, keep_nodes=nodes))
         del data
     del info["index"]
     for fs, s in scales.items():
