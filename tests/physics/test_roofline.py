@@ -84,9 +84,24 @@ def test_precision_sets_the_peak_and_the_element_size():
     tensor, vector, bw = device_rates(RTX3090, "tf32")
     assert (tensor, vector, bw) == (pytest.approx(35.6e12), pytest.approx(35.6e12), pytest.approx(936e9))
     assert device_rates(devices.get("p100-pcie-16gb"), "fp16")[1] == pytest.approx(18.7e12)
-    # fp32 matmuls may run as TF32 (A100) or on CDNA's FP32 matrix cores (MI100): the floor allows it
+    # the tensor-class rates at fp32: TF32 (A100 convolutions), CDNA's FP32 matrix cores (MI100)
     assert device_rates(devices.get("a100-pcie-40gb"), "fp32")[:2] == (pytest.approx(156e12), pytest.approx(19.5e12))
     assert device_rates(devices.get("mi100"), "fp32")[:2] == (pytest.approx(46.2e12), pytest.approx(23.1e12))
+
+
+def test_fp32_convolutions_may_use_tf32_but_matrix_products_do_not():
+    # PyTorch's defaults: cudnn.allow_tf32 True, cuda.matmul.allow_tf32 False (>= 1.12)
+    a100, mi100 = devices.get("a100-pcie-40gb"), devices.get("mi100")
+    g = cnn()  # Conv, Relu, pool, Flatten, Gemm
+    conv, gemm = 0, len(g.ops) - 1
+    assert (g.ops[conv], g.ops[gemm]) == ("Conv", "Gemm")
+    fp32 = roofline(g, a100, "fp32", "infer")
+    assert (fp32.peak[conv], fp32.peak[gemm]) == (pytest.approx(156e12), pytest.approx(19.5e12))
+    tf32 = roofline(g, a100, "tf32", "infer")
+    assert (tf32.peak[conv], tf32.peak[gemm]) == (pytest.approx(156e12), pytest.approx(156e12))
+    assert fp32.compute_ms[gemm] == pytest.approx(tf32.compute_ms[gemm] * 156 / 19.5)
+    rocm = roofline(g, mi100, "fp32", "infer")  # rocBLAS runs FP32 GEMMs on the matrix cores
+    assert (rocm.peak[conv], rocm.peak[gemm]) == (pytest.approx(46.2e12), pytest.approx(46.2e12))
 
 
 @pytest.mark.parametrize("build", [lambda b: cnn(b), lambda b: featurize(ob.transformer_block(), batch_size=b)])

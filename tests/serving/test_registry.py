@@ -205,3 +205,9 @@ def test_rtx4090_answers_inference_from_its_gnn_and_the_step_from_the_spec_predi
     graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=256), 256)
     own = R.load_predictor(None, "rtx4090").shipped.predict_graphs([graph])[0]["inference_ms"]
     assert p.inference_ms.value == pytest.approx(max(own, p.floors["inference_ms"]))
+
+
+def test_a_cpu_predictor_is_not_completed_by_the_gpu_spec_predictor():
+    cpu = _Stub(["inference_ms"], 2.0, "i9")
+    cpu.manifest["device"] = {"slug": "i9-10940x-fp32", "kind": "cpu", "spec": "i9-10940x"}
+    assert R.completed(cpu) is cpu  # the spec-based predictor refuses CPUs: nothing to add

@@ -18,9 +18,13 @@ Counting rules (per node, forward pass); every choice errs low, as a floor must:
 * Peak: the tensor-core peak of the precision (``devices.peak_flops``) for the matmul class at
   ``amp-*``/``fp16``/``bf16``/``tf32``; the vector peak (FP32, FP16 vector units where listed,
   FP64 at fp64) for the rest, depthwise and thin grouped convolutions included (cuDNN runs them
-  on the CUDA cores). At ``fp32`` the matmul class gets the TF32 tensor peak where the device has
-  one (PyTorch >= 1.7 lets cuDNN use TF32 by default) and CDNA's FP32 matrix rate (2x vector) on
-  ROCm. A 3x3 stride-1 Conv off the tensor cores may run as Winograd F(4x4, 3x3) (Lavin & Gray,
+  on the CUDA cores). ``fp32`` is PyTorch's default since 1.12: convolutions get the TF32 tensor
+  peak where the device has one (``cudnn.allow_tf32`` defaults to True) but matrix products
+  (Gemm, MatMul, Einsum, RNNs) the FP32 vector peak (``cuda.matmul.allow_tf32`` defaults to
+  False); ``tf32`` lets both use TF32. Measured, not assumed: NeuSight's fp32 LM runs on the
+  A100 take 0.72-0.77x the V100's time, the ratio of the FP32 peaks (19.5 / 14 TFLOPS), not of
+  TF32 to FP32 (11x). On ROCm both get CDNA's FP32 matrix rate (2x vector; rocBLAS uses it).
+  A 3x3 stride-1 Conv off the tensor cores may run as Winograd F(4x4, 3x3) (Lavin & Gray,
   CVPR 2016): 4x fewer multiplies, so its FLOPs count a quarter.
 * Bytes: data inputs + outputs at the activation size (4 B at fp32/tf32, 2 B at fp16/bf16 and
   under autocast, except ops autocast runs in fp32) plus weights (autocast: the fp32 master read
@@ -51,6 +55,8 @@ FREE, VECTOR, TENSOR = 0, 1, 2  # node classes: no work, CUDA/vector cores, tens
 # Ops that only re-label or index tensors in a training framework: besides the memory model's
 # views, the shape arithmetic ONNX exporters emit (on scalars: nothing worth a kernel).
 FREE_OPS = set(VIEW_OPS) | {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
+# Matrix products: at ``fp32`` PyTorch runs them on the FP32 units unless TF32 is allowed.
+MATMUL_OPS = {"Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
 # Input channels per group under which a grouped Conv counts as depthwise-like: too thin for
 # the tensor cores, whose tiles need 8 channels (cuDNN runs depthwise convs on the CUDA cores).
 THIN_GROUP_CHANNELS = 8
@@ -85,6 +91,7 @@ class RooflineEstimate:
         forward_ms, backward_ms, optimizer_ms, total_ms: totals; ``total_ms`` (their sum) is the
             floor of one step in ``mode`` (backward and optimizer are 0 for inference).
         compute_bound_share: share of ``forward_ms`` spent in compute-bound nodes.
+        peak: per node the peak FLOP/s its compute time is counted at.
         peak_tensor, peak_vector, bandwidth: the device figures used (FLOP/s, FLOP/s, B/s).
     """
 
@@ -99,6 +106,7 @@ class RooflineEstimate:
     optimizer_ms: float
     total_ms: float
     compute_bound_share: float
+    peak: np.ndarray
     peak_tensor: float
     peak_vector: float
     bandwidth: float
@@ -254,7 +262,10 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
         attrs = np.asarray(graph.attrs).reshape(-1, 3)
         wino = (cls == TENSOR) & (attrs[:, 0] == 9) & (attrs[:, 1] == 1) & (attrs[:, 2] == 1)
         flops = np.where(wino & np.array([op == "Conv" for op in graph.ops], bool), flops / WINOGRAD_FACTOR, flops)
-    compute_ms = flops / np.where(cls == TENSOR, tensor, vector) * 1e3
+    peak = np.where(cls == TENSOR, tensor, vector)
+    if precision == "fp32" and spec.kind != "rocm":
+        peak[np.array([op in MATMUL_OPS for op in graph.ops], bool)] = vector
+    compute_ms = flops / peak * 1e3
     memory_ms = moved / bw * 1e3
     # A restored BatchNorm is its own (memory-bound) kernel after the Conv: its time adds.
     bn_ms = np.maximum(bn_flops / vector, bn_bytes / bw) * 1e3
@@ -268,7 +279,7 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
     bound = compute_ms >= memory_ms
     share = float(node_ms[bound & (flops > 0)].sum() / forward) if forward > 0 else 0.0
     return RooflineEstimate(cls, flops, moved, compute_ms, memory_ms, node_ms, forward, backward,
-                            optimizer_ms, forward + backward + optimizer_ms, share, tensor, vector,
+                            optimizer_ms, forward + backward + optimizer_ms, share, peak, tensor, vector,
                             bw, mode, precision, spec.slug)
 
 
@@ -285,7 +296,7 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
         estimate: a forward :class:`RooflineEstimate` of the same graph, to skip recomputing it.
     """
     est = estimate or roofline(graph, spec, precision, mode="infer")
-    peak = np.where(est.node_class == TENSOR, est.peak_tensor, est.peak_vector)
+    peak = est.peak
     with np.errstate(divide="ignore", invalid="ignore"):
         ratio = (est.flops / est.bytes) / (peak / est.bandwidth)
         rel = np.where((est.bytes > 0) & (est.flops > 0), np.log2(ratio), 0.0)
@@ -295,6 +306,6 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-__all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "OPTIMIZER_BYTES", "PRECISIONS",
+__all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "MATMUL_OPS", "OPTIMIZER_BYTES", "PRECISIONS",
            "TENSOR", "VECTOR", "WINOGRAD_FACTOR", "RooflineEstimate", "attention_scores", "device_rates", "node_classes",
            "node_features", "roofline"]

@@ -88,9 +88,10 @@ def _is_spec_dir(uri: str) -> bool:
 
 def completed(found: Predictor) -> Predictor | TargetFill:
     """``found``, or for a GPU predictor lacking targets the spec-based predictor answers (the
-    RTX 4090 has inference labels only), ``found`` completed by it; cached."""
+    RTX 4090 has inference labels only), ``found`` completed by it; cached. CPU predictors stay
+    as they are: the spec-based predictor covers GPUs only."""
     spec_slug = (found.manifest.get("device") or {}).get("spec")
-    if not spec_slug or not (SPEC_DIR / "manifest.json").exists():
+    if not spec_slug or not (SPEC_DIR / "manifest.json").exists() or devices.get(spec_slug).kind == "cpu":
         return found
     key = f"completed:{id(found)}"
     if key not in _LOADED:
