@@ -27,8 +27,10 @@ from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
 
 TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
 # Host time to issue one kernel in eager PyTorch (dispatch + launch), an assumption of the order
-# commonly measured (5-20 us); the labeled timm rows (batch 192-1024) cannot identify it: their
-# transfer error moves by 0.1 point between 0 and 20 us.
+# commonly measured (5-20 us); the labeled timm rows cannot identify it (their transfer error moves
+# by 0.1 point between 0 and 20 us) but bound it from above: the least measured time per graph
+# kernel is 16 us for eager inference (RTX 4090, test_vit at batch 512), 30 us on the RTX 3090
+# (efficientnet_cc at batch 1) and 129 us for an RTX 3090 training step (the same, 3 kernels each).
 LAUNCH_US = 10.0
 KERNELS_PER_NODE = {"train": 3, "infer": 1}  # forward; + gradient of the input and of the weight
 OWN_ROWS = 500  # a device with this many spec-model rows of a target keeps the spec model's answer

@@ -296,9 +296,8 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
         estimate: a forward :class:`RooflineEstimate` of the same graph, to skip recomputing it.
     """
     est = estimate or roofline(graph, spec, precision, mode="infer")
-    peak = est.peak
     with np.errstate(divide="ignore", invalid="ignore"):
-        ratio = (est.flops / est.bytes) / (peak / est.bandwidth)
+        ratio = (est.flops / est.bytes) / (est.peak / est.bandwidth)
         rel = np.where((est.bytes > 0) & (est.flops > 0), np.log2(ratio), 0.0)
     rel = np.clip(np.nan_to_num(rel), -16.0, 16.0)
     cols = [np.log1p(est.compute_ms * 1e3), np.log1p(est.memory_ms * 1e3), np.log1p(est.node_ms * 1e3),
