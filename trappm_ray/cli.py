@@ -69,10 +69,10 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
             ("training memory", _fmt(p.train_memory_mb)),
             ("training power", _fmt(p.train_power_w)) if p.train_power_w else None,
             ("inference latency", _fmt(p.inference_ms)),
-            ("training throughput", f"{p.throughput_samples_s or 0:10.1f} samples/s"),
-            ("inference throughput", f"{p.inference_samples_s or 0:10.1f} samples/s"),
+            ("training throughput", f"{p.throughput_samples_s:10.1f} samples/s") if p.train_step_ms else None,
+            ("inference throughput", f"{p.inference_samples_s:10.1f} samples/s") if p.inference_ms else None,
             ("smallest GPU profile", f"{p.smallest_profile or 'none fits'}  (" + ", ".join(
-                f"{g} {v or '-'}" for g, v in p.gpu_profiles.items()) + ")")]
+                f"{g} {v or '-'}" for g, v in p.gpu_profiles.items()) + ")") if p.train_memory_mb else None]
     if p.max_batch_size is not None:
         rows.append((f"largest batch <= {p.memory_budget_mb:g} MB", f"{p.max_batch_size:10d}"))
     if p.training_cost:

@@ -31,8 +31,9 @@ PRESETS: dict[type, dict[str, object]] = {
     },
     PretrainConfig: {
         "gae-v2-cpu": PretrainConfig(name="gae-v2-cpu", max_graphs=8000, epochs=8, **_CPU_ENCODER),
+        # the published baseline's encoder, on the committed joined graphs: no corpus build needed
         "gae-v1-cpu": PretrainConfig(name="gae-v1-cpu", feature_set="trappm-v1", max_graphs=4000,
-                                     epochs=5, **_CPU_ENCODER),
+                                     epochs=5, **{**_CPU_ENCODER, "corpus": "data/labels"}),
     },
     RegressConfig: {
         "ship": RegressConfig(device=_CPU_DEVICE, ship=True),

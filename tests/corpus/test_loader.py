@@ -96,3 +96,8 @@ def test_read_graphs_s3(ray_session, corpus, s3_prefix):
         storage.write_bytes(storage.join(s3_prefix, "graphs", f.rsplit("/", 1)[1]),
                             storage.read_bytes(f))
     _through_ray(s3_prefix)
+
+
+def test_graph_files_of_a_label_directory_are_its_joined_graphs(tmp_path):
+    (tmp_path / "graphs.parquet").write_bytes(b"")  # a label directory: labels + joined graphs
+    assert graph_files(str(tmp_path)) == [str(tmp_path / "graphs.parquet")]

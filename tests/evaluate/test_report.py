@@ -42,3 +42,11 @@ def test_regenerate_lines_rebuild_corpus_and_encoders_from_their_sidecars():
     assert lines[3].startswith("# trappm-v1 encoder: its sidecar does not record")
     assert lines[4] == "python jobs/evaluate.py --arch-seeds 2"
     assert parse_config(PretrainConfig, lines[2].split()[2:]) == v2
+
+
+def test_an_encoder_pretrained_on_the_joined_graphs_needs_no_corpus_build():
+    v1 = replace(PretrainConfig(), name="gae-v1-cpu", corpus="data/labels", feature_set="trappm-v1")
+    meta = {"config": asdict(EvalConfig()), "encoders": {"trappm-v1": {"config": asdict(v1)}}}
+    lines = regenerate_lines(meta)
+    assert not any("build_dataset" in line for line in lines)
+    assert "--corpus data/labels" in lines[1]

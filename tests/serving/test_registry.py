@@ -48,8 +48,9 @@ def test_devices_resolve_to_shipped_then_spec(tiny, gpu_json):
 def test_refusals_say_how_to_pass_a_spec(tiny, gpu_json):
     with pytest.raises(PredictorError, match="unknown device 'my-tpu'.*--device-spec FILE.json"):
         R.load_predictor(None, "my-tpu")
-    with pytest.raises(PredictorError, match="CPU"):
-        R.load_predictor(None, "i9-10940x")
+    with pytest.raises(PredictorError, match="CPU"):  # a CPU of the table without a shipped predictor
+        R.load_predictor(None, "intel-r-xeon-r-processor-t2")
+    assert R.load_predictor(None, "i9-10940x").manifest["device"]["kind"] == "cpu"  # shipped
     with pytest.raises(PredictorError, match="not both"):
         R.load_predictor(None, "t4", device_spec=str(gpu_json))
     with pytest.raises(PredictorError, match="name a device"):
@@ -208,6 +209,8 @@ def test_rtx4090_answers_inference_from_its_gnn_and_the_step_from_the_spec_predi
 
 
 def test_a_cpu_predictor_is_not_completed_by_the_gpu_spec_predictor():
+    R._LOADED.clear()
     cpu = _Stub(["inference_ms"], 2.0, "i9")
     cpu.manifest["device"] = {"slug": "i9-10940x-fp32", "kind": "cpu", "spec": "i9-10940x"}
     assert R.completed(cpu) is cpu  # the spec-based predictor refuses CPUs: nothing to add
+    assert R.filled_by_spec(cpu.manifest, {"targets": ["train_step_ms", "inference_ms"]}) == []

@@ -19,6 +19,7 @@ from trappm_ray.graph import features
 from trappm_ray import storage
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import GRAPH_COLUMNS, row_to_graph
+from trappm_ray.labels.examples import GRAPHS_FILE
 
 def row_to_data(row: Mapping, feature_set: str = "v2",
                 label_columns: Sequence[str] = ()) -> Data:
@@ -77,10 +78,14 @@ def arrow_filesystem(uri: str):
 
 
 def graph_files(corpus_uri: str) -> list[str]:
-    """Parquet shards under ``corpus_uri/graphs`` (full URIs), sorted."""
+    """Parquet shards under ``corpus_uri/graphs`` (full URIs), sorted; for a label directory,
+    its joined graphs ``graphs.parquet`` (the committed graphs every labeled row joins, so an
+    encoder can be pretrained from a fresh checkout without building a corpus)."""
     files = storage.listdir(storage.join(corpus_uri, "graphs"), ".parquet")
+    if not files and storage.exists(joined := storage.join(corpus_uri, GRAPHS_FILE)):
+        files = [joined]
     if not files:
-        raise FileNotFoundError(f"no graphs/*.parquet under {corpus_uri}")
+        raise FileNotFoundError(f"no graphs/*.parquet (nor {GRAPHS_FILE}) under {corpus_uri}")
     return files
 
 

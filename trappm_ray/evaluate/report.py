@@ -50,9 +50,10 @@ def regenerate_lines(meta: dict) -> list[str]:
     encoders = meta.get("encoders", {})
     corpora = sorted({e["config"]["corpus"] for e in encoders.values() if "config" in e})
     lines = ["```bash"]
-    # the corpus must hold a graph for every label: --labels exports the labeled architectures
+    # the corpus must hold a graph for every label: --labels exports the labeled architectures;
+    # an encoder pretrained on the label directory's own joined graphs needs no corpus build
     lines += [f"python jobs/build_dataset.py --out {c} --labels {meta['config']['labels']}"
-              for c in corpora]
+              for c in corpora if c != meta["config"]["labels"]]
     for name, enc in encoders.items():
         if "config" in enc:
             lines.append(command(enc["config"], "jobs/pretrain_gae.py", PretrainConfig))

@@ -46,14 +46,12 @@ def time_floors_ms(graph: Graph, device: dict, precision: str | None,
                    optimizer: str | None, spec: devices.DeviceSpec | None = None) -> dict[str, float]:
     """Roofline floors of a training step and an inference pass on the predictor's device (its
     ``spec`` row of the device table, or ``spec`` itself: a user's GPU absent from the table);
-    empty where the device has no spec (CPU predictors)."""
+    empty where the device has no spec or no sourced peak (the project's own CPU VMs)."""
     if spec is None:
         try:
             spec = devices.get(device.get("spec") or device.get("slug", ""))
         except KeyError:
             return {}
-    if spec.kind == "cpu":
-        return {}
     precision = precision or "amp-fp16"
     opt = optimizer or "sgd-momentum"
     try:

@@ -90,14 +90,21 @@ def completed(found: Predictor) -> Predictor | TargetFill:
     """``found``, or for a GPU predictor lacking targets the spec-based predictor answers (the
     RTX 4090 has inference labels only), ``found`` completed by it; cached. CPU predictors stay
     as they are: the spec-based predictor covers GPUs only."""
-    spec_slug = (found.manifest.get("device") or {}).get("spec")
-    if not spec_slug or not (SPEC_DIR / "manifest.json").exists() or devices.get(spec_slug).kind == "cpu":
-        return found
     key = f"completed:{id(found)}"
     if key not in _LOADED:
-        alt = spec_predictor(spec_slug)
-        _LOADED[key] = TargetFill(found, alt) if set(alt.targets) - set(found.targets) else found
+        spec_m = _manifest(SPEC_DIR) if (SPEC_DIR / "manifest.json").exists() else None
+        _LOADED[key] = (TargetFill(found, spec_predictor(found.manifest["device"]["spec"]))
+                        if filled_by_spec(found.manifest, spec_m) else found)
     return _LOADED[key]
+
+
+def filled_by_spec(manifest: dict, spec_manifest: dict | None) -> list[str]:
+    """Targets the spec-based predictor adds to a shipped predictor (``manifest``) of a GPU in
+    the spec table; none for CPUs, which the spec-based predictor does not cover."""
+    dev = manifest.get("device") or {}
+    if not dev.get("spec") or dev.get("kind") == "cpu":
+        return []
+    return [t for t in (spec_manifest or {}).get("targets", []) if t not in manifest.get("targets", [])]
 
 
 def _for_device(device: str):
@@ -207,7 +214,7 @@ def device_catalog() -> list[dict]:
         m = _manifest(path)
         dev = m.get("device") or {}
         served.append(dev)
-        filled = [t for t in (spec_m or {}).get("targets", []) if dev.get("spec") and t not in m.get("targets", [])]
+        filled = filled_by_spec(m, spec_m)
         out.append({"device": dev.get("slug"), "name": dev.get("name"), "kind": dev.get("kind"),
                     "predictor": path.name, "spec_only": False, "targets": m.get("targets"),
                     "filled_by_spec": filled, "options": m.get("options"),
@@ -230,4 +237,4 @@ def device_catalog() -> list[dict]:
 
 
 __all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "for_spec", "spec_predictor",
-           "predictor_for", "settled", "device_catalog"]
+           "predictor_for", "settled", "device_catalog", "completed", "filled_by_spec"]
