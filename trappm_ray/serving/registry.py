@@ -28,6 +28,11 @@ def _manifest(path: Path) -> dict:
     return json.loads((path / "manifest.json").read_text())
 
 
+def _spec_manifest() -> dict | None:
+    """The shipped spec-based predictor's manifest, None when it is not shipped."""
+    return _manifest(SPEC_DIR) if (SPEC_DIR / "manifest.json").exists() else None
+
+
 def shipped() -> list[Path]:
     """Directories of the shipped per-device predictors (the spec-based one excluded)."""
     return sorted(p.parent for p in DEFAULT_DIR.parent.glob("*/manifest.json")
@@ -92,9 +97,8 @@ def completed(found: Predictor) -> Predictor | TargetFill:
     as they are: the spec-based predictor covers GPUs only."""
     key = f"completed:{id(found)}"
     if key not in _LOADED:
-        spec_m = _manifest(SPEC_DIR) if (SPEC_DIR / "manifest.json").exists() else None
         _LOADED[key] = (TargetFill(found, spec_predictor(found.manifest["device"]["spec"]))
-                        if filled_by_spec(found.manifest, spec_m) else found)
+                        if filled_by_spec(found.manifest, _spec_manifest()) else found)
     return _LOADED[key]
 
 
@@ -209,15 +213,14 @@ def device_catalog() -> list[dict]:
     """Every device a prediction can name: the shipped predictors, then the GPUs of the spec
     table that the spec-based predictor serves (with its leave-one-device-out error)."""
     out, served = [], []
-    spec_m = _manifest(SPEC_DIR) if (SPEC_DIR / "manifest.json").exists() else None
+    spec_m = _spec_manifest()
     for path in shipped():
         m = _manifest(path)
         dev = m.get("device") or {}
         served.append(dev)
-        filled = filled_by_spec(m, spec_m)
         out.append({"device": dev.get("slug"), "name": dev.get("name"), "kind": dev.get("kind"),
                     "predictor": path.name, "spec_only": False, "targets": m.get("targets"),
-                    "filled_by_spec": filled, "options": m.get("options"),
+                    "filled_by_spec": filled_by_spec(m, spec_m), "options": m.get("options"),
                     "labels": (m.get("data") or {}).get("labels")})
     if spec_m is None:
         return out
