@@ -27,6 +27,7 @@ from trappm_ray import devices, storage
 from trappm_ray.graph import features
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.featurize import Graph
+from trappm_ray.model.device_features import KERNELS_COL
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM, node_data, static_input, with_static
 from trappm_ray.model.intervals import quantile_offsets
@@ -185,7 +186,8 @@ class Predictor:
     def predict_graphs(self, graphs: Sequence[Graph], settings_list: Sequence[dict] | None = None,
                        chunk: int = 64) -> list[dict[str, float]]:
         """One dict per graph: ``{target: mean over seeds, target + "_std": their spread}``; for
-        ``roofline`` inputs also ``_floor`` and the conformal ``_low``/``_high``.
+        ``roofline`` inputs also ``_floor``, ``_kernels`` (the graph's kernel count) and the
+        conformal ``_low``/``_high``.
 
         Args:
             graphs: featurized graphs at their batch sizes.
@@ -217,7 +219,7 @@ class Predictor:
             if target not in self.heads:
                 continue
             run = self.manifest["run"][target]
-            data, floors = [], []
+            data, floors, kernels = [], [], []
             for i, (graph, s) in enumerate(zip(graphs, settings_list)):
                 found = static_input(graph, spec, s, mode, run)
                 if found is None:
@@ -227,13 +229,15 @@ class Predictor:
                     nodes[key] = node_data(graph, spec, s["precision"], bool(run["torch2"]), bool(run["compiled"]))
                 data.append(with_static(nodes[key], found[1]))
                 floors.append(found[0])
+                kernels.append(round(math.exp(found[1][KERNELS_COL])))
             ratio = np.concatenate([self.predict_data(data[i:i + chunk], targets=[target])[target]
                                     for i in range(0, len(data), chunk)])
             ms = np.maximum(ratio, 1.0) * np.asarray(floors)[:, None]  # no step beats the roofline
-            for row, p, floor, s in zip(rows, ms, floors, settings_list):
+            for row, p, floor, k, s in zip(rows, ms, floors, kernels, settings_list):
                 value = float(p.mean())
                 lo, hi = quantile_offsets(self.manifest, target, float(s.get("interval_z", 1.96)))
                 row.update({target: value, f"{target}_std": float(p.std()), f"{target}_floor": floor,
+                            f"{target}_kernels": k,
                             f"{target}_low": max(value * math.exp(lo), floor),
                             f"{target}_high": value * math.exp(max(hi, 0.0))})
         return rows

@@ -26,7 +26,7 @@ import numpy as np
 
 from trappm_ray import devices, errors, storage
 from trappm_ray.model.intervals import quantile_offsets
-from trappm_ray.model.device_features import feature_names
+from trappm_ray.model.device_features import KERNELS_COL, feature_names
 from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
 from trappm_ray.model.transfer import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
 from trappm_ray.physics.roofline import device_rates
@@ -206,8 +206,8 @@ class SpecPredictor:
 
     def predict_graphs(self, graphs, settings_list: list[dict] | None = None) -> list[dict[str, float]]:
         """One row per graph: per target the prediction (>= the floor), ``_low``/``_high`` (the
-        conformal interval at the setting's ``interval_z``), ``_std`` (its log half-width x value)
-        and ``_floor``.
+        conformal interval at the setting's ``interval_z``), ``_std`` (its log half-width x value),
+        ``_floor`` and ``_kernels`` (the graph's kernel count).
 
         Args:
             graphs: featurized graphs at their batch sizes.
@@ -233,12 +233,13 @@ class SpecPredictor:
             floors = [f[0] for f in found[target]]
             xs = [f[1] for f in found[target]]
             ratio = np.maximum(self.model.log_ratio(np.stack(xs)), 0.0)  # never below the floor
-            for row, floor, r, s, m in zip(rows, floors, ratio, settings_list, moved):
+            for row, floor, x, r, s, m in zip(rows, floors, xs, ratio, settings_list, moved):
                 lo, hi = quantile_offsets(self.model.manifest, target, float(s.get("interval_z", 1.96)))
                 value = m.get(target, floor * math.exp(r))
                 lo95, hi95 = quantile_offsets(self.model.manifest, target, 1.96)
                 row.update({target: value, f"{target}_low": max(value * math.exp(lo), floor),
                             f"{target}_high": value * math.exp(max(hi, 0.0)), f"{target}_floor": floor,
+                            f"{target}_kernels": round(math.exp(x[KERNELS_COL])),
                             f"{target}_std": value * (hi95 - lo95) / (2 * 1.96)})
         return rows
 

@@ -143,6 +143,7 @@ class OptionTransfer:
             for t in self.targets:
                 ratio = a[t] / b[t]
                 moved.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
+                moved.update({k: a[k] for k in (f"{t}_floor", f"{t}_kernels") if k in a})  # the requested setting's
             out.append(moved)
         return out
 
@@ -163,6 +164,8 @@ class TargetFill:
         how = (spec_predictor.manifest.get("device") or {}).get("note") or "the spec-based predictor"
         dev["note"] = f"{', '.join(self.filled)}: no labels of this device; {how}"
         self.manifest = {**shipped.manifest, "device": dev, "targets": list(self.targets),
+                         "launch": {**(spec_predictor.manifest.get("launch") or {}),
+                                    **(shipped.manifest.get("launch") or {})},
                          "name": f"{shipped.manifest.get('name')}+{spec_predictor.manifest.get('name')}"}
 
     @property

@@ -334,11 +334,23 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
         items.append((i, proto, sha, graph, len(above) and int(above[-1].static["batch_size"]), keys))
     for chosen, items, slots in passes.values():
         rows = chosen.predict_graphs([g for _, g, _ in slots.values()], [s for *_, s in slots.values()])
+        ladders = {i: [dict(rows[slots[k][0]]) for k in keys] for i, *_, keys in items}
+        profiles, by_item = chosen.manifest.get("launch") or {}, {it[0]: it for it in items}
+
+        def graph_at(i: int, b: int, by_item=by_item):
+            (_, proto, sha, *_), opts = by_item[i], models[i][1]
+            return cached((sha, opts.resolution, opts.dims, b), lambda: featurize_with(proto, opts, b))
+
+        anchored = batch_envelope.anchor_answers(  # workloads below the labels: one more pass
+            {i: (int(it[3].static["batch_size"]), ladders[i]) for i, it in by_item.items()}, profiles,
+            graph_at, lambda i: slots[by_item[i][-1][0]][2], chosen)
         for i, proto, sha, graph, top, keys in items:
             data, opts, label = models[i]
-            row, *above_rows = [dict(rows[slots[k][0]]) for k in keys]
+            row, *above_rows = ladders[i]
+            rebuilt = batch_envelope.rebuild(ladders[i], anchored.get(i, {}), profiles)
             changed = batch_envelope.hold(row, above_rows)
             p = build_prediction(row, graph, chosen, opts, label, sha)
+            p.notes += rebuilt
             p.notes += batch_envelope.notes(changed, p.batch_size, top)
             if opts.memory_budget_mb is not None:
                 p.max_batch_size = largest_batch(

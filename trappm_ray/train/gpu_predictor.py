@@ -24,6 +24,7 @@ import torch
 from trappm_ray import devices
 from trappm_ray.graph.features import V2_STATIC
 from trappm_ray.graph.rows import row_to_graph
+from trappm_ray.model import launch
 from trappm_ray.model import predictor as P
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.intervals import LEVELS, weighted_quantiles
@@ -184,6 +185,7 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
                  "label_dates": [dates[0], dates[-1]] if dates else None},
         "domain": fit_domain(np.stack([e["x"][:len(V2_STATIC)] for e in graphs]), [e["family"] for e in graphs]),
         "residual_quantiles": residuals,
+        "launch": launch.profiles(ex),
         "intervals": "split-conformal on held-out-architecture residuals, pooled over seeds",
         "metrics": {"held_out_arch_mape_mean_over_seeds": held_mape},
         "command": f"python jobs/train_gpu_predictor.py --device {cfg.device}",

@@ -21,6 +21,7 @@ from datetime import datetime, timezone
 import numpy as np
 
 from trappm_ray import storage
+from trappm_ray.model import launch
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.predictor import code_version
@@ -76,10 +77,12 @@ class SpecTrainConfig:
 
 
 def table(ex: list[dict]) -> dict[str, np.ndarray]:
-    """Column arrays of GPU-evaluation examples: ``x``, ``measured``, ``floor``, ``spec``, ..."""
+    """Column arrays of GPU-evaluation examples: ``x``, ``measured``, ``floor``, ``spec``, ...; and
+    their ``launch`` profiles (:func:`trappm_ray.model.launch.profiles`)."""
     cols = ("measured", "floor", "spec", "kind", "target", "family", "arch", "slug")
     out = {c: np.array([e[c] for e in ex]) for c in cols}
     out["x"] = np.stack([e["x"] for e in ex]).astype(np.float64)
+    out["launch"] = launch.profiles(ex)  # not a column: the host time per kernel and workload edge
     return out
 
 
@@ -228,6 +231,7 @@ def manifest_of(t: dict, cfg: SpecTrainConfig, chosen: dict, candidates: dict, b
                  "families": sorted(set(t["family"].tolist()))},
         "lodo": chosen["metrics"], "lodo_candidates": candidates,
         "residual_quantiles": residual_q, "intervals": "split-conformal on LODO residuals, devices weighted alike",
+        "launch": t.get("launch", {}),
         "domain": fit_domain(t["x"][:, :9], t["family"].tolist()),
         "command": COMMAND + (f" --out {cfg.out}" if cfg.out != SpecTrainConfig.out else ""),
         "config": asdict(cfg), "code": code_version(),
