@@ -25,6 +25,7 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from trappm_ray import storage
+from trappm_ray.corpus import fallback
 from trappm_ray.corpus.selection import (
     interleave_families,
     labeled_architectures,
@@ -129,6 +130,7 @@ def build_shard(arch: str, resolution: int, batch_sizes: tuple[int, ...], out: s
              "failed_batch_sizes": [], "export_s": 0.0, "featurize_s": 0.0, "write_s": 0.0,
              "exporter": "", "shard": storage.join("graphs", f"{name}.parquet")}
     t0 = time.perf_counter()
+    skeleton = None
     try:
         entry["family"] = sources.family_of(arch, source)
         entry["params_torch"] = sources.count_params(arch, resolution, source)
@@ -141,26 +143,37 @@ def build_shard(arch: str, resolution: int, batch_sizes: tuple[int, ...], out: s
     except Exception as e:  # noqa: BLE001 - any export failure is data, not a crash
         msg = f"{e.__class__.__name__}: {str(e).splitlines()[0][:300] if str(e) else ''}"
         entry.update(status="error", error=f"export: {msg}", export_s=time.perf_counter() - t0)
-        return entry
+        if not isinstance(e, sources.DynamoFailed):  # both exporters failed: fixed batches left
+            return entry
     entry["export_s"] = time.perf_counter() - t0
     t1 = time.perf_counter()
-    rows = []
-    for bs in batch_sizes:
+    rows, retry = [], [] if skeleton else list(batch_sizes)
+    for bs in batch_sizes if skeleton else ():
         try:
             graph = featurize(skeleton.onnx_bytes, batch_size=bs, resolution=skeleton.resolution,
                               dims=skeleton.dims or None)
         except Exception as e:  # noqa: BLE001
             entry["failed_batch_sizes"].append(bs)
             entry["error"] = f"featurize batch {bs}: {e.__class__.__name__}: {e}"[:300]
+            if source == "timm" and fallback.retryable(e):
+                retry.append(bs)
             continue
-        row = graph_to_row(graph, arch=arch, family=entry["family"], exporter=skeleton.exporter)
+        rows.append(graph_to_row(graph, arch=arch, family=entry["family"], exporter=skeleton.exporter))
+    if retry:  # what the legacy skeleton could not give, from the dynamo exporter
+        got = fallback.featurize_with_dynamo(arch, resolution, retry, meta_init, dynamic=bool(skeleton))
+        rows += [graph_to_row(g, arch=arch, family=entry["family"], exporter=exp)
+                 for _, (g, exp) in sorted(got.graphs.items())]
+        fallback.record(entry, got, retry)
+        if skeleton is None and got.skeleton:  # the dynamo skeleton is the one kept then
+            skeleton = sources.Exported(got.skeleton, 0, entry["exporter"], resolution)
+    for row in rows:
         row["resolution"] = resolution  # text models: the sequence length (their graph key)
-        rows.append(row)
     entry["featurize_s"] = time.perf_counter() - t1
     t2 = time.perf_counter()
     if rows:
+        rows.sort(key=lambda r: r["batch_size"])
         storage.write_table(pa.Table.from_pylist(rows), storage.join(out, entry["shard"]))
-        if keep_onnx:
+        if keep_onnx and skeleton:
             storage.write_bytes(storage.join(out, "onnx", f"{name}.onnx"), skeleton.onnx_bytes)
         entry["nodes"] = rows[0]["nodes"]
     else:

@@ -155,6 +155,96 @@ def export_legacy(model, args: tuple, input_names: list[str], dynamic_axes: dict
     return strip_weights(proto, KEEP_INITIALIZER_MAX_ELEMENTS).SerializeToString()
 
 
+def export_dynamo(model, args: tuple, input_names: list[str], dynamic_batch: bool = True,
+                  output_names: list[str] | None = None) -> bytes:
+    """Export with torch's dynamo exporter (``torch.export``) and strip the weights.
+
+    Where the legacy exporter cannot trace an op (``aten::col2im`` and anti-aliased resizing at
+    opset 17, ``unfold`` of a padded tensor, convolutions whose kernel shape is computed), the
+    dynamo exporter still can: it traces with fake tensors, so it sees every shape, and it
+    specialises Python control flow on those shapes instead of emitting ``If`` nodes.
+
+    Args:
+        model: an eval-mode module with real (CPU) parameters (broadcast ones too:
+            ``materialize(expanded=True)``; their values are never copied, see below).
+        args: example inputs; their first dimension is the batch.
+        input_names, output_names: graph input/output names (one output by default).
+        dynamic_batch: a symbolic batch axis on every input; False exports at the batch of
+            ``args`` (for models whose ops take the batch as an attribute: CondConv's groups).
+    """
+    import torch
+
+    output_names = output_names or ["output"]
+    shapes = None
+    if dynamic_batch:
+        batch = torch.export.Dim("batch", min=1, max=1 << 16)
+        shapes = tuple({0: batch} for _ in args)
+    with warnings.catch_warnings(), torch.no_grad(), _decomposed_rms_norm():
+        warnings.simplefilter("ignore")
+        program = torch.onnx.export(model, args, dynamo=True, input_names=input_names,
+                                    output_names=output_names, dynamic_shapes=shapes,
+                                    optimize=True, verbose=False)
+    _weights_to_inputs(program.model.graph)
+    buf = io.BytesIO()
+    program.save(buf)
+    proto = onnx.load_from_string(buf.getvalue())
+    _drop_zero_conv_bias(proto)
+    return strip_weights(proto, KEEP_INITIALIZER_MAX_ELEMENTS).SerializeToString()
+
+
+def _drop_zero_conv_bias(proto: onnx.ModelProto) -> None:
+    """Remove the zero bias that the dynamo exporter gives a bias-free convolution whose weight
+    is computed (CondConv's per-sample kernels), in place.
+
+    Its translation of ``aten::convolution`` without bias writes ``Expand(0, [out_channels])``
+    as the bias: a tensor of batch x channels zeros that the featurizer would count as computed
+    weights. The model has no bias, so the graph gets none; the nodes that only fed it go too.
+    """
+    from onnx import numpy_helper
+
+    g = proto.graph
+    scalars = {t.name: t for t in g.initializer if not t.dims}
+    scalars.update({n.output[0]: a.t for n in g.node if n.op_type == "Constant"
+                    for a in n.attribute if a.name == "value" and not a.t.dims})
+    producer = {o: n for n in g.node for o in n.output}
+    dropped = 0
+    for node in g.node:
+        bias = producer.get(node.input[2]) if node.op_type == "Conv" and len(node.input) > 2 else None
+        zero = bias is not None and bias.op_type == "Expand" and bias.input[0] in scalars
+        if zero and not numpy_helper.to_array(scalars[bias.input[0]]).any():
+            del node.input[2]
+            dropped += 1
+    if not dropped:
+        return
+    outputs = {o.name for o in g.output}
+    while True:  # remove what fed only the dropped biases
+        used = outputs | {x for n in g.node for x in n.input}
+        dead = [n for n in g.node if not any(o in used for o in n.output)]
+        if not dead:
+            break
+        for n in dead:
+            g.node.remove(n)
+    used = {x for n in g.node for x in n.input} | outputs
+    keep = [t for t in g.initializer if t.name in used]
+    del g.initializer[:]
+    g.initializer.extend(keep)
+    log.debug("dropped %d zero convolution biases", dropped)
+
+
+def _weights_to_inputs(graph) -> None:
+    """Turn the large initializers of an ONNX IR graph into typed inputs without values, in place.
+
+    As ``strip_weights`` does afterwards, but before serialisation: saving would copy every
+    weight (a broadcast parameter into a full tensor), and above 2 GB protobuf cannot hold them.
+    """
+    for name, value in list(graph.initializers.items()):
+        tensor = value.const_value
+        if tensor is not None and tensor.size > KEEP_INITIALIZER_MAX_ELEMENTS:
+            graph.initializers.pop(name)
+            value.const_value = None
+            graph.inputs.append(value)
+
+
 @contextlib.contextmanager
 def _decomposed_rms_norm():
     """Within the block, timm's RMSNorm layers use timm's own composition of elementwise ops
@@ -216,6 +306,7 @@ def _drop_external_refs(proto: onnx.ModelProto) -> None:
 __all__ = [
     "KEEP_INITIALIZER_MAX_ELEMENTS",
     "OPSET",
+    "export_dynamo",
     "export_legacy",
     "jitter_real_tensors",
     "materialize",

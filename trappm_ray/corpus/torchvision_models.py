@@ -9,7 +9,6 @@ exported by torch's legacy exporter (the corpus default) or by the dynamo export
 """
 from __future__ import annotations
 
-import io
 import logging
 import warnings
 
@@ -92,26 +91,7 @@ def export_torchvision(arch: str, resolution: int = 224, meta_init: bool = True,
         onnx_bytes = export.export_legacy(model, (example,), input_names=["input"],
                                           dynamic_axes={"input": {0: "batch"}, "output": {0: "batch"}})
         return onnx_bytes, params
-    return _export_dynamo(model, example), params
-
-
-def _export_dynamo(model, example) -> bytes:
-    import onnx
-    import torch
-
-    from trappm_ray.corpus.export import KEEP_INITIALIZER_MAX_ELEMENTS
-    from trappm_ray.graph.onnx_io import strip_weights
-
-    batch = torch.export.Dim("batch", min=1, max=4096)
-    with warnings.catch_warnings(), torch.no_grad():
-        warnings.simplefilter("ignore")
-        program = torch.onnx.export(model, (example,), dynamo=True, input_names=["input"],
-                                    output_names=["output"], dynamic_shapes=({0: batch},),
-                                    optimize=True, verbose=False)
-        buf = io.BytesIO()
-        program.save(buf)
-    proto = onnx.load_from_string(buf.getvalue())
-    return strip_weights(proto, KEEP_INITIALIZER_MAX_ELEMENTS).SerializeToString()
+    return export.export_dynamo(model, (example,), input_names=["input"]), params
 
 
 __all__ = ["DYNAMO_PREFIX", "EXPORTER", "EXPORTER_DYNAMO", "build_model", "count_params", "export_torchvision",

@@ -11,6 +11,8 @@ import re
 import warnings
 from dataclasses import dataclass
 
+import onnx
+
 from trappm_ray.corpus.export import KEEP_INITIALIZER_MAX_ELEMENTS
 from trappm_ray.graph.onnx_io import strip_weights
 
@@ -39,6 +41,8 @@ EXPORTER_FIXED_BATCH = (f"torch.onnx legacy (dynamo=False), opset {OPSET}, eval 
 # meta_init exports of models above this many parameters never hold their weights in memory
 LEAN_ABOVE_PARAMS = 200_000_000
 EXPORTER = f"torch.onnx legacy (dynamo=False), opset {OPSET}, eval mode, dynamic batch axis"
+# The fallback exporter (trappm_ray.corpus.fallback): its opset is the one torch picks.
+EXPORTER_DYNAMO = "torch.onnx dynamo (dynamo=True), opset {opset}, eval mode, {batch}"
 
 
 def family_of(arch: str) -> str:
@@ -72,6 +76,13 @@ ALIASES = {
 }
 
 
+# Architectures that the installed timm still defines (an entry of the module's ``model_cfgs``
+# table, under the same name) but no longer registers as a model name, with the function of
+# that module that builds a ``model_cfgs`` entry; timm's benchmark CSVs measured them when
+# they were registered.
+UNREGISTERED = {"semobilevit_s": ("timm.models.mobilevit", "_create_mobilevit")}
+
+
 def create_model(arch: str, resolution: int, device: str | None = None, **model_kwargs):
     """A randomly initialised timm model that accepts ``resolution`` x ``resolution`` images.
 
@@ -89,6 +100,12 @@ def create_model(arch: str, resolution: int, device: str | None = None, **model_
         kwargs["device"] = device
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")  # deprecated-name notices
+        if name in UNREGISTERED:
+            import importlib
+
+            module, builder = UNREGISTERED[name]
+            return getattr(importlib.import_module(module), builder)(name, img_size=resolution,
+                                                                     **kwargs)
         try:
             return timm.create_model(name, img_size=resolution, **kwargs)
         except TypeError:  # convolutional models take any size and have no img_size argument
@@ -132,7 +149,7 @@ class Skeleton:
 
 def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PARAMS,
                     meta_init: bool = False, fixed_batch: int | None = None,
-                    **model_kwargs) -> Skeleton:
+                    dynamo: bool = False, **model_kwargs) -> Skeleton:
     """Export ``arch`` at ``resolution`` with a dynamic batch axis and strip its weights.
 
     Args:
@@ -144,7 +161,10 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
             keeps no weight values (no memory for weights, no 2 GB protobuf limit).
         fixed_batch: export at this batch size without a dynamic batch axis, for models whose
             ops the legacy exporter cannot export with one (Unfold, adaptive max pooling); the
-            featurizer re-binds the batch of such files where that is sound.
+            featurizer re-binds the batch of such files where that is sound. With ``dynamo``,
+            the graph is exported at this batch and nothing needs re-binding.
+        dynamo: use the dynamo exporter (:func:`trappm_ray.corpus.export.export_dynamo`), the
+            fallback for models the legacy one cannot export or whose export cannot be featurized.
         model_kwargs: further ``timm.create_model`` arguments (e.g. ``depth=...``); the
             parameter limit is not checked for such variants.
 
@@ -173,10 +193,17 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
     # would merge those into shared weights and add Identity nodes. Jitter keeps every weight
     # distinct (positive, so variances stay valid) and the graph unchanged.
     export.jitter_real_tensors(model)
+    example = (torch.randn(fixed_batch or (2 if dynamo else 1), 3, resolution, resolution),)
+    if dynamo:  # batch 2 as example: torch.export specialises a dimension of size 1
+        onnx_bytes = export.export_dynamo(model, example, ["input"], dynamic_batch=not fixed_batch)
+        opset = max(o.version for o in onnx.load_from_string(onnx_bytes).opset_import
+                    if o.domain in ("", "ai.onnx"))
+        batch = f"fixed batch {fixed_batch}" if fixed_batch else "dynamic batch axis"
+        return Skeleton(arch, resolution, onnx_bytes, params,
+                        EXPORTER_DYNAMO.format(opset=opset, batch=batch))
     axes = {} if fixed_batch else {"input": {0: "batch"}, "output": {0: "batch"}}
-    onnx_bytes = export.export_legacy(
-        model, (torch.randn(fixed_batch or 1, 3, resolution, resolution),), input_names=["input"],
-        dynamic_axes=axes, export_params=not lean)
+    onnx_bytes = export.export_legacy(model, example, input_names=["input"], dynamic_axes=axes,
+                                      export_params=not lean)
     exporter = EXPORTER_FIXED_BATCH.format(batch=fixed_batch) if fixed_batch else EXPORTER
     return Skeleton(arch, resolution, onnx_bytes, params, exporter)
 
@@ -184,12 +211,14 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
 __all__ = [
     "ALIASES",
     "EXPORTER",
+    "EXPORTER_DYNAMO",
     "EXPORTER_FIXED_BATCH",
     "KEEP_INITIALIZER_MAX_ELEMENTS",
     "LEAN_ABOVE_PARAMS",
     "OTHER_FAMILIES",
     "PAPER_FAMILIES",
     "Skeleton",
+    "UNREGISTERED",
     "count_params",
     "create_model",
     "export_skeleton",

@@ -206,6 +206,8 @@ def _macs(op: str, a: dict, ins: list, outs: list, out_numel: int) -> float:
     if op in RNN_GATES and x and w and len(ins) > 2 and ins[2]:
         dirs, gh, inp = w
         return dirs * x[0] * x[1] * gh * (inp + ins[2][-1])
+    if op == "Col2Im" and x:  # fold (nn.Fold): each column element is added into the image once
+        return float(math.prod(x))
     if op in ("MaxPool", "AveragePool", "LpPool"):
         return out_numel * float(math.prod(a.get("kernel_shape", [1])))
     if op.startswith(("Global", "Reduce")) and x:
