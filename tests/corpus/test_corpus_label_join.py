@@ -43,3 +43,22 @@ def test_new_keys_join_from_the_corpus_and_old_rows_stay(tmp_path):
     unjoined = (tmp_path / "labels" / "unjoined.csv").read_text().splitlines()
     assert unjoined == ["arch,resolution,batch_size,reason,error",
                         f"gone,8,{rows[0]['batch_size']},export failed,export: RuntimeError: no"]
+
+
+def test_an_architecture_timm_no_longer_has_is_listed_as_such(tmp_path):
+    labels = make_labeled_dir(str(tmp_path / "labels"))
+    row = read_rows(labels, SLUG).to_pylist()[0]
+    write_rows(labels, "gpu-x", [dict(row, device_slug="gpu-x", arch="renamed_net")])
+    compact(labels, "gpu-x")
+    corpus = tmp_path / "corpus"
+    (corpus / "manifest").mkdir(parents=True)
+    (corpus / "manifest" / f"renamed_net@{row['resolution']}.json").write_text(json.dumps(
+        {"task": f"renamed_net@{row['resolution']}", "arch": "renamed_net", "status": "error",
+         "resolution": row["resolution"], "graphs": 0,
+         "error": "export: RuntimeError: Unknown model (renamed_net)"}))
+    (corpus / "dataset.json").write_text(json.dumps({"versions": {"timm": "9.9.9"}}))
+
+    summary = extend_joined_graphs(labels, str(corpus), dry_run=True)
+
+    assert summary["missing"] == {"not in timm 9.9.9": [("renamed_net", row["resolution"],
+                                                        row["batch_size"])]}

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import csv
 import io
+import json
 import logging
 
 import pyarrow as pa
@@ -40,7 +41,15 @@ def labeled_keys(labels_dir: str) -> dict[tuple, set[str]]:
     return found
 
 
-def _reason(entry: dict | None, batch_size: int) -> str:
+def _timm_version(corpus: str) -> str:
+    """The timm version the corpus was built with (its ``dataset.json``), or ""."""
+    uri = storage.join(corpus, "dataset.json")
+    if not storage.exists(uri):
+        return ""
+    return str(json.loads(storage.read_bytes(uri)).get("versions", {}).get("timm", ""))
+
+
+def _reason(entry: dict | None, batch_size: int, timm_version: str = "") -> str:
     if entry is None:
         return "not built"
     if entry["status"] == "ok":
@@ -52,6 +61,8 @@ def _reason(entry: dict | None, batch_size: int) -> str:
     error = entry.get("error", "")
     if error.startswith("worker died"):
         return "worker died (memory)"
+    if "Unknown model" in error:  # renamed or removed since the benchmark ran: no graph to make
+        return f"not in timm {timm_version}".strip()
     return "featurize failed" if error.startswith("featurize") else "export failed"
 
 
@@ -75,6 +86,7 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
     wanted = labeled_keys(labels_dir)
     todo = sorted(k for k in wanted if k not in have)
     manifest = {e["task"]: e for e in read_manifest(corpus)}
+    timm_version = _timm_version(corpus)
     columns = existing.column_names if existing is not None else None
     tables, missing, errors = [], {}, {}
     for arch, res in sorted({(a, r) for a, r, _ in todo}):
@@ -89,7 +101,7 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
             tables.append(t)
         for b in sizes:
             if b not in got:
-                missing.setdefault(_reason(entry, b), []).append((arch, res, b))
+                missing.setdefault(_reason(entry, b, timm_version), []).append((arch, res, b))
                 errors[(arch, res, b)] = " ".join(str((entry or {}).get("error") or "").split())[:200]
     added = pa.concat_tables(tables, promote_options="permissive") if tables else None
     if added is not None and existing is not None:
