@@ -169,6 +169,19 @@ def transformer_block(seq: str | int = 16) -> onnx.ModelProto:
     return _model(nodes, [x], [y], inits)
 
 
+def text_model(vocab: int = 100, seq: str | int = "seq") -> onnx.ModelProto:
+    """Token ids ``ids[N, seq]`` (int64) -> embedding (Gather) -> the :func:`transformer_block`
+    ops -> logits: a tiny text model, as transformers' exports start."""
+    ids = helper.make_tensor_value_info("ids", I64, ["N", seq])
+    y = helper.make_tensor_value_info("y", F, ["N", seq, vocab])
+    block = transformer_block(seq)
+    nodes = [helper.make_node("Gather", ["emb", "ids"], ["x"], name="embed", axis=0), *block.graph.node,
+             helper.make_node("MatMul", ["y0", "Wout"], ["y"], name="logits")]
+    nodes[-2].output[0] = "y0"
+    inits = [_init("emb", (vocab, TF_D)), *block.graph.initializer, _init("Wout", (TF_D, vocab))]
+    return _model(nodes, [ids], [y], inits)
+
+
 def transformer_expect(batch: int, seq: int = 16) -> dict:
     b, d = batch, TF_D
     macs = {"q": b * seq * d * d, "k": b * seq * d * d, "kt": 0,

@@ -318,3 +318,14 @@ def test_unknown_op_gets_default_cost():
 def test_cycle_raises_cycle_error():
     with pytest.raises(errors.CycleError):
         fz(B.cycle_model())
+
+
+def test_a_text_model_is_keyed_by_its_sequence_length_like_the_corpus_keys_it():
+    """Predictors were trained on text graphs whose resolution is the sequence length (the corpus's
+    graph key); a user's file must be featurized the same way, and be known as a text model."""
+    text = featurize(B.text_model(), batch_size=2, dims={"seq": 128})
+    assert text.static["resolution"] == 128 and text.meta["token_ids"]
+    block = featurize(B.transformer_block(), batch_size=2)  # float activations in: not token ids
+    assert block.static["resolution"] == 0 and not block.meta["token_ids"]
+    cnn = featurize(B.cnn_model(), batch_size=2)
+    assert cnn.static["resolution"] == B.CNN_HW and not cnn.meta["token_ids"]

@@ -225,3 +225,26 @@ def test_a_cpu_predictor_is_not_completed_by_the_gpu_spec_predictor():
     cpu.manifest["device"] = {"slug": "i9-10940x-fp32", "kind": "cpu", "spec": "i9-10940x"}
     assert R.completed(cpu) is cpu  # the spec-based predictor refuses CPUs: nothing to add
     assert R.filled_by_spec(cpu.manifest, {"targets": ["train_step_ms", "inference_ms"]}) == []
+
+
+def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
+    """The RTX 3090 / 4090 predictors' labels are timm's (image models only); a text model is
+    answered by the spec-based predictor of the device, whose rows include transformer LMs, and
+    the RTX 4090's training step is not transferred from the RTX 3090's image predictor."""
+    from trappm_ray.model.transfer import image_only
+    R._LOADED.clear()
+    rtx3090 = P.load_predictor(None, "rtx3090", None)
+    assert image_only(rtx3090.manifest) and not image_only(R.spec_predictor("rtx3090").manifest)
+    assert not image_only({"data": {}}) and not image_only({"data": {"model_sources": ["timm", "transformers"]}})
+    alt, setting, note = R.for_text(rtx3090, {})
+    assert alt is R.spec_predictor("rtx3090") and setting["precision"] == "amp-fp16" and "text model" in note
+    assert R.for_text(alt, {}) is None and R.for_text(P.load_predictor(None, None, None), {}) is None
+    text = P.predict(B.text_model(), 8, device="rtx3090", dims={"seq": 128})
+    assert text.model_version.startswith("gpu-spec:rtx3090") and any("text model" in n for n in text.notes)
+    image = P.predict(B.cnn_model(hw=32), 8, device="rtx3090")
+    assert image.model_version.startswith("rtx3090-amp") and not any("text model" in n for n in image.notes)
+    rtx4090 = R.spec_predictor("rtx4090")
+    assert rtx4090.reference is not None and "train_step_ms" in rtx4090.moved
+    graph = P.featurize_with(B.text_model(), P.PredictOptions(8, dims=(("seq", 128),)), 8)
+    own = R.SpecPredictor(rtx4090.model, rtx4090.spec)  # no reference
+    assert rtx4090.predict_graphs([graph])[0]["train_step_ms"] == pytest.approx(own.predict_graphs([graph])[0]["train_step_ms"])

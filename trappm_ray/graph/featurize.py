@@ -23,6 +23,7 @@ from trappm_ray.graph.onnx_io import Limits, check_model, infer, read_model
 from trappm_ray.graph.weights import INDEX_DTYPES, find_weights
 
 SHAPE_SLOTS = 6
+TOKEN_DTYPES = (onnx.TensorProto.INT32, onnx.TensorProto.INT64)  # a 2-D input of these holds token ids
 INT_CAP = 2**62  # hostile attributes and dims are clipped here so int64 arrays cannot overflow
 # Ops whose output is a view or a pure re-labelling in the training framework: they move no data
 # worth keeping for backward and cost (almost) no arithmetic.
@@ -217,6 +218,13 @@ def _macs(op: str, a: dict, ins: list, outs: list, out_numel: int) -> float:
     return out_numel * ELEMENT_COST.get(op, 1)
 
 
+def token_ids_input(m) -> bool:
+    """Whether the first data input of the inferred model ``m`` holds token ids (2-D integers:
+    batch x sequence): a text model."""
+    first = m.data_inputs[0] if m.data_inputs else None
+    return first is not None and len(m.shapes.get(first, ())) == 2 and m.dtypes.get(first) in TOKEN_DTYPES
+
+
 def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     """The linear pass over an inferred model (see :func:`featurize`)."""
     nodes = m.model.graph.node  # in topological order (featurize sorts them)
@@ -288,9 +296,10 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
                       for x in m.data_inputs if x in shapes)
     kept = sum(b for op, b in zip(ops, obytes) if op not in VIEW_OPS)
     p, wb = float(params.sum()), float(wbytes.sum())
-    if resolution is None:  # report the spatial size of an image-like first input
+    if resolution is None:  # the spatial size of an image-like first input; of token ids, their
+        # sequence length (the corpus keys text models by it, so predictors were trained on it)
         first = shapes.get(m.data_inputs[0], ())
-        resolution = first[-1] if len(first) == 4 else 0
+        resolution = first[-1] if len(first) == 4 or token_ids_input(m) else 0
     static = {
         "batch_size": batch_size, "resolution": resolution,
         "nodes": N, "edges": int(edge_index.shape[1]), "macs": float(macs.sum()), "params": p,
@@ -349,6 +358,7 @@ def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int 
                      default=0),
         "producer": f"{model.producer_name} {model.producer_version}".strip(),
         "data_inputs": inferred.data_inputs,
+        "token_ids": token_ids_input(inferred),
         "unresolved_shapes": len(inferred.unresolved),
         "external_data": inferred.external_data,
         # a fixed-batch file featurized at another batch: its shape targets were re-bound

@@ -8,7 +8,8 @@ carries over; what the devices' specs change comes through the floor. Leave-one-
 inference rows (``docs/results-gpu.md``, "reference" rows) measures it against the spec model.
 
 It answers only settings the reference predictor was trained on (precision, optimizer, memory
-format); any other setting stays with the spec model, as do targets the spec model has many rows of
+format), and text models only where the reference's labels hold some; anything else stays with the
+spec model, as do targets the spec model has many rows of
 the device for (``OWN_ROWS``: the RTX 4090's inference). On a much faster GPU a small workload
 cannot finish before the host has issued its kernels: the transferred time is never below the
 host's time to issue them (``LAUNCH_US`` each; a training step counts forward, input-gradient and
@@ -33,6 +34,7 @@ TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
 # (efficientnet_cc at batch 1) and 129 us for an RTX 3090 training step (the same, 3 kernels each).
 LAUNCH_US = 10.0
 KERNELS_PER_NODE = {"train": 3, "infer": 1}  # forward; + gradient of the input and of the weight
+TEXT_SOURCES = ("transformers",)  # label model sources of text models (NeuSight's LMs)
 OWN_ROWS = 500  # a device with this many spec-model rows of a target keeps the spec model's answer
 
 
@@ -51,6 +53,13 @@ def transfer_ms(ref_ms, floor_here, floor_there, kernels, mode: str):
     """
     launch = np.minimum(kernels * KERNELS_PER_NODE[mode] * LAUNCH_US / 1e3, ref_ms)
     return np.maximum(np.maximum(ref_ms * floor_here / floor_there, launch), floor_here)
+
+
+def image_only(manifest: dict) -> bool:
+    """Whether a predictor's labels hold image models only (its manifest lists their sources and
+    none is a text one): what it learned does not carry to a text model."""
+    sources = (manifest.get("data") or {}).get("model_sources")
+    return bool(sources) and not set(sources) & set(TEXT_SOURCES)
 
 
 def covers(reference_manifest: dict, setting: dict, mode: str) -> bool:
@@ -76,8 +85,10 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
     """
     ref_spec = devices.get(reference.manifest["device"]["spec"])
     out: list[dict[str, float]] = [{} for _ in graphs]
+    text_ok = not image_only(reference.manifest)
     wanted = [i for i, s in enumerate(settings_list)
-              if any(t in targets and covers(reference.manifest, s, mode) for t, mode in TARGET_MODES)]
+              if any(t in targets and covers(reference.manifest, s, mode) for t, mode in TARGET_MODES)
+              and (text_ok or not graphs[i].meta.get("token_ids"))]
     ref_rows = dict(zip(wanted, reference.predict_graphs([graphs[i] for i in wanted],
                                                          [settings_list[i] for i in wanted]))) if wanted else {}
     for i, ref_row in ref_rows.items():
@@ -185,5 +196,5 @@ class TargetFill:
         return rows
 
 
-__all__ = ["LAUNCH_US", "OWN_ROWS", "own_rows", "transfer_ms", "covers", "transferred_ms", "OptionTransfer",
+__all__ = ["LAUNCH_US", "OWN_ROWS", "TEXT_SOURCES", "image_only", "own_rows", "transfer_ms", "covers", "transferred_ms", "OptionTransfer",
            "TargetFill"]

@@ -18,15 +18,13 @@ import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass, field
-from pathlib import Path
 
 import onnx
 
 from trappm_ray import errors
-from trappm_ray import storage
 from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph, featurize
-from trappm_ray.graph.onnx_io import Limits, read_model
+from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.predictor import Predictor, device_of, model_version
 from trappm_ray.model.spec_model import SpecPredictor
@@ -34,11 +32,10 @@ from trappm_ray.model.transfer import OptionTransfer, TargetFill
 from trappm_ray.serving import batch_envelope
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
-from trappm_ray.serving.registry import device_catalog, load_predictor, predictor_for, settled
+from trappm_ray.serving.model_input import model_bytes
+from trappm_ray.serving.registry import device_catalog, for_text, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
-
-DEFAULT_RESOLUTION = 224  # for timm names and torch modules, which carry no input shape
 
 
 @dataclass(frozen=True)
@@ -175,51 +172,6 @@ class Prediction:
         return out
 
 
-# -- models -------------------------------------------------------------------------------------
-def _export_module(module, resolution: int, input_shape: tuple[int, ...] | None) -> bytes:
-    """A torch module exported as the corpus exports models (dynamic batch, weights stripped)."""
-    import torch
-
-    from trappm_ray.corpus.export import export_legacy
-
-    shape = tuple(input_shape or (3, resolution, resolution))
-    return export_legacy(module.eval(), (torch.randn(1, *shape),), ["input"],
-                         {"input": {0: "batch"}, "output": {0: "batch"}})
-
-
-def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ...] | None = None,
-                limits: Limits = Limits()) -> tuple[bytes, str]:
-    """``(ONNX bytes, a label)`` for a path, ``s3://`` URI, bytes, ModelProto, torch module or
-    timm name (the last two need the ``zoo`` extra and are exported on the fly)."""
-    if isinstance(model, (bytes, bytearray, memoryview)):
-        return bytes(model), "<bytes>"
-    if isinstance(model, onnx.ModelProto):
-        return model.SerializeToString(), model.graph.name or "<ModelProto>"
-    if hasattr(model, "state_dict") and callable(model):
-        return _export_module(model, resolution or DEFAULT_RESOLUTION, input_shape), type(model).__name__
-    text = os.fspath(model)
-    if text.startswith("s3://"):
-        fs, path = storage.fs_and_path(text)
-        if fs.size(path) > limits.max_file_bytes:
-            raise errors.TooLarge(f"{text} is above the limit of {limits.max_file_bytes:,} bytes")
-        return storage.read_bytes(text), text
-    path = Path(text)
-    if path.is_file():
-        if path.stat().st_size > limits.max_file_bytes:
-            raise errors.TooLarge(f"file is {path.stat().st_size:,} bytes, limit {limits.max_file_bytes:,}")
-        return path.read_bytes(), text
-    if path.suffix == ".onnx" or os.sep in text or not text.replace("_", "").replace(".", "").isalnum():
-        raise errors.NotAModel(f"{text} is not a file")
-    from trappm_ray.corpus.zoo import export_skeleton  # torch and timm are imported inside, on use
-
-    try:
-        return export_skeleton(text, resolution or DEFAULT_RESOLUTION).onnx_bytes, text
-    except ImportError:
-        raise errors.NotAModel(f"{text} is not a file (timm names need the zoo extra)") from None
-    except RuntimeError as e:  # timm: "Unknown model"
-        raise errors.NotAModel(f"{text} is neither a file nor a timm model ({e})") from None
-
-
 # -- prediction ---------------------------------------------------------------------------------
 def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int | None = None) -> Graph:
     """``proto`` featurized at ``batch_size`` (default the options'; None there: as exported)."""
@@ -303,6 +255,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
     out: list = [None] * len(models)
     cache: dict[tuple, object] = {}  # a sweep reads its model and featurizes each batch once
     passes: dict[int, tuple] = {}  # per predictor: its items, and each (graph, setting) once
+    text_notes: dict[int, str] = {}
 
     def cached(key: tuple, make):
         if key not in cache:
@@ -318,6 +271,9 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
             proto = cached((sha,), lambda: read_model(data))
             at = (sha, opts.resolution, opts.dims)
             graph = cached((*at, opts.batch_size), lambda: featurize_with(proto, opts))
+            text = graph.meta.get("token_ids") and for_text(chosen, asdict(opts))
+            if text:  # a text model on a predictor of image models
+                chosen, setting, text_notes[i] = text
             try:  # the batches that hold the answer to the batch envelope
                 above = [cached((*at, b), lambda b=b: featurize_with(proto, opts, b)) for b in
                          batch_envelope.ladder(int(graph.static["batch_size"]), device_of(chosen)["kind"])]
@@ -350,7 +306,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
             rebuilt = batch_envelope.rebuild(ladders[i], anchored.get(i, {}), profiles)
             changed = batch_envelope.hold(row, above_rows)
             p = build_prediction(row, graph, chosen, opts, label, sha)
-            p.notes += rebuilt
+            p.notes += ([text_notes[i]] if i in text_notes else []) + rebuilt
             p.notes += batch_envelope.notes(changed, p.batch_size, top)
             if opts.memory_budget_mb is not None:
                 p.max_batch_size = largest_batch(

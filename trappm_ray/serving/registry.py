@@ -16,7 +16,7 @@ from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, 
                                         model_version, names_device)
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.transfer import OWN_ROWS, OptionTransfer, TargetFill, own_rows
+from trappm_ray.model.transfer import OWN_ROWS, OptionTransfer, TargetFill, image_only, own_rows
 
 _LOADED: dict[str, object] = {}
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
@@ -209,6 +209,30 @@ def settled(requested: dict, chosen: Predictor | SpecPredictor) -> tuple:
         return both, resolve_options(requested, both.manifest)
 
 
+def for_text(chosen, requested: dict) -> tuple | None:
+    """For a text model (token-id input): where ``chosen`` rests on a GPU predictor whose labels
+    hold image models only (timm's), the spec-based predictor of the same device, whose rows
+    include transformer LMs on several GPUs: ``(predictor, resolved setting, note)``; else None.
+
+    Raises:
+        errors.UnsupportedOption: the spec-based predictor was not trained on the setting either.
+    """
+    inner = getattr(chosen, "shipped", chosen)
+    spec = (inner.manifest.get("device") or {}).get("spec")
+    if isinstance(chosen, SpecPredictor) or not spec or not image_only(inner.manifest):
+        return None
+    try:
+        alt = spec_predictor(spec)
+    except (PredictorError, KeyError):
+        return None
+    note = (f"a text model: the {inner.manifest.get('name')} predictor's labels hold image models only "
+            f"({', '.join(inner.manifest['data']['model_sources'])}); the spec-based predictor answers, "
+            f"from its rows of this device and of transformer LMs on other GPUs")
+    setting = resolve_options(requested, alt.manifest)
+    alt.check(setting)
+    return alt, setting, note
+
+
 def device_catalog() -> list[dict]:
     """Every device a prediction can name: the shipped predictors, then the GPUs of the spec
     table that the spec-based predictor serves (with its leave-one-device-out error)."""
@@ -240,4 +264,4 @@ def device_catalog() -> list[dict]:
 
 
 __all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "for_spec", "spec_predictor",
-           "predictor_for", "settled", "device_catalog", "completed", "filled_by_spec"]
+           "predictor_for", "settled", "for_text", "device_catalog", "completed", "filled_by_spec"]

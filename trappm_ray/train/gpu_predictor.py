@@ -181,6 +181,7 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
         "data": {"labels": len(ex), "per_target": {t: sum(e["target"] == t for e in ex) for t in targets},
                  "architectures": len({e["arch"] for e in ex}),
                  "families": sorted({e["family"] for e in ex}),
+                 "model_sources": sorted({r["model_source"] for r in rows if r.get("model_source")}),
                  "sha256_16": data_hash(cfg.labels, cfg.device),
                  "label_dates": [dates[0], dates[-1]] if dates else None},
         "domain": fit_domain(np.stack([e["x"][:len(V2_STATIC)] for e in graphs]), [e["family"] for e in graphs]),
