@@ -226,7 +226,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
     if predictor.manifest.get("intervals"):  # split-conformal bands (GPU predictors)
         p.interval = f"{predictor.manifest['intervals']}, at the coverage of +-interval_z sd"
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
-        p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value)
+        p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value,
+        p.inference_ms and p.inference_ms.value)
     if p.train_memory_mb is not None:
         p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
     if opts.steps and opts.price_per_hour and p.train_step_ms is not None:

@@ -81,9 +81,14 @@ def domain_of(manifest: dict, graph: Graph) -> dict:
     return assess(manifest.get("domain"), features.static_features(graph, manifest["feature_set"]))
 
 
-def absurdities(train_step_ms: float | None, train_memory_mb: float | None) -> list[str]:
+def absurdities(train_step_ms: float | None, train_memory_mb: float | None,
+                inference_ms: float | None = None) -> list[str]:
     """Plain-words flags for costs no real training job has."""
     out = []
+    if train_step_ms is not None and inference_ms is not None and inference_ms > train_step_ms:
+        out.append(f"inference ({inference_ms:.4g} ms) predicted slower than a training step "
+                   f"({train_step_ms:.4g} ms), which runs the same forward pass and more: at least one "
+                   f"of the two is wrong for this model")
     largest = max((s.memory_gb or 0) for s in devices.load_specs().values()) * 1024
     if train_memory_mb is not None and train_memory_mb > BEYOND_DEVICES * largest:
         out.append(f"training memory {train_memory_mb / 1024:,.0f} GB is over {BEYOND_DEVICES:g}x "
