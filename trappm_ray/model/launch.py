@@ -19,8 +19,10 @@ Two figures per device and target, measured on the predictor's own training rows
   of the workloads the predictor was trained on.
 
 Below that edge an answer is rebuilt from one at a batch inside it (the *anchor*, :func:`extrapolate`):
-the host's share ``kernels x host time`` stays, the rest scales with the roofline floor. That is
-monotone in batch and never more than doubles when the batch doubles.
+the host's share ``kernels x host time`` stays, the rest scales with the roofline floor. It adds
+the two rather than taking the larger: between the regimes some kernels wait on the host and
+others on the GPU, and the sum errs toward the longer step. It is monotone in batch and never
+more than doubles when the batch doubles.
 """
 from __future__ import annotations
 
