@@ -6,6 +6,7 @@ import onnx_builders as B
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.device_features import feature_vector, roofline_features, settings
+from trappm_ray.train.spec_predictor import host_base
 
 SPECS = {"rtx3090": 1.5, "titan-v": 2.5, "t4": 2.0, "a100-sxm4-40gb": 3.0}  # slug -> efficiency
 
@@ -32,6 +33,7 @@ def tiny_table() -> dict:
                     cols[k].append(v)
     out = {k: np.array(v) for k, v in cols.items()}
     out["x"] = out["x"].astype(np.float64)
+    out["base"] = host_base(out)
     return out
 
 

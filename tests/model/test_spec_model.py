@@ -74,3 +74,25 @@ def test_intervals_follow_z(tiny):
     lo1, hi1 = quantile_offsets(m, "inference_ms", 1.0)
     lo2, hi2 = quantile_offsets(m, "inference_ms", 1.96)
     assert lo2 <= lo1 <= hi1 <= hi2
+
+
+class _FixedRatio(SpecModel):
+    """A spec model whose boosters always answer log ratio 0.5 (unit test of ``time_ms``)."""
+
+    def log_ratio(self, x):
+        return np.full(len(x), 0.5)
+
+
+def test_time_is_the_base_times_the_blended_ratio_and_older_models_keep_the_floor():
+    from trappm_ray.model.device_features import KERNELS_COL
+    x = np.zeros((2, len(feature_names())))
+    x[:, KERNELS_COL] = np.log([10, 1000])  # 0.3 ms and 30 ms of host time at 30 us a kernel
+    floors = np.array([1.0, 1.0])
+    model = _FixedRatio({"variant": "physics", "host_us_per_kernel": {"inference_ms": 30.0},
+                         "efficiency": {"inference_ms": 0.1}}, [])
+    assert np.allclose(model.time_ms(x, floors, "inference_ms"), np.array([1.0, 30.0]) * np.exp(0.3))
+    older = _FixedRatio({"variant": "physics"}, [])  # stored before the base: floor x ratio
+    assert np.allclose(older.time_ms(x, floors, "inference_ms"), np.exp(0.5))
+    low = _FixedRatio({"variant": "physics", "host_us_per_kernel": {"inference_ms": 30.0},
+                       "efficiency": {"inference_ms": -3.0}}, [])
+    assert np.all(low.time_ms(x, floors, "inference_ms")[0] >= 1.0)  # never below the floor

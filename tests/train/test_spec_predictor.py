@@ -43,9 +43,24 @@ def test_weights_balance_devices_and_quantiles_are_weighted():
 
 def test_metrics_are_per_device_with_held_out_coverage():
     t = tiny_table()
-    perfect = np.log(t["measured"] / t["floor"])
+    perfect = np.log(t["measured"] / t["base"])  # log ratios are taken against the base
     m = metrics(t, perfect, np.ones(len(perfect), bool))
     assert all(v["mape"] < 1e-6 for v in m["inference_ms"]["devices"].values())
+    below = metrics(t, perfect - 5.0, np.ones(len(perfect), bool))  # clamped at the floor
+    floor_ape = np.abs(t["floor"] / t["measured"] - 1) * 100
+    rows = t["target"] == "inference_ms"
+    assert below["inference_ms"]["pooled_mape"] == pytest.approx(floor_ape[rows].mean(), abs=0.01)
+
+
+def test_the_base_is_the_host_time_of_the_kernels_where_it_exceeds_the_floor():
+    from trappm_ray.model.device_features import KERNELS_COL
+    from trappm_ray.model.launch import HOST_US_PER_KERNEL
+    t = tiny_table()
+    kernels = np.exp(t["x"][:, KERNELS_COL])
+    host = kernels * np.where(t["target"] == "train_step_ms", HOST_US_PER_KERNEL["train_step_ms"],
+                              HOST_US_PER_KERNEL["inference_ms"]) / 1e3
+    assert np.allclose(t["base"], np.maximum(t["floor"], host))
+    assert (t["base"] > t["floor"]).any()  # tiny graphs: host-bound
 
 
 def test_lodo_as_ray_tasks_matches_the_in_process_fits(ray_session):

@@ -33,6 +33,10 @@ import numpy as np
 from trappm_ray.model.device_features import KERNELS_COL, SETTING_COLS
 
 EDGE_QUANTILE = 0.05
+# A typical eager PyTorch host's time per graph kernel (the RTX 3090's labels: 129 us for an AMP
+# training step, 30 us for inference, at efficientnet_cc batch 1; ryujaehun's batch-12 rows on
+# six GPUs read 112-220 / 31-70 us): the host-bound level of a step of unknown host.
+HOST_US_PER_KERNEL = {"train_step_ms": 130.0, "inference_ms": 30.0}
 
 
 def profile(rows: list[dict]) -> dict[str, float | int | list]:
@@ -71,6 +75,16 @@ def profiles(examples: list[dict]) -> dict[str, dict]:
     return {t: p for t, rows in sorted(by_target.items()) if (p := profile(rows))}
 
 
+def host_base_ms(floor_ms, kernels, targets, cpu=False, host_us: dict | None = None):
+    """The larger of the roofline floor and the host's time to issue ``kernels`` kernels
+    (``host_us`` per target, default :data:`HOST_US_PER_KERNEL`): the least a step of eager
+    PyTorch can take on a GPU; on a CPU (``cpu``), which issues nothing to another device, the
+    floor. Element-wise on arrays."""
+    per = np.vectorize((host_us or HOST_US_PER_KERNEL).__getitem__, otypes=[float])(targets)
+    host = np.asarray(kernels, np.float64) * per / 1e3
+    return np.where(cpu, floor_ms, np.maximum(floor_ms, host))
+
+
 def below_edge(floor_ms: float, kernels: float, prof: dict) -> bool:
     """Whether a workload (roofline floor ``floor_ms`` over ``kernels`` kernels) lies below the
     labeled range of ``prof`` (a :func:`profile`)."""
@@ -98,4 +112,4 @@ def extrapolate(anchor_ms: float, anchor_floor_ms: float, floor_ms: float, kerne
     return host + (anchor_ms - host) * min(floor_ms / anchor_floor_ms, 1.0)
 
 
-__all__ = ["EDGE_QUANTILE", "profile", "profiles", "below_edge", "anchor_batch", "extrapolate"]
+__all__ = ["EDGE_QUANTILE", "HOST_US_PER_KERNEL", "host_base_ms", "profile", "profiles", "below_edge", "anchor_batch", "extrapolate"]

@@ -3,9 +3,12 @@
 One gradient-boosted model (XGBoost, Chen & Guestrin, KDD 2016) serves every device: its input is
 the graph's static features, the log terms of the graph's roofline floor on the device
 (:mod:`trappm_ray.physics.roofline`; Williams et al., CACM 2009), the device's spec vector and the
-run settings (:mod:`trappm_ray.model.device_features`); its target is log(measured / floor), the
-correction from the roofline to the measured time (as PreNeT and NeuSight predict unseen GPUs from
-their specs). Predictions are clamped to the floor: no step beats the hardware. Intervals are
+run settings (:mod:`trappm_ray.model.device_features`); its target is log(measured / base), the
+correction from the base to the measured time (as PreNeT and NeuSight predict unseen GPUs from
+their specs), where the base is the larger of the roofline floor and the host's time to issue the
+graph's kernels (:mod:`trappm_ray.model.launch`: small batches are host-bound). The answer is the
+geometric mean of the boosters' ratio and one efficiency per target, clamped to the floor: no
+step beats the hardware. Intervals are
 split-conformal on the leave-one-device-out residuals, so they describe the error on a device the
 model has never seen.
 
@@ -25,6 +28,7 @@ from pathlib import Path
 import numpy as np
 
 from trappm_ray import devices, errors, storage
+from trappm_ray.model import launch
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.device_features import KERNELS_COL, feature_names
 from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
@@ -132,11 +136,25 @@ class SpecModel:
         return cls(manifest, boosters)
 
     def log_ratio(self, x: np.ndarray) -> np.ndarray:
-        """Predicted log(measured / floor) for full feature vectors ``x``."""
+        """The boosters' mean log(measured / base) for full feature vectors ``x``."""
         import xgboost as xgb
 
         d = xgb.DMatrix(design(x, self.manifest["variant"]))
         return np.mean([b.predict(d) for b in self.boosters], 0).astype(np.float64)
+
+    def time_ms(self, x: np.ndarray, floors: np.ndarray, target: str) -> np.ndarray:
+        """The answer in ms for feature vectors ``x`` of GPU rows with roofline ``floors``: the
+        base (the larger of the floor and the host's time for the graph's kernels) x the
+        geometric mean of the boosters' ratio and the target's efficiency, never below the floor.
+        A model stored before the base existed predicts against the floor alone."""
+        floors = np.asarray(floors, np.float64)
+        ratio = self.log_ratio(x)
+        if "host_us_per_kernel" not in self.manifest:
+            return floors * np.exp(np.maximum(ratio, 0.0))
+        base = launch.host_base_ms(floors, np.exp(x[:, KERNELS_COL]), target,
+                                   host_us=self.manifest["host_us_per_kernel"])
+        ratio = (ratio + self.manifest["efficiency"][target]) / 2
+        return np.maximum(base * np.exp(ratio), floors)
 
 
 def device_note(manifest: dict, slug: str, user_spec: bool) -> str:
@@ -232,10 +250,10 @@ class SpecPredictor:
         for target, mode in modes:
             floors = [f[0] for f in found[target]]
             xs = [f[1] for f in found[target]]
-            ratio = np.maximum(self.model.log_ratio(np.stack(xs)), 0.0)  # never below the floor
-            for row, floor, x, r, s, m in zip(rows, floors, xs, ratio, settings_list, moved):
+            own = self.model.time_ms(np.stack(xs), np.array(floors), target)
+            for row, floor, x, ms, s, m in zip(rows, floors, xs, own, settings_list, moved):
                 lo, hi = quantile_offsets(self.model.manifest, target, float(s.get("interval_z", 1.96)))
-                value = m.get(target, floor * math.exp(r))
+                value = m.get(target, float(ms))
                 lo95, hi95 = quantile_offsets(self.model.manifest, target, 1.96)
                 row.update({target: value, f"{target}_low": max(value * math.exp(lo), floor),
                             f"{target}_high": value * math.exp(max(hi, 0.0)), f"{target}_floor": floor,

@@ -22,6 +22,7 @@ import numpy as np
 
 from trappm_ray import storage
 from trappm_ray.model import launch
+from trappm_ray.model.device_features import KERNELS_COL
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.predictor import code_version
@@ -77,13 +78,24 @@ class SpecTrainConfig:
 
 
 def table(ex: list[dict]) -> dict[str, np.ndarray]:
-    """Column arrays of GPU-evaluation examples: ``x``, ``measured``, ``floor``, ``spec``, ...; and
-    their ``launch`` profiles (:func:`trappm_ray.model.launch.profiles`)."""
+    """Column arrays of GPU-evaluation examples: ``x``, ``measured``, ``floor``, ``base``
+    (:func:`host_base`), ``spec``, ...; and their ``launch`` profiles
+    (:func:`trappm_ray.model.launch.profiles`)."""
     cols = ("measured", "floor", "spec", "kind", "target", "family", "arch", "slug")
     out = {c: np.array([e[c] for e in ex]) for c in cols}
     out["x"] = np.stack([e["x"] for e in ex]).astype(np.float64)
+    out["base"] = host_base(out)
     out["launch"] = launch.profiles(ex)  # not a column: the host time per kernel and workload edge
     return out
+
+
+def host_base(t: dict) -> np.ndarray:
+    """Per row the reference the model's log ratio is taken against: the larger of the roofline
+    floor and the host's time to issue the graph's kernels (:func:`launch.host_base_ms`). On
+    ryujaehun's batch-12 rows the host is the bound: against the floor alone the measured ratio
+    spreads by a geometric sd of 2.4 on the A100, against this base by 1.3."""
+    kernels = np.exp(t["x"][:, KERNELS_COL])
+    return launch.host_base_ms(t["floor"], kernels, t["target"], t["kind"] == "cpu")
 
 
 def device_weights(spec: np.ndarray, balance: float) -> np.ndarray:
@@ -114,11 +126,11 @@ def fit_boosters(x: np.ndarray, y: np.ndarray, w: np.ndarray, depth: int, cfg: S
 
 
 def predict_log_ratio(boosters: list, x: np.ndarray) -> np.ndarray:
-    """Mean log ratio of ``boosters`` on design matrix ``x``, clamped at 0 (the floor)."""
+    """Mean log ratio (to the base) of ``boosters`` on design matrix ``x``."""
     import xgboost as xgb
 
     d = xgb.DMatrix(x)
-    return np.maximum(np.mean([b.predict(d) for b in boosters], 0).astype(np.float64), 0.0)
+    return np.mean([b.predict(d) for b in boosters], 0).astype(np.float64)
 
 
 def fit_and_predict(x: np.ndarray, y: np.ndarray, w: np.ndarray, train: np.ndarray, test: np.ndarray,
@@ -136,7 +148,7 @@ def lodo_runs(t: dict, cfg: SpecTrainConfig) -> dict[tuple[str, int], dict[str, 
         (variant, depth) -> ``log_pred`` (predicted log ratio per row) and ``tested`` (rows of
         devices with at least ``min_test_rows`` rows, the only ones predicted).
     """
-    y = np.log(t["measured"] / t["floor"])
+    y = np.log(t["measured"] / t["base"])
     w = device_weights(t["spec"], cfg.balance)
     trains = np.isin(t["kind"], cfg.train_kinds)
     held = [s for s in sorted(set(t["spec"])) if (t["spec"] == s).sum() >= cfg.min_test_rows]
@@ -167,21 +179,37 @@ def lodo_runs(t: dict, cfg: SpecTrainConfig) -> dict[tuple[str, int], dict[str, 
     return runs
 
 
-def roofline_eff_lodo(t: dict) -> np.ndarray:
-    """Baseline: the floor x the median measured/floor of the other GPUs' rows (same target)."""
-    y, out = np.log(t["measured"] / t["floor"]), np.zeros(len(t["measured"]))
-    for spec in set(t["spec"]):
-        for target in set(t["target"]):
-            test = (t["spec"] == spec) & (t["target"] == target)
-            rest = (t["spec"] != spec) & (t["target"] == target) & (t["kind"] != "cpu")
-            out[test] = max(float(np.median(y[rest])), 0.0) if rest.any() else 0.0
+def efficiency(t: dict, rows: np.ndarray) -> dict[str, float]:
+    """Per target the median log(measured / base) of the GPU rows among ``rows``: one efficiency
+    for every device."""
+    y = np.log(t["measured"] / t["base"])
+    out = {}
+    for target in sorted(set(t["target"].tolist())):
+        m = rows & (t["target"] == target) & (t["kind"] != "cpu")
+        out[target] = float(np.median(y[m])) if m.any() else 0.0
     return out
+
+
+def roofline_eff_lodo(t: dict) -> np.ndarray:
+    """Baseline: the base x the median measured/base of the other GPUs' rows (same target), as a
+    log ratio to the base."""
+    out = np.zeros(len(t["measured"]))
+    for spec in set(t["spec"]):
+        eff = efficiency(t, t["spec"] != spec)
+        for target, value in eff.items():
+            out[(t["spec"] == spec) & (t["target"] == target)] = value
+    return out
+
+
+def answer_log_ratio(t: dict, log_pred: np.ndarray) -> np.ndarray:
+    """A predicted log ratio to the base, never below the floor."""
+    return np.maximum(log_pred, np.log(t["floor"] / t["base"]))
 
 
 def metrics(t: dict, log_pred: np.ndarray, tested: np.ndarray) -> dict:
     """Per target: per device MAPE, median APE, rows and 95% coverage of the conformal interval
     made from the *other* devices' residuals (each device weighted alike); means over devices."""
-    res = np.log(t["measured"] / t["floor"]) - log_pred
+    res = np.log(t["measured"] / t["base"]) - answer_log_ratio(t, log_pred)
     ape = np.abs(np.exp(-res) - 1) * 100  # pred / measured - 1
     out = {}
     for target in sorted(set(t["target"].tolist())):
@@ -224,7 +252,10 @@ def manifest_of(t: dict, cfg: SpecTrainConfig, chosen: dict, candidates: dict, b
         "boosters": boosters_meta,
         "params": {"depth": chosen["depth"], "rounds": cfg.rounds, "eta": cfg.eta, "balance": cfg.balance,
                    "seeds": list(cfg.seeds)},
-        "target": "log(measured / roofline floor), clamped at 0",
+        "target": ("log(measured / base), base = max(roofline floor, kernels x host_us_per_kernel); the answer "
+                   "is base x exp(the mean of the boosters' log ratio and the target's efficiency), never "
+                   "below the floor"),
+        "host_us_per_kernel": launch.HOST_US_PER_KERNEL, "efficiency": chosen["efficiency"],
         "data": {"labels": cfg.labels, "rows": int(len(t["spec"])), "rows_per_device": dict(sorted(per_dev.items())),
                  "rows_per_target": {k: int((t["target"] == k).sum()) for k in sorted(set(t["target"]))},
                  "label_sets": sorted(set(t["slug"].tolist())), "architectures": int(len(set(t["arch"][gpu]))),
@@ -252,43 +283,52 @@ def train_spec_predictor(cfg: SpecTrainConfig) -> dict:
 def train_from_table(t: dict, cfg: SpecTrainConfig, t0: float | None = None) -> dict:
     """Choose variant x depth by LODO on :func:`table` ``t``, fit the final boosters on every row
     of ``cfg.train_kinds``, and write ``cfg.out`` (XGBoost JSON boosters + ``manifest.json``).
+    The answer is the geometric mean of the boosters' and of one efficiency per target (the
+    median measured / base of the GPU rows): on unseen GPUs the two err in different places
+    (``physics/d4``, LODO mean over GPUs, inference / training step: the boosters alone 33.7% /
+    28.7%, the efficiency alone 24.6% / 26.6%, the mean of the two 21.3% / 22.2%; 2026-11-25).
 
     Returns:
         ``out``, the chosen ``variant``/``depth``, ``rows``, every candidate's LODO summary, the
         chosen model's per-device ``lodo`` and ``wall_s`` (since ``t0``, default now).
     """
     t0 = time.time() if t0 is None else t0
+    if "base" not in t:
+        t = {**t, "base": host_base(t)}
+    summary = lambda m: {k: {kk: v[kk] for kk in ("mean_device_mape", "pooled_mape", "timm_gpu_mape")}  # noqa: E731
+                         for k, v in m.items()}
     candidates, best = {}, None
+    eff = roofline_eff_lodo(t)
     for (variant, depth), run in lodo_runs(t, cfg).items():
+        candidates[f"{variant}/d{depth} boosters alone"] = summary(metrics(t, run["log_pred"], run["tested"]))
+        run = {**run, "log_pred": (run["log_pred"] + eff) / 2}  # the shipped answer: half each
         m = metrics(t, run["log_pred"], run["tested"])
-        candidates[f"{variant}/d{depth}"] = {k: {kk: v[kk] for kk in ("mean_device_mape", "pooled_mape",
-                                                                       "timm_gpu_mape")} for k, v in m.items()}
+        candidates[f"{variant}/d{depth}"] = summary(m)
         log.info("lodo %s/d%d: %s", variant, depth, candidates[f"{variant}/d{depth}"])
         if best is None or score(m) < score(best["metrics"]):
             best = {"variant": variant, "depth": depth, "metrics": m, **run}
-    eff = roofline_eff_lodo(t)
-    candidates["roofline-eff"] = {k: {kk: v[kk] for kk in ("mean_device_mape", "pooled_mape", "timm_gpu_mape")}
-                                  for k, v in metrics(t, eff, best["tested"]).items()}
-    res = np.log(t["measured"] / t["floor"]) - best["log_pred"]
+    candidates["roofline-eff"] = summary(metrics(t, eff, best["tested"]))
+    res = np.log(t["measured"] / t["base"]) - answer_log_ratio(t, best["log_pred"])
     residual_q = {}
     for target in sorted(set(t["target"])):
         m = best["tested"] & (t["target"] == target)
         residual_q[target] = {"levels": list(LEVELS),
                               "values": weighted_quantiles(res[m], device_weights(t["spec"][m], 1.0))}
     tr = np.isin(t["kind"], cfg.train_kinds)
-    x, y = design(t["x"][tr], best["variant"]), np.log(t["measured"][tr] / t["floor"][tr])
+    x, y = design(t["x"][tr], best["variant"]), np.log(t["measured"][tr] / t["base"][tr])
     boosters = fit_boosters(x, y, device_weights(t["spec"][tr], cfg.balance), best["depth"], cfg, best["variant"])
     meta = []
     for seed, b in zip(cfg.seeds, boosters):
         blob = bytes(b.save_raw("json"))
         storage.write_bytes(storage.join(cfg.out, f"booster-{seed}.json"), blob)
         meta.append({"file": f"booster-{seed}.json", "seed": seed, "sha256": hashlib.sha256(blob).hexdigest()})
+    best["efficiency"] = efficiency(t, tr)
     manifest = manifest_of(t, cfg, best, candidates, meta, residual_q, time.time() - t0)
     storage.write_bytes(storage.join(cfg.out, "manifest.json"), json.dumps(manifest, indent=1).encode())
     return {"out": cfg.out, "variant": best["variant"], "depth": best["depth"], "rows": manifest["data"]["rows"],
             "candidates": candidates, "lodo": best["metrics"], "wall_s": manifest["wall_s"]}
 
 
-__all__ = ["SpecTrainConfig", "TIMM_GPUS", "table", "constraints", "device_weights", "fit_boosters", "predict_log_ratio",
+__all__ = ["SpecTrainConfig", "TIMM_GPUS", "table", "host_base", "efficiency", "answer_log_ratio", "constraints", "device_weights", "fit_boosters", "predict_log_ratio",
            "fit_and_predict", "lodo_runs", "roofline_eff_lodo", "metrics", "score", "train_spec_predictor",
            "train_from_table"]
