@@ -112,4 +112,5 @@ def extrapolate(anchor_ms: float, anchor_floor_ms: float, floor_ms: float, kerne
     return host + (anchor_ms - host) * min(floor_ms / anchor_floor_ms, 1.0)
 
 
-__all__ = ["EDGE_QUANTILE", "HOST_US_PER_KERNEL", "host_base_ms", "profile", "profiles", "below_edge", "anchor_batch", "extrapolate"]
+__all__ = ["EDGE_QUANTILE", "HOST_US_PER_KERNEL", "host_base_ms", "profile", "profiles", "below_edge",
+           "anchor_batch", "extrapolate"]

@@ -196,5 +196,5 @@ class TargetFill:
         return rows
 
 
-__all__ = ["LAUNCH_US", "OWN_ROWS", "TEXT_SOURCES", "image_only", "own_rows", "transfer_ms", "covers", "transferred_ms", "OptionTransfer",
-           "TargetFill"]
+__all__ = ["LAUNCH_US", "OWN_ROWS", "TEXT_SOURCES", "image_only", "own_rows", "transfer_ms", "covers",
+           "transferred_ms", "OptionTransfer", "TargetFill"]

@@ -329,6 +329,7 @@ def train_from_table(t: dict, cfg: SpecTrainConfig, t0: float | None = None) -> 
             "candidates": candidates, "lodo": best["metrics"], "wall_s": manifest["wall_s"]}
 
 
-__all__ = ["SpecTrainConfig", "TIMM_GPUS", "table", "host_base", "efficiency", "answer_log_ratio", "constraints", "device_weights", "fit_boosters", "predict_log_ratio",
+__all__ = ["SpecTrainConfig", "TIMM_GPUS", "table", "host_base", "efficiency", "answer_log_ratio", "constraints",
+           "device_weights", "fit_boosters", "predict_log_ratio",
            "fit_and_predict", "lodo_runs", "roofline_eff_lodo", "metrics", "score", "train_spec_predictor",
            "train_from_table"]
