@@ -183,6 +183,10 @@ def kill_replica_under_load(url: str, app: str, benign: bytes, hostile: list, se
             back_s = time.perf_counter() - t_kill
             break
     thread.join()
+    # the controller may report the killed replica as running for a moment and replace it only
+    # after: the count after the run is read once it is back, within the recovery timeout
+    while running_replicas(app) < before and time.perf_counter() - t_kill < recover_timeout:
+        time.sleep(0.25)
     answers = result["answers"]
     failed = [a for a in answers if a.status >= 500 or a.status == 0]
     after = [a for a in answers if a.t0 > t_kill and a.status == 200]
