@@ -34,7 +34,7 @@ def examples(efficiency: dict[str, float]) -> tuple[list[dict], dict]:
 
 
 def test_transfer_carries_the_reference_overhead_through_the_floor_ratio(monkeypatch):
-    monkeypatch.setattr(transfer, "LAUNCH_US", 0.0)  # the tiny CNN's floors are microseconds
+    monkeypatch.setattr(transfer, "LEAST_HOST_US_PER_KERNEL", {"train_step_ms": 0.0, "inference_ms": 0.0})  # the tiny CNN's floors are microseconds
     ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0, "rtx2080ti": 5.0})
     spec = np.array([e["spec"] for e in ex])
     test, rest = np.where(spec == "rtx4090")[0], np.where(spec != "rtx4090")[0]
@@ -51,7 +51,7 @@ def test_transfer_carries_the_reference_overhead_through_the_floor_ratio(monkeyp
 def test_a_gnn_reference_transfers_too(monkeypatch):
     """The shipped GPU recipe as the reference regressor: it sees the test graphs on the
     reference device (their node features there), and its answers are moved the same way."""
-    monkeypatch.setattr(transfer, "LAUNCH_US", 0.0)
+    monkeypatch.setattr(transfer, "LEAST_HOST_US_PER_KERNEL", {"train_step_ms": 0.0, "inference_ms": 0.0})
     ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
     spec = np.array([e["spec"] for e in ex])
     out = transfer_predict(ex, "rtx4090", np.where(spec == "rtx3090")[0], np.where(spec == "rtx4090")[0],

@@ -12,8 +12,8 @@ format), and text models only where the reference's labels hold some; anything e
 spec model, as do targets the spec model has many rows of
 the device for (``OWN_ROWS``: the RTX 4090's inference). On a much faster GPU a small workload
 cannot finish before the host has issued its kernels: the transferred time is never below the
-host's time to issue them (``LAUNCH_US`` each; a training step counts forward, input-gradient and
-weight-gradient kernels), capped at the reference's own answer.
+host's time to issue them (:data:`trappm_ray.model.launch.LEAST_HOST_US_PER_KERNEL`), capped at
+the reference's own answer.
 """
 from __future__ import annotations
 
@@ -23,17 +23,11 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.model.device_features import KERNELS_COL
+from trappm_ray.model.launch import LEAST_HOST_US_PER_KERNEL
 from trappm_ray.model.options import trained_options
 from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
 
 TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
-# Host time to issue one kernel in eager PyTorch (dispatch + launch), an assumption of the order
-# commonly measured (5-20 us); the labeled timm rows cannot identify it (their transfer error moves
-# by 0.1 point between 0 and 20 us) but bound it from above: the least measured time per graph
-# kernel is 16 us for eager inference (RTX 4090, test_vit at batch 512), 30 us on the RTX 3090
-# (efficientnet_cc at batch 1) and 129 us for an RTX 3090 training step (the same, 3 kernels each).
-LAUNCH_US = 10.0
-KERNELS_PER_NODE = {"train": 3, "infer": 1}  # forward; + gradient of the input and of the weight
 TEXT_SOURCES = ("transformers",)  # label model sources of text models (NeuSight's LMs)
 OWN_ROWS = 500  # a device with this many spec-model rows of a target keeps the spec model's answer
 
@@ -45,13 +39,14 @@ def own_rows(spec_manifest: dict, slug: str, target: str) -> int:
 
 def transfer_ms(ref_ms, floor_here, floor_there, kernels, mode: str):
     """Reference time ``ref_ms`` (floor ``floor_there``) moved to a device whose floor is
-    ``floor_here``: scaled by the floor ratio, never below the launch time of ``kernels`` graph
-    kernels (capped at ``ref_ms``) nor below ``floor_here``. Works on floats and numpy arrays.
+    ``floor_here``: scaled by the floor ratio, never below the least host time to issue ``kernels``
+    graph kernels (capped at ``ref_ms``) nor below ``floor_here``. Works on floats and numpy arrays.
 
     Args:
-        mode: ``train`` (a step: 3 kernels per graph kernel) or ``infer``.
+        mode: ``train`` (a training step) or ``infer``.
     """
-    launch = np.minimum(kernels * KERNELS_PER_NODE[mode] * LAUNCH_US / 1e3, ref_ms)
+    target = dict((m, t) for t, m in TARGET_MODES)[mode]
+    launch = np.minimum(kernels * LEAST_HOST_US_PER_KERNEL[target] / 1e3, ref_ms)
     return np.maximum(np.maximum(ref_ms * floor_here / floor_there, launch), floor_here)
 
 
@@ -196,5 +191,5 @@ class TargetFill:
         return rows
 
 
-__all__ = ["LAUNCH_US", "OWN_ROWS", "TEXT_SOURCES", "image_only", "own_rows", "transfer_ms", "covers",
+__all__ = ["OWN_ROWS", "TEXT_SOURCES", "image_only", "own_rows", "transfer_ms", "covers",
            "transferred_ms", "OptionTransfer", "TargetFill"]
