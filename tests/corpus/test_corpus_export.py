@@ -83,3 +83,21 @@ def test_unfused_attention_is_restored():
     with zoo.unfused_attention():
         assert not config.use_fused_attn()
     assert config.use_fused_attn() == before
+
+
+def test_graphs_name_a_timm_other_than_the_pinned_one(monkeypatch):
+    """An export under an isolated older timm (architectures the pinned one no longer defines)
+    says so in its exporter string; the pinned timm adds nothing."""
+    import re
+    from pathlib import Path
+
+    import timm
+
+    from trappm_ray.corpus import zoo
+
+    pin = re.search(r'"timm==([^"]+)"', (Path(__file__).parents[2] / "pyproject.toml").read_text()).group(1)
+    assert zoo.PINNED_TIMM == pin
+    monkeypatch.setattr(timm, "__version__", pin)
+    assert zoo.timm_provenance() == ""
+    monkeypatch.setattr(timm, "__version__", "0.6.5")
+    assert zoo.timm_provenance() == ", timm 0.6.5"

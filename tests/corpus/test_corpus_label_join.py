@@ -62,3 +62,23 @@ def test_an_architecture_timm_no_longer_has_is_listed_as_such(tmp_path):
 
     assert summary["missing"] == {"not in timm 9.9.9": [("renamed_net", row["resolution"],
                                                         row["batch_size"])]}
+
+
+def test_a_corpus_of_other_keys_keeps_the_listed_reasons(tmp_path):
+    """Joining a corpus built for a few keys (an older timm's) leaves the reasons of the keys it
+    never built as the label store listed them."""
+    labels = make_labeled_dir(str(tmp_path / "labels"))
+    row = read_rows(labels, SLUG).to_pylist()[0]
+    write_rows(labels, "gpu-x", [dict(row, device_slug="gpu-x", arch="moe_net")])
+    compact(labels, "gpu-x")
+    key = f"moe_net,{row['resolution']},{row['batch_size']}"
+    (tmp_path / "labels" / "unjoined.csv").write_text(
+        f"arch,resolution,batch_size,reason,error\n{key},featurize failed,UnresolvedShapes\n")
+    corpus = tmp_path / "corpus"
+    (corpus / "manifest").mkdir(parents=True)
+
+    summary = extend_joined_graphs(labels, str(corpus))
+
+    assert summary["missing"] == {"featurize failed": [("moe_net", row["resolution"], row["batch_size"])]}
+    assert (tmp_path / "labels" / "unjoined.csv").read_text().splitlines()[1] == \
+        f"{key},featurize failed,UnresolvedShapes"

@@ -66,6 +66,15 @@ def _reason(entry: dict | None, batch_size: int, timm_version: str = "") -> str:
     return "featurize failed" if error.startswith("featurize") else "export failed"
 
 
+def _listed(labels_dir: str) -> dict[tuple, tuple[str, str]]:
+    """(reason, error) per key of the label store's current ``unjoined.csv``."""
+    uri = storage.join(labels_dir, UNJOINED_FILE)
+    if not storage.exists(uri):
+        return {}
+    rows = csv.DictReader(io.StringIO(storage.read_bytes(uri).decode()))
+    return {(r["arch"], int(r["resolution"]), int(r["batch_size"])): (r["reason"], r["error"]) for r in rows}
+
+
 def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) -> dict:
     """Append to ``<labels_dir>/graphs.parquet`` the corpus graph of every ok label key it lacks.
 
@@ -87,6 +96,7 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
     todo = sorted(k for k in wanted if k not in have)
     manifest = {e["task"]: e for e in read_manifest(corpus)}
     timm_version = _timm_version(corpus)
+    before = _listed(labels_dir)
     columns = existing.column_names if existing is not None else None
     tables, missing, errors = [], {}, {}
     for arch, res in sorted({(a, r) for a, r, _ in todo}):
@@ -101,8 +111,12 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
             tables.append(t)
         for b in sizes:
             if b not in got:
-                missing.setdefault(_reason(entry, b, timm_version), []).append((arch, res, b))
-                errors[(arch, res, b)] = " ".join(str((entry or {}).get("error") or "").split())[:200]
+                reason = _reason(entry, b, timm_version)
+                error = " ".join(str((entry or {}).get("error") or "").split())[:200]
+                if entry is None and (arch, res, b) in before:  # a corpus for other keys: keep why
+                    reason, error = before[(arch, res, b)]
+                missing.setdefault(reason, []).append((arch, res, b))
+                errors[(arch, res, b)] = error
     added = pa.concat_tables(tables, promote_options="permissive") if tables else None
     if added is not None and existing is not None:
         added = added.select(existing.column_names).cast(existing.schema)

@@ -43,6 +43,16 @@ LEAN_ABOVE_PARAMS = 200_000_000
 EXPORTER = f"torch.onnx legacy (dynamo=False), opset {OPSET}, eval mode, dynamic batch axis"
 # The fallback exporter (trappm_ray.corpus.fallback): its opset is the one torch picks.
 EXPORTER_DYNAMO = "torch.onnx dynamo (dynamo=True), opset {opset}, eval mode, {batch}"
+# The timm the project pins (pyproject.toml); a graph exported under another one (an isolated
+# older timm, for labeled architectures the pinned one no longer defines) names its version.
+PINNED_TIMM = "1.0.31"
+
+
+def timm_provenance() -> str:
+    """``", timm <version>"`` when the installed timm is not :data:`PINNED_TIMM`, else ``""``."""
+    import timm
+
+    return "" if timm.__version__ == PINNED_TIMM else f", timm {timm.__version__}"
 
 
 def family_of(arch: str) -> str:
@@ -200,12 +210,12 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
                     if o.domain in ("", "ai.onnx"))
         batch = f"fixed batch {fixed_batch}" if fixed_batch else "dynamic batch axis"
         return Skeleton(arch, resolution, onnx_bytes, params,
-                        EXPORTER_DYNAMO.format(opset=opset, batch=batch))
+                        EXPORTER_DYNAMO.format(opset=opset, batch=batch) + timm_provenance())
     axes = {} if fixed_batch else {"input": {0: "batch"}, "output": {0: "batch"}}
     onnx_bytes = export.export_legacy(model, example, input_names=["input"], dynamic_axes=axes,
                                       export_params=not lean)
     exporter = EXPORTER_FIXED_BATCH.format(batch=fixed_batch) if fixed_batch else EXPORTER
-    return Skeleton(arch, resolution, onnx_bytes, params, exporter)
+    return Skeleton(arch, resolution, onnx_bytes, params, exporter + timm_provenance())
 
 
 __all__ = [
@@ -217,6 +227,7 @@ __all__ = [
     "LEAN_ABOVE_PARAMS",
     "OTHER_FAMILIES",
     "PAPER_FAMILIES",
+    "PINNED_TIMM",
     "Skeleton",
     "UNREGISTERED",
     "count_params",
@@ -225,5 +236,6 @@ __all__ = [
     "family_of",
     "list_architectures",
     "strip_weights",
+    "timm_provenance",
     "unfused_attention",
 ]

@@ -51,6 +51,7 @@ class GpuEvalConfig:
         task_slugs: device folders with per-device splits (empty: all; fewer than ``min_rows``
             joined rows: none); every device's inference rows join leave-one-device-out.
         gnn_tasks, gnn_epochs: ``slug/target`` keys that also get the GNN (``gpu_gnn.py``); its cap.
+        gnn_seeds: the GNN's networks per fit, averaged (a shipped GPU predictor holds 3).
         encoder_from: a shipped predictor whose encoder the ``encoder-recipe`` model of those
             tasks uses (empty: no such model).
         out_md, out_json: the report files.
@@ -66,6 +67,7 @@ class GpuEvalConfig:
     min_rows: int = 20
     gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
     gnn_epochs: int = 60
+    gnn_seeds: int = 3
     encoder_from: str = "trappm_ray/predictors/default"
     out_md: str = "docs/results-gpu.md"
     out_json: str = "docs/results-gpu.json"
@@ -282,7 +284,7 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
             from trappm_ray.evaluate.gpu_gnn import encoder_recipe_model, gnn_model  # torch_geometric only when asked
             from trappm_ray.model.predictor import Predictor
 
-            extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs)}
+            extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs, cfg.gnn_seeds)}
             if cfg.encoder_from:
                 extra["encoder-recipe"] = encoder_recipe_model(
                     sub, index, Predictor.load(cfg.encoder_from).encoder, sub[0]["target"], cfg.gnn_epochs)
