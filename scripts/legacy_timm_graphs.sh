@@ -19,5 +19,5 @@ for version in 0.5.4 0.6.5 0.9.12; do
   target=.legacy-timm/$version
   [ -d "$target/timm" ] || "$PY" -m pip install -q --no-deps --target "$target" "timm==$version"
   PYTHONPATH="$target:scripts/legacy_timm" "$PY" jobs/build_dataset.py --out "artifacts/corpus-timm-$version" \
-    --keys-from public --meta-init true --num-cpus 1 --archs "${ARCHS[$version]}" --join-labels data/labels
+    --keys-from public --meta-init true --num-cpus 1 --retry-failed true --archs "${ARCHS[$version]}" --join-labels data/labels
 done

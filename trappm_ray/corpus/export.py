@@ -254,7 +254,7 @@ def _decomposed_rms_norm():
 
     fast_norm, norm = sys.modules.get("timm.layers.fast_norm"), sys.modules.get("timm.layers.norm")
     patches = []
-    if fast_norm is not None:
+    if fast_norm is not None and hasattr(fast_norm, "has_torch_rms_norm"):  # older timm: no such path
         patches.append((fast_norm, "has_torch_rms_norm", False))
         if norm is not None and hasattr(norm, "rms_norm"):
             patches.append((norm, "rms_norm", fast_norm.rms_norm))

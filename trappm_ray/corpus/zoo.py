@@ -138,10 +138,16 @@ def unfused_attention():
 
 
 def count_params(arch: str, resolution: int) -> int:
-    """Parameter count of ``arch`` without allocating its weights (meta device)."""
+    """Parameter count of ``arch`` without allocating its weights (meta device), or, for a
+    constructor that reads its own weights' values (some of older timm's), with them."""
     import torch
 
-    with torch.device("meta"):
+    try:
+        with torch.device("meta"):
+            model = create_model(arch, resolution)
+    except (NotImplementedError, RuntimeError) as e:
+        if "meta tensor" not in str(e):
+            raise
         model = create_model(arch, resolution)
     return sum(p.numel() for p in model.parameters())
 
