@@ -70,9 +70,8 @@ def test_splits_and_lodo_report_every_model():
     assert floor_check(ex)["rtx3090-amp/inference_ms"]["below"] == 0
 
 
-def test_gnn_variant_predicts_milliseconds_on_tiny_graphs():
+def _tiny_gnn_examples():
     from tests import onnx_builders as ob
-    from trappm_ray.evaluate.gpu_gnn import gnn_model
     from trappm_ray.graph.featurize import featurize
     from trappm_ray.graph.rows import graph_to_row
 
@@ -85,10 +84,38 @@ def test_gnn_variant_predicts_milliseconds_on_tiny_graphs():
             ex.append({"arch": arch, "family": "cnn", "floor": floor, "measured": (2 + 0.1 * b + 0.01 * hw) * floor,
                        "rkey": (arch, hw, b, "rtx3090", "amp-fp16", "train", "sgd-momentum", 0.0, 0.0),
                        "x": np.array([np.log(floor), b, hw], float)})
+    return ex, index
+
+
+def test_gnn_variant_predicts_milliseconds_on_tiny_graphs():
+    from trappm_ray.evaluate.gpu_gnn import gnn_model
+
+    ex, index = _tiny_gnn_examples()
     run = gnn_model(ex, index, max_epochs=2)
     idx = np.arange(len(ex))
     out = run(ex, idx[::2], idx[1::2], idx, 0)
     assert out.shape == (len(ex),) and np.all(np.isfinite(out)) and np.all(out > 0)
+
+
+def test_gnn_auxiliary_rows_of_held_architectures_stay_out(monkeypatch):
+    """The other target's rows join the training rows, except those of an architecture that is
+    validated or tested on."""
+    from trappm_ray.evaluate import gpu_gnn
+
+    ex, index = _tiny_gnn_examples()
+    aux = [dict(e, measured=e["measured"] / 3) for e in ex]
+    seen = []
+    real_fit = gpu_gnn.fit
+    monkeypatch.setattr(gpu_gnn, "fit", lambda data, y, emb, train, val, *a: seen.append(train) or
+                        real_fit(data, y, emb, train, val, *a))
+    run = gpu_gnn.gnn_model(ex, index, max_epochs=1, seeds=1, auxiliary=aux)
+    cnn0 = np.array([i for i, e in enumerate(ex) if e["arch"] == "cnn0"])
+    rest = np.array([i for i, e in enumerate(ex) if e["arch"] != "cnn0"])
+    run(ex, rest[:3], rest[3:], cnn0, 0)
+    train = seen[0]
+    added = sorted(int(i) - len(ex) for i in train if i >= len(ex))
+    assert added == [i for i, e in enumerate(aux) if e["arch"] not in {ex[j]["arch"] for j in np.r_[rest[3:], cnn0]}]
+    assert all(aux[i]["arch"] != "cnn0" for i in added) and added
 
 
 def test_lodo_scores_the_rows_in_settings_other_devices_share():

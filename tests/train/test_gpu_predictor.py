@@ -64,3 +64,12 @@ def test_ship_copies_a_validated_predictor(trained, tmp_path):
 
     dest = ship(trained["uri"], tmp_path / "test-gpu-amp")
     assert P.Predictor.load(dest).manifest["weights_sha256"] == P.Predictor.load(trained["uri"]).manifest["weights_sha256"]
+
+
+def test_auxiliary_rows_never_include_a_held_architecture():
+    from trappm_ray.train.gpu_predictor import auxiliary_rows
+
+    aux = [{"arch": a} for a in ("a", "b", "a", "c")]
+    assert auxiliary_rows(aux, {"a"}).tolist() == [1, 3]
+    assert auxiliary_rows(aux, set()).tolist() == [0, 1, 2, 3]
+    assert auxiliary_rows([], {"a"}).tolist() == []

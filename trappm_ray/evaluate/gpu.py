@@ -52,6 +52,8 @@ class GpuEvalConfig:
             joined rows: none); every device's inference rows join leave-one-device-out.
         gnn_tasks, gnn_epochs: ``slug/target`` keys that also get the GNN (``gpu_gnn.py``); its cap.
         gnn_seeds: the GNN's networks per fit, averaged (a shipped GPU predictor holds 3).
+        gnn_auxiliary: the GNN also trains on the device's rows of its other targets, never of a
+            validation or test architecture (as the shipped RTX 3090 training-step networks do).
         encoder_from: a shipped predictor whose encoder the ``encoder-recipe`` model of those
             tasks uses (empty: no such model).
         out_md, out_json: the report files.
@@ -68,6 +70,7 @@ class GpuEvalConfig:
     gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
     gnn_epochs: int = 60
     gnn_seeds: int = 3
+    gnn_auxiliary: bool = True
     encoder_from: str = "trappm_ray/predictors/default"
     out_md: str = "docs/results-gpu.md"
     out_json: str = "docs/results-gpu.json"
@@ -284,7 +287,8 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
             from trappm_ray.evaluate.gpu_gnn import encoder_recipe_model, gnn_model  # torch_geometric only when asked
             from trappm_ray.model.predictor import Predictor
 
-            extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs, cfg.gnn_seeds)}
+            aux = [e for e in ex if e["slug"] == sub[0]["slug"] and e["target"] != sub[0]["target"]]
+            extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux if cfg.gnn_auxiliary else None)}
             if cfg.encoder_from:
                 extra["encoder-recipe"] = encoder_recipe_model(
                     sub, index, Predictor.load(cfg.encoder_from).encoder, sub[0]["target"], cfg.gnn_epochs)

@@ -20,13 +20,14 @@ import torch
 
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.train.gpu_predictor import gnn_inputs, gnn_recipe
+from trappm_ray.train.gpu_predictor import auxiliary_rows, gnn_inputs, gnn_recipe
 from trappm_ray.train.regressors import RECIPES, embed, fit, for_target, predict_rows, prepare
 
 log = logging.getLogger(__name__)
 
 
-def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60, seeds: int = 3):
+def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60, seeds: int = 3,
+              auxiliary: list[dict] | None = None):
     """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): fits the
     ``nnlqp`` recipe on ``ex``'s train rows (validation picks the epoch) once per seed and
     returns the mean of their ms, as a shipped predictor answers with its seed ensemble.
@@ -36,15 +37,21 @@ def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60, seeds: int = 3)
         index: graph rows by key.
         max_epochs: epoch cap (the recipe stops 10 epochs after its best validation epoch).
         seeds: networks averaged (the shipped GPU predictors hold 3).
+        auxiliary: the same device's examples of its other targets, trained on too
+            (:func:`~trappm_ray.train.gpu_predictor.auxiliary_rows`: never of an architecture
+            among the validation or test rows).
     """
-    data = gnn_inputs(ex, index)
-    ratio = np.array([e["measured"] / e["floor"] for e in ex])
+    aux = list(auxiliary or [])
+    data = gnn_inputs(ex + aux, index)
+    ratio = np.array([e["measured"] / e["floor"] for e in ex + aux])
     floor = np.array([e["floor"] for e in ex])
     recipe = gnn_recipe(max_epochs)
-    log.info("gnn: %d examples", len(ex))
+    log.info("gnn: %d examples + %d auxiliary", len(ex), len(aux))
 
     def run(_ex, train, val, idx, seed) -> np.ndarray:
         torch.set_num_threads(1)
+        held = {ex[i]["arch"] for i in np.r_[val, idx].astype(int)}
+        train = np.r_[train, len(ex) + auxiliary_rows(aux, held)].astype(int)
         ratios = []
         for k in range(seeds):
             out = fit(data, ratio, None, train, val, recipe, seed + k)

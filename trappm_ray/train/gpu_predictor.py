@@ -52,6 +52,9 @@ class GpuPredictorConfig:
         device: the label device folder (a GPU with a row in the spec table).
         targets: targets to fit (those with labels). seeds: one network per seed and target.
         max_epochs: epoch cap (training stops 10 epochs after its best held-out epoch).
+        auxiliary_targets: targets whose networks also train on the device's rows of its other
+            targets (:func:`auxiliary_rows`; the input says which target a row is): RTX 3090
+            training steps learn from its inference rows too, of ~400 architectures more.
         registry, name: register as ``<registry>/<name>/vNNNN`` (name empty: the device slug).
         ship: also copy it into the package (``trappm_ray/predictors/<device>/``).
         ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
@@ -63,6 +66,7 @@ class GpuPredictorConfig:
     targets: tuple[str, ...] = ("train_step_ms", "inference_ms")
     seeds: tuple[int, ...] = (1337, 1338, 1339)
     max_epochs: int = 60
+    auxiliary_targets: tuple[str, ...] = ("train_step_ms",)
     registry: str = "artifacts/predictors"
     name: str = ""
     ship: bool = False
@@ -88,6 +92,13 @@ def gnn_inputs(ex: list[dict], index: dict) -> list:
                                            bool(compiled))], keep_nodes=False)[0]
         out.append(with_static(base[key], e["x"]))
     return out
+
+
+def auxiliary_rows(aux: list[dict], held: set) -> np.ndarray:
+    """Positions in ``aux`` (examples of another target of the same device) of the rows whose
+    architecture is not in ``held`` (those stopped on or tested): what a network may learn from
+    beside its own target's rows without seeing a held-out architecture at all."""
+    return np.array([i for i, e in enumerate(aux) if e["arch"] not in held], int)
 
 
 def gnn_recipe(max_epochs: int = 60):
@@ -133,7 +144,11 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
         for seed in cfg.seeds:
             tr, va, held = split([ex[i] for i in idx], "arch", seed, test=0.15, val=0.0)
             held_out[(target, seed)] = held = idx[held]  # stopped on, then predicted for the band
-            calls[(target, seed)] = (fit_task, (data_ref, ratio, None, idx[np.r_[tr, va]], held, held,
+            train = idx[np.r_[tr, va]]
+            if target in cfg.auxiliary_targets:
+                other = np.array([i for i, e in enumerate(ex) if e["target"] != target], int)
+                train = np.r_[train, other[auxiliary_rows([ex[i] for i in other], {ex[i]["arch"] for i in held})]]
+            calls[(target, seed)] = (fit_task, (data_ref, ratio, None, train, held, held,
                                                 recipe, seed), {"keep_model": True})
     results = fan_out(calls, f"fitting {cfg.device} GNN")
     heads, scalers, residuals, held_mape = {}, {}, {}, {}
@@ -195,4 +210,4 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
     }
 
 
-__all__ = ["GpuPredictorConfig", "gnn_inputs", "gnn_recipe", "run_setting", "train_gpu_predictor", "manifest_of"]
+__all__ = ["GpuPredictorConfig", "auxiliary_rows", "gnn_inputs", "gnn_recipe", "run_setting", "train_gpu_predictor", "manifest_of"]
