@@ -287,8 +287,8 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
             from trappm_ray.evaluate.gpu_gnn import encoder_recipe_model, gnn_model  # torch_geometric only when asked
             from trappm_ray.model.predictor import Predictor
 
-            aux = [e for e in ex if e["slug"] == sub[0]["slug"] and e["target"] != sub[0]["target"]]
-            extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux if cfg.gnn_auxiliary else None)}
+            aux = [e for e in ex if cfg.gnn_auxiliary and e["slug"] == sub[0]["slug"] and e["target"] != sub[0]["target"]]
+            extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux)}
             if cfg.encoder_from:
                 extra["encoder-recipe"] = encoder_recipe_model(
                     sub, index, Predictor.load(cfg.encoder_from).encoder, sub[0]["target"], cfg.gnn_epochs)

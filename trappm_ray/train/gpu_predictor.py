@@ -141,13 +141,12 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
     calls, held_out = {}, {}
     for target in targets:
         idx = np.array([i for i, e in enumerate(ex) if e["target"] == target])
+        other = np.array([i for i, e in enumerate(ex) if e["target"] != target
+                          and target in cfg.auxiliary_targets], int)
         for seed in cfg.seeds:
             tr, va, held = split([ex[i] for i in idx], "arch", seed, test=0.15, val=0.0)
             held_out[(target, seed)] = held = idx[held]  # stopped on, then predicted for the band
-            train = idx[np.r_[tr, va]]
-            if target in cfg.auxiliary_targets:
-                other = np.array([i for i, e in enumerate(ex) if e["target"] != target], int)
-                train = np.r_[train, other[auxiliary_rows([ex[i] for i in other], {ex[i]["arch"] for i in held})]]
+            train = np.r_[idx[np.r_[tr, va]], other[auxiliary_rows([ex[i] for i in other], {ex[i]["arch"] for i in held})]]
             calls[(target, seed)] = (fit_task, (data_ref, ratio, None, train, held, held,
                                                 recipe, seed), {"keep_model": True})
     results = fan_out(calls, f"fitting {cfg.device} GNN")
