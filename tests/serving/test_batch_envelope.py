@@ -50,6 +50,12 @@ def test_anchors_only_for_targets_below_the_edge():
     assert E.anchors(1, row, {"train_step_ms_floor": 1.0}, PROFILES) == {"train_step_ms": 4}
     assert E.anchors(1, row, None, {}) == {}
     assert E.anchors(4, {**row, "train_step_ms_floor": 2.0}, None, PROFILES) == {}
+    # a transferred row carries its reference's edge in its own units: 40 us, above 50 us a kernel
+    assert E.row_profile({"train_step_ms_edge_us": 40.0}, "train_step_ms", PROFILES["train_step_ms"]
+                         )["floor_us_per_kernel_p05"] == 40.0
+    assert E.anchors(1, {**row, "train_step_ms_edge_us": 40.0}, None, PROFILES) == {}
+    assert E.anchors(1, {**row, "train_step_ms_edge_us": 400.0}, {"train_step_ms_floor": 1.0},
+                     PROFILES) == {"train_step_ms": 8}
 
 
 def test_rebuild_moves_rows_below_the_edge_to_the_host_level_plus_the_scaled_anchor():

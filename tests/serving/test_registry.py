@@ -135,8 +135,25 @@ def test_gpus_without_labels_take_the_reference_transfer():
         want = transfer_ms(on_ref[target], here[0], there[0], math.exp(here[1][KERNELS_COL]), mode)
         assert got[target] == pytest.approx(want)
         assert got[target] <= max(on_ref[target], here[0])
+        edge = ref.manifest["launch"][target]["floor_us_per_kernel_p05"]
+        assert got[f"{target}_edge_us"] == pytest.approx(edge * here[0] / there[0])  # the reference's edge, moved
     fp32 = h100.predict_graphs([graph], [{**s, "precision": "fp32"}])[0]  # no reference: spec model
     assert fp32["train_step_ms"] > 0
+
+
+def test_a_transferred_step_below_the_reference_labels_is_rebuilt_as_the_reference_rebuilds_its_own():
+    """resnet10t at 64 px on a user's L4: below the RTX 3090's labeled workloads its raw answer is
+    an extrapolation the RTX 3090's own predictions never give (they are rebuilt from an anchor
+    inside its labels); the transfer is rebuilt too, so it never exceeds the RTX 3090's answer x
+    the floor ratio (before: 25.1 ms at batch 64 against 7.1 x 2.4)."""
+    R._LOADED.clear()
+    for b in (1, 64):
+        ref = P.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=b, device="rtx3090")
+        l4 = P.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=b, device_spec="data/sample/my_gpu.json")
+        for t in ("train_step_ms", "inference_ms"):
+            ratio = l4.floors[t] / ref.floors[t]
+            assert getattr(l4, t).value <= getattr(ref, t).value * ratio, (b, t)
+            assert any(n.startswith(f"{t} below the workloads") for n in l4.notes), (b, t)
 
 
 def test_an_option_the_shipped_gpu_predictor_lacks_goes_through_the_spec_model(tmp_path):

@@ -225,7 +225,8 @@ class SpecPredictor:
     def predict_graphs(self, graphs, settings_list: list[dict] | None = None) -> list[dict[str, float]]:
         """One row per graph: per target the prediction (>= the floor), ``_low``/``_high`` (the
         conformal interval at the setting's ``interval_z``), ``_std`` (its log half-width x value),
-        ``_floor`` and ``_kernels`` (the graph's kernel count).
+        ``_floor`` and ``_kernels`` (the graph's kernel count); for a transferred target also
+        ``_edge_us`` (:func:`~trappm_ray.model.transfer.transferred_ms`).
 
         Args:
             graphs: featurized graphs at their batch sizes.
@@ -259,6 +260,8 @@ class SpecPredictor:
                             f"{target}_high": value * math.exp(max(hi, 0.0)), f"{target}_floor": floor,
                             f"{target}_kernels": round(math.exp(x[KERNELS_COL])),
                             f"{target}_std": value * (hi95 - lo95) / (2 * 1.96)})
+                if f"{target}_edge_us" in m:
+                    row[f"{target}_edge_us"] = m[f"{target}_edge_us"]
         return rows
 
 

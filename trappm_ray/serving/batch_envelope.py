@@ -70,6 +70,13 @@ def hold(row: dict[str, float], above: list[dict[str, float]]) -> dict[str, tupl
     return changed
 
 
+def row_profile(row: dict[str, float], target: str, prof: dict) -> dict:
+    """``prof`` with the lower workload edge ``row`` carries for ``target`` (a transferred answer
+    carries its reference's edge in its own device's units), else ``prof`` itself."""
+    edge = row.get(f"{target}_edge_us")
+    return prof if edge is None or not prof else {**prof, "floor_us_per_kernel_p05": edge}
+
+
 def anchors(batch: int, row: dict[str, float], next_row: dict[str, float] | None, profiles: dict
             ) -> dict[str, int]:
     """Per target whose workload in ``row`` (a prediction at ``batch``; ``next_row`` the one at
@@ -77,6 +84,7 @@ def anchors(batch: int, row: dict[str, float], next_row: dict[str, float] | None
     manifest's ``launch``), the batch to rebuild it from."""
     found = {}
     for t, prof in profiles.items():
+        prof = row_profile(row, t, prof)
         floor, kernels = row.get(f"{t}_floor"), row.get(f"{t}_kernels")
         if floor is None or kernels is None or not launch.below_edge(floor, kernels, prof):
             continue
@@ -127,9 +135,9 @@ def rebuild(rows: list[dict[str, float]], anchored: dict[str, tuple[int, dict[st
     """
     out = []
     for t, (batch, anchor_row) in anchored.items():
-        prof = profiles[t]
         top, top_floor = anchor_row.get(t), anchor_row.get(f"{t}_floor")
         for i, r in enumerate(rows):
+            prof = row_profile(r, t, profiles[t])
             floor, kernels = r.get(f"{t}_floor"), r.get(f"{t}_kernels")
             if (top is None or floor is None or kernels is None or t not in r
                     or not launch.below_edge(floor, kernels, prof) or floor >= top_floor):
@@ -155,4 +163,4 @@ def notes(changed: dict[str, tuple[float, float]], batch: int, top: int) -> list
             for t, (before, after) in changed.items() if abs(after / before - 1) > REPORT_CHANGE]
 
 
-__all__ = ["LADDER_TOP", "HELD", "ladder", "hold", "notes", "anchors", "anchor_answers", "rebuild"]
+__all__ = ["LADDER_TOP", "HELD", "ladder", "hold", "notes", "row_profile", "anchors", "anchor_answers", "rebuild"]
