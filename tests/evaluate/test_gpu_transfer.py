@@ -62,6 +62,31 @@ def test_a_gnn_reference_transfers_too(monkeypatch):
     assert np.all(out["lo"] <= out["pred"]) and np.all(out["pred"] <= out["hi"])
 
 
+def test_without_cross_fitting_the_reference_is_fitted_once_on_all_its_rows(monkeypatch):
+    import trappm_ray.evaluate.gpu_transfer as T
+
+    fits = []
+    real = T.reference_fitter
+
+    def recording(*args, **kwargs):
+        fit = real(*args, **kwargs)
+        return lambda train, val: fits.append((set(train), set(val))) or fit(train, val)
+
+    monkeypatch.setattr(T, "reference_fitter", recording)
+    ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
+    spec = np.array([e["spec"] for e in ex])
+    rest, test = np.where(spec == "rtx3090")[0], np.where(spec == "rtx4090")[0]
+    cross = transfer_predict(ex, "rtx4090", rest, test, index, seed=0)
+    assert len(fits) == 5 and all(len(a | b) < len(rest) for a, b in fits)  # an architecture fold out each
+    fits.clear()
+    seen = transfer_predict(ex, "rtx4090", rest, test, index, seed=0, cross_fit=False)
+    assert len(fits) == 1 and fits[0][0] | fits[0][1] == set(range(len(rest)))
+    assert np.array_equal(seen["rows"], cross["rows"])
+    meas = np.array([ex[i]["measured"] for i in seen["rows"]])
+    assert np.mean(np.abs(seen["pred"] / meas - 1)) < 0.15  # the architectures' graphs are identical
+    assert np.all(seen["lo"] <= seen["pred"]) and np.all(seen["pred"] <= seen["hi"])
+
+
 def test_rows_in_settings_the_reference_never_ran_are_not_predicted():
     ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
     spec = np.array([e["spec"] for e in ex])

@@ -222,7 +222,9 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig, index: dict | None = None)
     where some of them ran in settings no training row of that kind has, the rows in seen
     settings are also scored alone (key ``<device> (settings seen)``). With the graph ``index``,
     also :func:`~trappm_ray.evaluate.gpu_transfer.transfer_predict` (key ``<device> (reference
-    <ref>)``: every model scored on the rows the transfer covers, ``transfer`` among them)."""
+    <ref>)``: every model scored on the rows the transfer covers, among them ``transfer``, whose
+    reference regressor never saw the test row's architecture, and ``transfer-seen``, fitted on
+    all the reference's rows as the other models see every architecture on the other devices)."""
     counts = defaultdict(int)
     for e in ex:
         counts[e["spec"]] += 1
@@ -243,9 +245,11 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig, index: dict | None = None)
         moved = transfer_predict(ex, spec, rest, test, index, cfg.seeds[0]) if index else None
         if moved is not None:
             keep = np.isin(test, moved["rows"])
+            seen_archs = transfer_predict(ex, spec, rest, test, index, cfg.seeds[0], cross_fit=False)
             out[f"{spec} (reference {moved['reference']})"] = {
                 **{m: _metrics(ex, [(test[keep], _subset(f, keep))]) for m, f in fits.items()},
-                "transfer": _metrics(ex, [(moved["rows"], moved)])}
+                "transfer": _metrics(ex, [(moved["rows"], moved)]),
+                "transfer-seen": _metrics(ex, [(seen_archs["rows"], seen_archs)])}
         log.info("lodo %s: %s", spec, {m: round(v["mape"], 1) for m, v in out[spec].items()})
     return out
 

@@ -72,7 +72,8 @@ def reference_fitter(model: str, on_ref: list[dict], y: np.ndarray, index: dict,
 
 
 def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarray, index: dict,
-                     seed: int, model: str = "xgboost", folds: int = FOLDS) -> dict | None:
+                     seed: int, model: str = "xgboost", folds: int = FOLDS, cross_fit: bool = True
+                     ) -> dict | None:
     """Predict ``held``'s ``test`` rows by reference transfer from the largest device in ``rest``.
 
     Args:
@@ -80,6 +81,10 @@ def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarr
         held: the held-out device; rest, test: example indices of the other devices / of it.
         index: graph rows by (arch, resolution, batch), as :func:`trappm_ray.train.gpu_examples.graph_index`.
         model, folds: the reference regressor (:func:`reference_fitter`) and its architecture folds.
+        cross_fit: fit the reference regressor per architecture fold, so no test architecture is
+            among its rows (a model new to every device); False: once on all the reference's rows,
+            as the other models of a leave-one-device-out split see every architecture on the
+            other devices (the band from its validation slice's residuals).
 
     Returns:
         None without a reference device; else ``reference``, ``rows`` (the test indices predicted:
@@ -107,22 +112,23 @@ def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarr
     fold = dict(zip(archs, np.random.default_rng(seed).permutation(len(archs)) % folds))
     arch_fold = np.array([fold[ex[i]["arch"]] for i in np.r_[ref_rows, rows]])
     n_ref = len(ref_rows)
-    pred_ref, oof = np.zeros(len(rows)), np.zeros(n_ref)
+    pred_ref, oof = np.zeros(len(rows)), np.full(n_ref, np.nan)
     fitter = reference_fitter(model, on_ref, y, index, seed)
-    for k in range(folds):
-        train = np.where(arch_fold[:n_ref] != k)[0]
+    for k in range(folds if cross_fit else 1):
+        train = np.where(arch_fold[:n_ref] != k)[0] if cross_fit else np.arange(n_ref)
         val = train[::7]  # early stopping and depth choice on a slice of the training side
         predict = fitter(np.setdiff1d(train, val), val)
-        mine = np.where(arch_fold[n_ref:] == k)[0]
+        mine = np.where(arch_fold[n_ref:] == k)[0] if cross_fit else np.arange(len(rows))
         if len(mine):
             pred_ref[mine] = predict(n_ref + mine) * floor_ref[n_ref + mine]
-        held_ref = np.where(arch_fold[:n_ref] == k)[0]
+        held_ref = np.where(arch_fold[:n_ref] == k)[0] if cross_fit else val
         oof[held_ref] = predict(held_ref) * floor_ref[held_ref]
     floor_held = np.array([ex[i]["floor"] for i in rows])
     raw = pred_ref * floor_held / floor_ref[n_ref:]
     kernels = np.exp(np.array([ex[i]["x"][KERNELS_COL] for i in rows]))
     pred = transfer_ms(pred_ref, floor_held, floor_ref[n_ref:], kernels, ex[rows[0]]["rkey"][5])
-    resid = np.log(np.array([ex[i]["measured"] for i in ref_rows]) / oof)
+    scored = ~np.isnan(oof)
+    resid = np.log(np.array([ex[i]["measured"] for i in ref_rows])[scored] / oof[scored])
     lo, hi = np.quantile(resid, 0.025), np.quantile(resid, 0.975)
     return {"reference": ref, "rows": rows, "raw": raw, "pred": pred,
             "lo": np.maximum(pred * math.exp(lo), floor_held), "hi": pred * math.exp(hi)}
