@@ -4,7 +4,9 @@
 # (no dependencies: the project's torch) and put first on the path of the corpus build; their
 # graph rows name that timm version in their exporter string. The *_iabn models get a stand-in
 # for the inplace_abn CUDA extension (scripts/legacy_timm/inplace_abn: batch norm + activation).
-# Then every built graph of a labeled key is appended to data/labels/graphs.parquet.
+# vit_base2_patch32_256, in no released timm, is built by the pinned timm from its recorded widths
+# (trappm_ray.corpus.zoo.UNRELEASED). Every built graph of a labeled key is appended to
+# data/labels/graphs.parquet.
 #
 #   bash scripts/legacy_timm_graphs.sh            # ~10 min on 2 cores
 set -euo pipefail
@@ -21,3 +23,5 @@ for version in 0.5.4 0.6.5 0.9.12; do
   PYTHONPATH="$target:scripts/legacy_timm" "$PY" jobs/build_dataset.py --out "artifacts/corpus-timm-$version" \
     --keys-from public --meta-init true --num-cpus 1 --retry-failed true --archs "${ARCHS[$version]}" --join-labels data/labels
 done
+"$PY" jobs/build_dataset.py --out artifacts/corpus-timm-dev --keys-from public --meta-init true --num-cpus 1 \
+  --retry-failed true --archs vit_base2_patch32_256 --join-labels data/labels

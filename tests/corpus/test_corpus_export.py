@@ -101,3 +101,18 @@ def test_graphs_name_a_timm_other_than_the_pinned_one(monkeypatch):
     assert zoo.timm_provenance() == ""
     monkeypatch.setattr(timm, "__version__", "0.6.5")
     assert zoo.timm_provenance() == ", timm 0.6.5"
+
+
+def test_an_unreleased_architecture_is_built_with_its_recorded_widths():
+    """vit_base2_patch32_256 (timm's benchmark measured it from the development branch): built as
+    ViT-B/32 at width 896 with 14 heads, it has the parameter count the labels record (119.46M),
+    and its graphs say how they were built."""
+    pytest.importorskip("timm")
+    from trappm_ray.corpus import zoo
+
+    model = zoo.create_model("vit_base2_patch32_256", 256, device="meta")
+    assert model.embed_dim == 896 and len(model.blocks) == 12 and model.blocks[0].attn.num_heads == 14
+    assert round(sum(p.numel() for p in model.parameters()) / 1e4) == 11946
+    assert zoo.timm_provenance("vit_base2_patch32_256").endswith(
+        "built as vit_base_patch32_224 with embed_dim=896, num_heads=14")
+    assert "built as" not in zoo.timm_provenance("vit_base_patch32_224")

@@ -48,11 +48,16 @@ EXPORTER_DYNAMO = "torch.onnx dynamo (dynamo=True), opset {opset}, eval mode, {b
 PINNED_TIMM = "1.0.31"
 
 
-def timm_provenance() -> str:
-    """``", timm <version>"`` when the installed timm is not :data:`PINNED_TIMM`, else ``""``."""
+def timm_provenance(arch: str = "") -> str:
+    """``", timm <version>"`` when the installed timm is not :data:`PINNED_TIMM` (else ``""``),
+    and for an :data:`UNRELEASED` ``arch`` how it was built."""
     import timm
 
-    return "" if timm.__version__ == PINNED_TIMM else f", timm {timm.__version__}"
+    out = "" if timm.__version__ == PINNED_TIMM else f", timm {timm.__version__}"
+    if arch in UNRELEASED:
+        base, overrides = UNRELEASED[arch]
+        out += f", built as {base} with " + ", ".join(f"{k}={v}" for k, v in overrides.items())
+    return out
 
 
 def family_of(arch: str) -> str:
@@ -92,6 +97,12 @@ ALIASES = {
 # they were registered.
 UNREGISTERED = {"semobilevit_s": ("timm.models.mobilevit", "_create_mobilevit")}
 
+# Architectures timm's benchmark CSVs measured from its development branch that no released timm
+# defines (checked: 0.3.4-0.6.13, 0.9.x, 1.0.31), built as a released model with the widths the
+# development definition recorded. vit_base2_patch32_256: ViT-B/32 widened to 896 with 14 heads
+# (depth 12, 256 px default input), an experiment in timm's vision_transformer.py of 2021.
+UNRELEASED = {"vit_base2_patch32_256": ("vit_base_patch32_224", {"embed_dim": 896, "num_heads": 14})}
+
 
 def create_model(arch: str, resolution: int, device: str | None = None, **model_kwargs):
     """A randomly initialised timm model that accepts ``resolution`` x ``resolution`` images.
@@ -116,6 +127,9 @@ def create_model(arch: str, resolution: int, device: str | None = None, **model_
             module, builder = UNREGISTERED[name]
             return getattr(importlib.import_module(module), builder)(name, img_size=resolution,
                                                                      **kwargs)
+        if name in UNRELEASED:
+            name, overrides = UNRELEASED[name]
+            kwargs.update(overrides)
         try:
             return timm.create_model(name, img_size=resolution, **kwargs)
         except TypeError:  # convolutional models take any size and have no img_size argument
@@ -216,16 +230,17 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
                     if o.domain in ("", "ai.onnx"))
         batch = f"fixed batch {fixed_batch}" if fixed_batch else "dynamic batch axis"
         return Skeleton(arch, resolution, onnx_bytes, params,
-                        EXPORTER_DYNAMO.format(opset=opset, batch=batch) + timm_provenance())
+                        EXPORTER_DYNAMO.format(opset=opset, batch=batch) + timm_provenance(arch))
     axes = {} if fixed_batch else {"input": {0: "batch"}, "output": {0: "batch"}}
     onnx_bytes = export.export_legacy(model, example, input_names=["input"], dynamic_axes=axes,
                                       export_params=not lean)
     exporter = EXPORTER_FIXED_BATCH.format(batch=fixed_batch) if fixed_batch else EXPORTER
-    return Skeleton(arch, resolution, onnx_bytes, params, exporter + timm_provenance())
+    return Skeleton(arch, resolution, onnx_bytes, params, exporter + timm_provenance(arch))
 
 
 __all__ = [
     "ALIASES",
+    "UNRELEASED",
     "EXPORTER",
     "EXPORTER_DYNAMO",
     "EXPORTER_FIXED_BATCH",
