@@ -116,3 +116,27 @@ def test_an_unreleased_architecture_is_built_with_its_recorded_widths():
     assert zoo.timm_provenance("vit_base2_patch32_256").endswith(
         "built as vit_base_patch32_224 with embed_dim=896, num_heads=14")
     assert "built as" not in zoo.timm_provenance("vit_base_patch32_224")
+
+
+def test_switch_experts_dispatch_with_static_shapes_to_the_same_values():
+    """A Switch MoE layer under ``static_expert_capacity`` (each expert computes its capacity of
+    token slots, gathered and scattered back) gives transformers' own answer; the patch is undone
+    after the block."""
+    import torch
+
+    transformers = pytest.importorskip("transformers")
+    from transformers.models.switch_transformers import modeling_switch_transformers as sw
+
+    from trappm_ray.corpus.text_models import static_expert_capacity
+
+    config = transformers.SwitchTransformersConfig(d_model=16, d_ff=32, num_experts=4, expert_capacity=5)
+    torch.manual_seed(0)
+    layer = sw.SwitchTransformersSparseMLP(config).eval()
+    x = torch.randn(3, 12, 16)
+    want, (_, index) = layer(x)
+    original = sw.SwitchTransformersSparseMLP.forward
+    with static_expert_capacity():
+        assert sw.SwitchTransformersSparseMLP.forward is not original
+        got, (_, index2) = layer(x)
+    assert sw.SwitchTransformersSparseMLP.forward is original
+    assert torch.allclose(got, want, atol=1e-6) and torch.equal(index, index2)

@@ -152,7 +152,7 @@ def export(arch: str, resolution: int, source: str = "timm", meta_init: bool = T
         from trappm_ray.corpus import text_models
 
         onnx_bytes, params = text_models.export_text_model(arch, meta_init=meta_init)
-        return Exported(onnx_bytes, params, text_models.EXPORTER, None, {"seq": resolution})
+        return Exported(onnx_bytes, params, text_models.exporter_of(arch), None, {"seq": resolution})
     if source == "torchvision":
         from trappm_ray.corpus import torchvision_models
 

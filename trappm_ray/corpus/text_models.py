@@ -42,6 +42,16 @@ EXTRA_CONFIGS = {
 }
 
 
+def exporter_of(name: str, config_dir: str | None = None) -> str:
+    """The exporter string of ``name``'s graphs: :data:`EXPORTER`, and for a mixture of experts
+    how its dispatch was exported (:func:`static_expert_capacity`)."""
+    config = config_dict(name, config_dir)
+    if config.get("num_experts"):
+        return (f"{EXPORTER}, experts at static capacity ({config['num_experts']} x "
+                f"{config.get('expert_capacity')} token slots per sequence)")
+    return EXPORTER
+
+
 def _config_dir(config_dir: str | None) -> Path:
     return Path(config_dir or CONFIG_DIR)
 
@@ -163,6 +173,46 @@ def traceable_masks():
             masking_utils.find_packed_sequence_indices = packed
 
 
+def _capacity_dispatch(self, hidden_states):
+    """A Switch MoE layer's forward with static shapes: each expert takes exactly its capacity of
+    token slots per sequence (the first tokens routed to it, as the router's capacity mask keeps
+    them; unfilled slots carry zero weight), gathered, run and scattered back. Equal in value to
+    transformers' boolean-mask dispatch, whose token counts are data-dependent."""
+    import torch
+
+    router_mask, router_probs, router_logits = self.router(hidden_states)
+    batch, seq, width = hidden_states.shape
+    slots = self.router.expert_capacity  # the trace needs seq >= capacity (export_text_model)
+    rank = torch.arange(seq, 0, -1, device=hidden_states.device, dtype=hidden_states.dtype)
+    out = torch.zeros_like(hidden_states)
+    for idx, expert in enumerate(self.experts.values()):
+        routed = router_mask[:, :, idx].to(hidden_states.dtype)
+        take = torch.topk(routed * rank, slots, dim=1).indices  # routed tokens first, in order
+        kept = torch.gather(routed, 1, take).unsqueeze(-1)
+        where = take.unsqueeze(-1).expand(-1, -1, width)
+        out = out.scatter_add(1, where, expert(torch.gather(hidden_states, 1, where)) * kept)
+    return router_probs * out, (router_logits, torch.argmax(router_mask, dim=-1))
+
+
+@contextlib.contextmanager
+def static_expert_capacity():
+    """Within the block, Switch Transformer MoE layers dispatch with static shapes
+    (:func:`_capacity_dispatch`): the graph computes each expert on its full capacity of tokens,
+    the work of a balanced router (with the labels' 512 or 2048 tokens and 4 experts of capacity
+    64, every expert is offered more tokens than it keeps)."""
+    try:
+        from transformers.models.switch_transformers import modeling_switch_transformers as sw
+    except ImportError:
+        yield
+        return
+    original = sw.SwitchTransformersSparseMLP.forward
+    sw.SwitchTransformersSparseMLP.forward = _capacity_dispatch
+    try:
+        yield
+    finally:
+        sw.SwitchTransformersSparseMLP.forward = original
+
+
 def count_params(name: str, config_dir: str | None = None) -> int:
     """Parameter count (tied weights once), on the meta device."""
     import torch
@@ -192,8 +242,9 @@ def export_text_model(name: str, config_dir: str | None = None, meta_init: bool 
     if not meta_init:
         export.jitter_real_tensors(model)
     params = sum(p.numel() for p in model.parameters())
-    ids = torch.ones(example_batch, example_seq, dtype=torch.long)
-    with traceable_masks():
+    capacity = getattr(model.config, "expert_capacity", 0) if getattr(model.config, "num_experts", 0) else 0
+    ids = torch.ones(example_batch, max(example_seq, capacity), dtype=torch.long)
+    with traceable_masks(), static_expert_capacity():
         onnx_bytes = export.export_legacy(
             _LogitsOnly(model), (ids,), input_names=["input_ids"], output_names=["logits"],
             dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
@@ -202,4 +253,5 @@ def export_text_model(name: str, config_dir: str | None = None, meta_init: bool 
 
 
 __all__ = ["CONFIG_DIR", "EXPORTER", "EXTRA_CONFIGS", "build_model", "config_dict",
-           "config_names", "count_params", "export_text_model", "family_of", "traceable_masks"]
+           "config_names", "count_params", "export_text_model", "exporter_of", "family_of", "static_expert_capacity",
+           "traceable_masks"]

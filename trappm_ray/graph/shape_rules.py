@@ -165,4 +165,12 @@ def output_shapes(op: str, a: dict, ins: list[Shape | None], v: list) -> list[Sh
         return [tuple(d * int(r) for d, r in zip(x, v[1].tolist()))]
     if op == "Expand" and len(v) > 1 and v[1] is not None:
         return [broadcast(x, tuple(int(d) for d in v[1].tolist()))]
+    if op == "ConstantOfShape" and v and v[0] is not None:
+        return [tuple(int(d) for d in v[0].reshape(-1).tolist())]
+    if op == "TopK" and len(v) > 1 and v[1] is not None and x:
+        axis, k = int(a.get("axis", -1)) % len(x), int(v[1].reshape(-1)[0])
+        if not 0 <= k <= x[axis]:  # more than the axis holds: the file cannot run
+            return None
+        values = tuple(k if i == axis else d for i, d in enumerate(x))
+        return [values, values]
     return None
