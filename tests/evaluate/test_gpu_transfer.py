@@ -87,6 +87,27 @@ def test_without_cross_fitting_the_reference_is_fitted_once_on_all_its_rows(monk
     assert np.all(seen["lo"] <= seen["pred"]) and np.all(seen["pred"] <= seen["hi"])
 
 
+def test_a_measured_reference_moves_each_architectures_own_time(monkeypatch):
+    """Each architecture runs 1 + 0.01 a above its floor on both devices: the reference's
+    measurement of the same architecture (at the nearest batch where the exact one is missing)
+    moved by the floor ratio recovers it, which no regressor on identical graphs can."""
+    from trappm_ray.evaluate.gpu_transfer import measured_transfer_predict
+
+    monkeypatch.setattr(transfer, "LEAST_HOST_US_PER_KERNEL", {"train_step_ms": 0.0, "inference_ms": 0.0})
+    ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
+    spec = np.array([e["spec"] for e in ex])
+    rest = np.array([i for i in np.where(spec == "rtx3090")[0] if ex[i]["rkey"][2] != 32], int)  # no batch 32
+    test = np.where(spec == "rtx4090")[0]
+    out = measured_transfer_predict(ex, "rtx4090", rest, test, index)
+    assert out["reference"] == "rtx3090" and len(out["rows"]) == len(test)
+    meas = np.array([ex[i]["measured"] for i in out["rows"]])
+    assert np.max(np.abs(out["pred"] / meas - 1)) < 0.05
+    exact = np.array([ex[i]["rkey"][2] != 32 for i in out["rows"]])
+    assert np.allclose(out["pred"][exact], meas[exact], rtol=1e-9)  # the same key: its own time, moved
+    assert np.all(out["lo"] <= out["pred"]) and np.all(out["pred"] <= out["hi"])
+    assert measured_transfer_predict(ex, "rtx4090", rest[:0], test, index) is None
+
+
 def test_rows_in_settings_the_reference_never_ran_are_not_predicted():
     ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
     spec = np.array([e["spec"] for e in ex])

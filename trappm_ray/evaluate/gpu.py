@@ -25,7 +25,7 @@ import numpy as np
 
 from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
 from trappm_ray.evaluate.gpu_report import markdown
-from trappm_ray.evaluate.gpu_transfer import transfer_predict
+from trappm_ray.evaluate.gpu_transfer import measured_transfer_predict, transfer_predict
 from trappm_ray.model.spec_model import design
 from trappm_ray.train.gpu_examples import examples, graph_index
 from trappm_ray.train.splits import split
@@ -224,7 +224,10 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig, index: dict | None = None)
     also :func:`~trappm_ray.evaluate.gpu_transfer.transfer_predict` (key ``<device> (reference
     <ref>)``: every model scored on the rows the transfer covers, among them ``transfer``, whose
     reference regressor never saw the test row's architecture, and ``transfer-seen``, fitted on
-    all the reference's rows as the other models see every architecture on the other devices)."""
+    all the reference's rows as the other models see every architecture on the other devices); and
+    on the rows whose architecture, resolution and setting the reference measured (key ``<device>
+    (reference <ref>, key measured there)``), ``transfer-measured``: that measurement moved, the
+    device change alone (:func:`~trappm_ray.evaluate.gpu_transfer.measured_transfer_predict`)."""
     counts = defaultdict(int)
     for e in ex:
         counts[e["spec"]] += 1
@@ -250,6 +253,12 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig, index: dict | None = None)
                 **{m: _metrics(ex, [(test[keep], _subset(f, keep))]) for m, f in fits.items()},
                 "transfer": _metrics(ex, [(moved["rows"], moved)]),
                 "transfer-seen": _metrics(ex, [(seen_archs["rows"], seen_archs)])}
+            measured = measured_transfer_predict(ex, spec, rest, test, index)
+            if measured is not None:  # the device change alone: rows whose key the reference measured
+                mine = np.isin(test, measured["rows"])
+                out[f"{spec} (reference {moved['reference']}, key measured there)"] = {
+                    **{m: _metrics(ex, [(test[mine], _subset(f, mine))]) for m, f in fits.items()},
+                    "transfer-measured": _metrics(ex, [(measured["rows"], measured)])}
         log.info("lodo %s: %s", spec, {m: round(v["mape"], 1) for m, v in out[spec].items()})
     return out
 

@@ -134,4 +134,55 @@ def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarr
             "lo": np.maximum(pred * math.exp(lo), floor_held), "hi": pred * math.exp(hi)}
 
 
-__all__ = ["reference_device", "on_device", "reference_fitter", "transfer_predict"]
+def _nearest_batch(ex: list[dict], rows: list[int], batch: int, skip: int = -1) -> int | None:
+    """Of reference ``rows`` (one architecture, resolution and setting), the one whose batch is
+    nearest ``batch`` in ratio (not ``skip``); None if there is none."""
+    rows = [j for j in rows if j != skip]
+    return min(rows, key=lambda j: (abs(math.log(ex[j]["rkey"][2] / batch)), ex[j]["rkey"][2])) if rows else None
+
+
+def measured_transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarray,
+                              index: dict) -> dict | None:
+    """Reference transfer from the reference device's *measurement* of the same architecture,
+    resolution and run settings, at the labeled batch nearest the test row's: its measured /
+    floor there, times the test graph's floor on the reference, moved by the floor ratio as in
+    :func:`transfer_predict`. It isolates the device change from the reference regressor's own
+    error: a model measured on the reference device, predicted on a device without labels.
+
+    Returns:
+        As :func:`transfer_predict`, on the test rows whose key the reference measured at some
+        batch; the band from predicting each reference row from its nearest other batch.
+    """
+    ref = reference_device(ex, held, rest)
+    if ref is None:
+        return None
+    ref_spec = devices.get(ref)
+    by_key: dict[tuple, list[int]] = {}
+    for i in rest:
+        if ex[i]["spec"] == ref:
+            by_key.setdefault((*ex[i]["rkey"][:2], ex[i]["setting"]), []).append(int(i))
+    cache: dict = {}
+    rows, ref_ms, floor_ref = [], [], []
+    for i in test:
+        j = _nearest_batch(ex, by_key.get((*ex[i]["rkey"][:2], ex[i]["setting"]), []), ex[i]["rkey"][2])
+        on = on_device(ex[i], ref_spec, index, cache) if j is not None else None
+        if on is None:
+            continue
+        rows.append(int(i))
+        floor_ref.append(on[0])
+        ref_ms.append(ex[j]["measured"] / ex[j]["floor"] * on[0])
+    if not rows:
+        return None
+    rows = np.array(rows, int)
+    floor_held = np.array([ex[i]["floor"] for i in rows])
+    kernels = np.exp(np.array([ex[i]["x"][KERNELS_COL] for i in rows]))
+    pred = transfer_ms(np.array(ref_ms), floor_held, np.array(floor_ref), kernels, ex[rows[0]]["rkey"][5])
+    resid = [math.log(ex[j]["measured"] / (ex[k]["measured"] / ex[k]["floor"] * ex[j]["floor"]))
+             for key_rows in by_key.values() for j in key_rows
+             if (k := _nearest_batch(ex, key_rows, ex[j]["rkey"][2], skip=j)) is not None]
+    lo, hi = np.quantile(resid, (0.025, 0.975)) if resid else (0.0, 0.0)
+    return {"reference": ref, "rows": rows, "raw": np.array(ref_ms) * floor_held / np.array(floor_ref),
+            "pred": pred, "lo": np.maximum(pred * math.exp(lo), floor_held), "hi": pred * math.exp(hi)}
+
+
+__all__ = ["reference_device", "on_device", "reference_fitter", "transfer_predict", "measured_transfer_predict"]
