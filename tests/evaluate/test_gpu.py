@@ -129,3 +129,16 @@ def test_lodo_scores_the_rows_in_settings_other_devices_share():
     assert set(lodo) == {"rtx3090", "rtx4090", "rtx4090 (settings seen)"}
     assert lodo["rtx4090 (settings seen)"]["roofline"]["n_test"] == len(b) // 2
     assert lodo["rtx4090"]["roofline"]["n_test"] == len(b)
+
+
+def test_ensembles_average_and_take_the_median_in_log_space():
+    from trappm_ray.evaluate.gpu import ensemble
+
+    ex = [{"measured": 4.0, "floor": 1.0} for _ in range(4)]
+    val, test = np.array([0, 1]), np.array([2, 3])
+    fits = {m: {"val_raw": np.array([v, v]), "raw": np.array([v, v])}
+            for m, v in (("xgboost", 2.0), ("mlp", 4.0), ("gnn", 400.0), ("roofline", 1.0))}
+    out = ensemble(ex, val, test, fits)  # roofline is no member
+    assert out["ensemble"]["pred"] == pytest.approx([3200 ** (1 / 3)] * 2)  # (2 x 4 x 400)^(1/3)
+    assert out["ensemble-median"]["pred"] == pytest.approx([4.0, 4.0])  # the outlier moves it least
+    assert ensemble(ex, val, test, {"xgboost": fits["xgboost"]}) == {}

@@ -124,15 +124,19 @@ def _banded(meas: np.ndarray, floor: np.ndarray, val, test, raw: np.ndarray) -> 
 
 
 def ensemble(ex: list[dict], val, test, fits: dict) -> dict:
-    """The geometric mean of the learned models' fits (``ENSEMBLED`` among ``fits``), banded
-    from its own validation residuals; empty without at least two of them."""
+    """The geometric mean of the learned models' fits (``ENSEMBLED`` among ``fits``), and their
+    median (``ensemble-median``: one member far off, a graph network extrapolating on an unseen
+    family, moves it least), each banded from its own validation residuals; empty without at
+    least two of them."""
     members = [f for m, f in fits.items() if m in ENSEMBLED]
     if len(members) < 2:
         return {}
     meas = np.array([e["measured"] for e in ex])
     floor = np.array([e["floor"] for e in ex])
-    raw = np.exp(np.mean([np.log(np.r_[f["val_raw"], f["raw"]]) for f in members], 0))
-    return {"ensemble": _banded(meas, floor, np.asarray(val, int), np.asarray(test, int), raw)}
+    logs = np.log([np.r_[f["val_raw"], f["raw"]] for f in members])
+    val, test = np.asarray(val, int), np.asarray(test, int)
+    return {"ensemble": _banded(meas, floor, val, test, np.exp(logs.mean(0))),
+            "ensemble-median": _banded(meas, floor, val, test, np.exp(np.median(logs, 0)))}
 
 
 def _metrics(ex: list[dict], folds: list[tuple[np.ndarray, dict]]) -> dict:
