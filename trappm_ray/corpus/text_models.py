@@ -181,7 +181,7 @@ def _capacity_dispatch(self, hidden_states):
     import torch
 
     router_mask, router_probs, router_logits = self.router(hidden_states)
-    batch, seq, width = hidden_states.shape
+    _, seq, width = hidden_states.shape
     slots = self.router.expert_capacity  # the trace needs seq >= capacity (export_text_model)
     rank = torch.arange(seq, 0, -1, device=hidden_states.device, dtype=hidden_states.dtype)
     out = torch.zeros_like(hidden_states)
