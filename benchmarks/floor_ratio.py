@@ -30,6 +30,7 @@ import pyarrow.parquet as pq
 
 from trappm_ray import devices
 from trappm_ray.graph.rows import row_to_graph
+from trappm_ray.labels.store import ok_labels
 from trappm_ray.physics.roofline import roofline
 
 KEY = ["arch", "resolution", "batch_size", "memory_format"]
@@ -39,8 +40,8 @@ def measured_pairs(labels: str, target: str, reference: str, n: int, seed: int) 
     """``n`` keys both devices measured, eager, PyTorch 2.4 on both sides."""
     side = []
     for slug in (target, reference):
-        df = pd.read_parquet(f"{labels}/{slug}/labels.parquet")
-        df = df[(df.status == "ok") & df.inference_ms.notna() & (df.compiled.fillna("none") == "none")
+        df = ok_labels(labels, slug).to_pandas()
+        df = df[df.inference_ms.notna() & (df.compiled.fillna("none") == "none")
                 & df.torch_version.fillna("").str.contains("2.4")]
         side.append(df[KEY + ["family", "inference_ms", "device_spec"]])
     pairs = side[0].merge(side[1], on=KEY, suffixes=("_t", "_r"))
@@ -71,6 +72,7 @@ def main() -> None:
     args = ap.parse_args()
     pairs = measured_pairs(args.labels, args.target, args.reference, args.pairs, args.seed)
     spec_t, spec_r = devices.get(pairs.device_spec_t.iloc[0]), devices.get(pairs.device_spec_r.iloc[0])
+    # only the sampled architectures' graphs: the whole graph index takes ~10 GB
     table = pq.read_table(f"{args.labels}/graphs.parquet")
     table = table.filter(pc.is_in(table["arch"], value_set=pa.array(sorted(set(pairs.arch)))))
     index = {(r["arch"], r["resolution"], r["batch_size"]): r for r in table.to_pylist()}
