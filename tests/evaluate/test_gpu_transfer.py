@@ -125,3 +125,15 @@ def test_a_faster_device_never_beats_the_host_launch_time():
     assert transfer.transfer_ms(100.0, 1.0, 50.0, 1000, "train") == pytest.approx(30.0)
     assert transfer.transfer_ms(5.0, 1.0, 50.0, 1000, "infer") == pytest.approx(5.0)  # capped: the reference
     assert transfer.transfer_ms(100.0, 200.0, 50.0, 1000, "infer") == pytest.approx(400.0)  # slower device
+
+
+def test_anchored_transfer_takes_the_measurement_where_the_reference_has_one():
+    from trappm_ray.evaluate.gpu_transfer import anchored_transfer
+
+    moved = {"reference": "rtx3090", "rows": np.array([4, 7, 9]), **{k: np.array([1.0, 2.0, 3.0]) for k in
+                                                                      ("raw", "pred", "lo", "hi")}}
+    measured = {"reference": "rtx3090", "rows": np.array([9, 4]), **{k: np.array([30.0, 10.0]) for k in
+                                                                      ("raw", "pred", "lo", "hi")}}
+    out = anchored_transfer(moved, measured)
+    assert list(out["rows"]) == [4, 7, 9] and list(out["pred"]) == [10.0, 2.0, 30.0]
+    assert list(anchored_transfer(moved, None)["hi"]) == [1.0, 2.0, 3.0]

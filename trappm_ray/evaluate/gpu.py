@@ -25,7 +25,7 @@ import numpy as np
 
 from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
 from trappm_ray.evaluate.gpu_report import markdown
-from trappm_ray.evaluate.gpu_transfer import measured_transfer_predict, transfer_predict
+from trappm_ray.evaluate.gpu_transfer import anchored_transfer, measured_transfer_predict, transfer_predict
 from trappm_ray.model.spec_model import design
 from trappm_ray.train.gpu_examples import examples, graph_index
 from trappm_ray.train.splits import split
@@ -260,6 +260,8 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig, index: dict | None = None)
                 "transfer": _metrics(ex, [(moved["rows"], moved)]),
                 "transfer-seen": _metrics(ex, [(seen_archs["rows"], seen_archs)])}
             measured = measured_transfer_predict(ex, spec, rest, test, index)
+            out[f"{spec} (reference {moved['reference']})"]["transfer-anchored"] = _metrics(
+                ex, [(moved["rows"], anchored_transfer(moved, measured))])
             if measured is not None:  # the device change alone: rows whose key the reference measured
                 mine = np.isin(test, measured["rows"])
                 out[f"{spec} (reference {moved['reference']}, key measured there)"] = {

@@ -24,6 +24,7 @@ from trappm_ray import devices
 from trappm_ray.evaluate.baselines import fit_xgboost
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model.device_features import KERNELS_COL, SETTING_COLS, feature_vector, roofline_features
+from trappm_ray.model.anchors import nearest_batch
 from trappm_ray.model.transfer import transfer_ms
 
 FOLDS = 5
@@ -136,16 +137,18 @@ def transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarr
 
 def _nearest_batch(ex: list[dict], rows: list[int], batch: int, skip: int = -1) -> int | None:
     """Of reference ``rows`` (one architecture, resolution and setting), the one whose batch is
-    nearest ``batch`` in ratio (not ``skip``); None if there is none."""
-    rows = [j for j in rows if j != skip]
-    return min(rows, key=lambda j: (abs(math.log(ex[j]["rkey"][2] / batch)), ex[j]["rkey"][2])) if rows else None
+    nearest ``batch`` in ratio, as the product anchors on (not ``skip``); None if there is none."""
+    by_batch = {ex[j]["rkey"][2]: j for j in sorted(rows, reverse=True) if j != skip}
+    b = nearest_batch(by_batch, batch)
+    return None if b is None else by_batch[b]
 
 
 def measured_transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test: np.ndarray,
                               index: dict) -> dict | None:
     """Reference transfer from the reference device's *measurement* of the same architecture,
-    resolution and run settings, at the labeled batch nearest the test row's: its measured /
-    floor there, times the test graph's floor on the reference, moved by the floor ratio as in
+    resolution and run settings, at the labeled batch nearest the test row's (within a factor 2,
+    as the product anchors, :mod:`trappm_ray.model.anchors`): its measured / floor there, times
+    the test graph's floor on the reference, moved by the floor ratio as in
     :func:`transfer_predict`. It isolates the device change from the reference regressor's own
     error: a model measured on the reference device, predicted on a device without labels.
 
@@ -185,4 +188,20 @@ def measured_transfer_predict(ex: list[dict], held: str, rest: np.ndarray, test:
             "pred": pred, "lo": np.maximum(pred * math.exp(lo), floor_held), "hi": pred * math.exp(hi)}
 
 
-__all__ = ["reference_device", "on_device", "reference_fitter", "transfer_predict", "measured_transfer_predict"]
+def anchored_transfer(moved: dict, measured: dict | None) -> dict:
+    """The product's answer for a device without labels, per row of ``moved`` (a
+    :func:`transfer_predict` result): the reference's measurement of the same architecture,
+    resolution and setting moved to the device (``measured``, a :func:`measured_transfer_predict`
+    result) where there is one, else the reference regressor's answer moved."""
+    out = {k: np.array(moved[k], dtype=float) for k in ("raw", "pred", "lo", "hi")}
+    if measured is not None:
+        at = {int(i): k for k, i in enumerate(measured["rows"])}
+        for k, i in enumerate(moved["rows"]):
+            if int(i) in at:
+                for key in out:
+                    out[key][k] = measured[key][at[int(i)]]
+    return {"reference": moved["reference"], "rows": moved["rows"], **out}
+
+
+__all__ = ["reference_device", "on_device", "reference_fitter", "transfer_predict", "measured_transfer_predict",
+           "anchored_transfer"]

@@ -1,0 +1,95 @@
+"""Measured anchors: a reference GPU's own measurement of the graph a user asks about.
+
+A user's model is often one a reference GPU's labels measured (a timm or torchvision network):
+then the measurement itself says how far above its roofline floor the graph runs there, with no
+regressor error. Reference transfer (:mod:`trappm_ray.model.transfer`) moves that measured / floor
+ratio, at the labeled batch nearest the request, to the asked GPU. On the RTX 4090 held out, moving
+the RTX 3090's measurements missed by 12.5% MAPE against 18.5% for moving its predictor's answers
+(``docs/devices.md``).
+
+A graph is recognized by :func:`fingerprint`: its operators, edges and per-node parameter counts,
+which the batch size and the input resolution leave unchanged; the resolution is part of the key.
+Checkpoint variants of one architecture (``convnext_tiny`` and ``convnext_tiny_in22ft1k``) share a
+fingerprint, as they share their graph. A file exported differently (another exporter or opset)
+does not match and gets the predictor's answer.
+"""
+from __future__ import annotations
+
+import hashlib
+import math
+from pathlib import Path
+
+import numpy as np
+import pyarrow as pa
+import pyarrow.parquet as pq
+
+ANCHOR_FILE = "anchors.parquet"  # next to a predictor's manifest.json
+MAX_BATCH_RATIO = 2.0  # a measurement at a batch further from the request says less than the predictor
+COLUMNS = ("fingerprint", "resolution", "batch_size", "target", "precision", "memory_format", "optimizer",
+           "measured_ms", "ratio", "arch")
+
+
+def fingerprint(graph) -> str:
+    """16 hex digits identifying a featurized graph's structure, the same at every batch size and
+    resolution (operators, edges, per-node parameter counts)."""
+    h = hashlib.sha256("\0".join(graph.ops).encode())
+    h.update(np.ascontiguousarray(graph.edge_index, np.int64).tobytes())
+    h.update(np.ascontiguousarray(graph.params, np.float64).tobytes())
+    return h.hexdigest()[:16]
+
+
+def nearest_batch(batches, batch: int) -> int | None:
+    """Of the labeled ``batches``, the one nearest ``batch`` in ratio (the smaller on a tie),
+    None when none lies within :data:`MAX_BATCH_RATIO`."""
+    best = min(batches, key=lambda b: (abs(math.log(b / batch)), b), default=None)
+    return best if best is not None and abs(math.log(best / batch)) <= math.log(MAX_BATCH_RATIO) + 1e-9 else None
+
+
+class MeasuredAnchors:
+    """The measured label rows of one device by graph fingerprint.
+
+    Args:
+        rows: dicts with :data:`COLUMNS`: ``ratio`` = measured / the graph's roofline floor on the
+            device in that row's setting; ``optimizer`` is ``none`` for inference rows.
+        device: the label device folder they come from (named in answers).
+    """
+
+    def __init__(self, rows: list[dict], device: str):
+        self.device = device
+        self.by_key: dict[tuple, dict[int, dict]] = {}
+        for r in rows:
+            key = (r["fingerprint"], r["resolution"], r["target"], r["precision"], r["memory_format"], r["optimizer"])
+            self.by_key.setdefault(key, {})[int(r["batch_size"])] = r
+
+    def __len__(self) -> int:
+        return sum(len(v) for v in self.by_key.values())
+
+    def lookup(self, graph, target: str, setting: dict) -> dict | None:
+        """The measured row of ``graph`` (same fingerprint and resolution) for ``target`` in
+        ``setting`` (``precision``, ``memory_format``, ``optimizer`` for a training step) at the
+        labeled batch nearest the graph's, or None."""
+        optimizer = setting.get("optimizer") if target == "train_step_ms" else "none"
+        key = (fingerprint(graph), int(graph.static["resolution"]), target, setting.get("precision"),
+               setting.get("memory_format") or "nchw", optimizer)
+        found = self.by_key.get(key)
+        b = nearest_batch(found, int(graph.static["batch_size"])) if found else None
+        return None if b is None else found[b]
+
+    def save(self, directory: str | Path) -> Path:
+        path = Path(directory) / ANCHOR_FILE
+        rows = [r for by_batch in self.by_key.values() for r in by_batch.values()]
+        table = pa.table({c: [r[c] for r in rows] for c in COLUMNS})
+        pq.write_table(table.replace_schema_metadata({"device": self.device}), path, compression="zstd")
+        return path
+
+    @classmethod
+    def load(cls, directory: str | Path) -> MeasuredAnchors | None:
+        """The anchors stored beside a predictor, None where it has none."""
+        path = Path(directory) / ANCHOR_FILE
+        if not path.exists():
+            return None
+        table = pq.read_table(path)
+        return cls(table.to_pylist(), (table.schema.metadata or {}).get(b"device", b"").decode())
+
+
+__all__ = ["ANCHOR_FILE", "MAX_BATCH_RATIO", "COLUMNS", "fingerprint", "nearest_batch", "MeasuredAnchors"]
