@@ -141,6 +141,39 @@ def test_gpus_without_labels_take_the_reference_transfer():
     assert fp32["train_step_ms"] > 0
 
 
+def test_a_graph_the_reference_measured_moves_that_measurement():
+    """Reference transfer with anchors: the measured / floor ratio of the same graph at a batch
+    within 2x replaces the reference predictor's answer, for that target and setting only."""
+    import math
+
+    from trappm_ray import devices
+    from trappm_ray.model.anchors import MeasuredAnchors, fingerprint
+    from trappm_ray.model.device_features import KERNELS_COL, roofline_features, settings
+    from trappm_ray.model.spec_model import SpecPredictor
+    from trappm_ray.model.transfer import transfer_ms
+
+    R._LOADED.clear()
+    ref = R.load_predictor(None, "rtx3090")
+    graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
+    anchors = MeasuredAnchors([{"fingerprint": fingerprint(graph), "resolution": int(graph.static["resolution"]),
+                                "batch_size": 128, "target": "inference_ms", "precision": "amp-fp16",
+                                "memory_format": "nchw", "optimizer": "none", "measured_ms": 1.0, "ratio": 7.0,
+                                "arch": "tiny"}], "rtx3090-amp")
+    spec = devices.get("h100-sxm5-80gb")
+    h100 = SpecPredictor(R.spec_model(), spec, reference=ref, anchors=anchors)
+    assert "rtx3090-amp labels measured" in h100.manifest["device"]["note"]
+    s = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw", "interval_z": 1.96}
+    got = h100.predict_graphs([graph], [s])[0]
+    plain = SpecPredictor(R.spec_model(), spec, reference=ref).predict_graphs([graph], [s])[0]
+    here = roofline_features(graph, spec, "amp-fp16", "infer", "none", settings(False, "amp-fp16"))
+    there = roofline_features(graph, devices.get("rtx3090"), "amp-fp16", "infer", "none", settings(False, "amp-fp16"))
+    want = transfer_ms(7.0 * there[0], here[0], there[0], math.exp(here[1][KERNELS_COL]), "infer")
+    assert got["inference_ms"] == pytest.approx(want) and got["inference_ms_measured_batch"] == 128
+    assert got["train_step_ms"] == pytest.approx(plain["train_step_ms"]) and "train_step_ms_measured_batch" not in got
+    nhwc = h100.predict_graphs([graph], [{**s, "memory_format": "nhwc"}])[0]
+    assert "inference_ms_measured_batch" not in nhwc
+
+
 def test_a_transferred_step_below_the_reference_labels_is_rebuilt_as_the_reference_rebuilds_its_own():
     """resnet10t at 64 px on a user's L4: below the RTX 3090's labeled workloads its raw answer is
     an extrapolation the RTX 3090's own predictions never give (they are rebuilt from an anchor

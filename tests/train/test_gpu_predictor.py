@@ -7,6 +7,7 @@ from tests.onnx_builders import cnn_model, transformer_block
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model import predictor as P
+from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.roofline_inputs import static_input
 from trappm_ray.train.gpu_predictor import GpuPredictorConfig, run_setting, train_gpu_predictor
 
@@ -64,6 +65,15 @@ def test_ship_copies_a_validated_predictor(trained, tmp_path):
 
     dest = ship(trained["uri"], tmp_path / "test-gpu-amp")
     assert P.Predictor.load(dest).manifest["weights_sha256"] == P.Predictor.load(trained["uri"]).manifest["weights_sha256"]
+    assert len(MeasuredAnchors.load(dest)) == trained["anchors"]
+
+
+def test_stores_the_measurements_by_graph_beside_the_networks(trained):
+    anchors = MeasuredAnchors.load(trained["uri"])
+    assert len(anchors) == trained["anchors"] > 0 and anchors.device == "test-gpu-amp"
+    rows = [r for by_batch in anchors.by_key.values() for r in by_batch.values()]
+    assert {r["target"] for r in rows} == {"train_step_ms", "inference_ms"}
+    assert all(r["ratio"] > 0 and r["measured_ms"] > 0 for r in rows)
 
 
 def test_auxiliary_rows_never_include_a_held_architecture():

@@ -21,7 +21,10 @@ from pathlib import Path
 
 import numpy as np
 import pyarrow as pa
-import pyarrow.parquet as pq
+
+from trappm_ray import storage
+from trappm_ray.graph.rows import row_to_graph
+from trappm_ray.model.device_features import SETTING_COLS
 
 ANCHOR_FILE = "anchors.parquet"  # next to a predictor's manifest.json
 MAX_BATCH_RATIO = 2.0  # a measurement at a batch further from the request says less than the predictor
@@ -75,21 +78,42 @@ class MeasuredAnchors:
         b = nearest_batch(found, int(graph.static["batch_size"])) if found else None
         return None if b is None else found[b]
 
-    def save(self, directory: str | Path) -> Path:
-        path = Path(directory) / ANCHOR_FILE
+    def save(self, uri: str) -> str:
+        """Write the rows as ``<uri>/anchors.parquet`` (a predictor's directory, local or ``s3://``)."""
         rows = [r for by_batch in self.by_key.values() for r in by_batch.values()]
         table = pa.table({c: [r[c] for r in rows] for c in COLUMNS})
-        pq.write_table(table.replace_schema_metadata({"device": self.device}), path, compression="zstd")
+        path = storage.join(str(uri), ANCHOR_FILE)
+        storage.write_table(table.replace_schema_metadata({"device": self.device}), path)
         return path
 
     @classmethod
-    def load(cls, directory: str | Path) -> MeasuredAnchors | None:
-        """The anchors stored beside a predictor, None where it has none."""
-        path = Path(directory) / ANCHOR_FILE
-        if not path.exists():
+    def load(cls, uri: str | Path) -> MeasuredAnchors | None:
+        """The anchors stored in a predictor's directory, None where it has none."""
+        path = storage.join(str(uri), ANCHOR_FILE)
+        if not storage.exists(path):
             return None
-        table = pq.read_table(path)
+        table = storage.read_table(path)
         return cls(table.to_pylist(), (table.schema.metadata or {}).get(b"device", b"").decode())
 
 
-__all__ = ["ANCHOR_FILE", "MAX_BATCH_RATIO", "COLUMNS", "fingerprint", "nearest_batch", "MeasuredAnchors"]
+def from_examples(ex: list[dict], index: dict, device: str) -> MeasuredAnchors:
+    """The eager (not compiled) rows of ``ex`` (:func:`trappm_ray.train.gpu_examples.examples` of
+    one device) as anchors; ``index``: their graph rows by (arch, resolution, batch size)."""
+    prints: dict[tuple, str] = {}
+    rows = []
+    for e in ex:
+        arch, res, bs, _, precision, mode, optimizer, _, compiled = e["rkey"]
+        if compiled:
+            continue
+        if (arch, res, bs) not in prints:
+            prints[(arch, res, bs)] = fingerprint(row_to_graph(index[(arch, res, bs)]))
+        rows.append({"fingerprint": prints[(arch, res, bs)], "resolution": int(res), "batch_size": int(bs),
+                     "target": e["target"], "precision": precision,
+                     "memory_format": "nhwc" if e["setting"][SETTING_COLS.index("nhwc")] else "nchw",
+                     "optimizer": optimizer if mode == "train" else "none",
+                     "measured_ms": float(e["measured"]), "ratio": float(e["measured"] / e["floor"]), "arch": arch})
+    return MeasuredAnchors(rows, device)
+
+
+__all__ = ["ANCHOR_FILE", "MAX_BATCH_RATIO", "COLUMNS", "fingerprint", "nearest_batch", "MeasuredAnchors",
+           "from_examples"]

@@ -180,11 +180,14 @@ class SpecPredictor:
         user_spec: the spec came from a user's file (its name proves nothing about labels).
         reference: a shipped GPU predictor whose answers transfer to this device
             (:mod:`trappm_ray.model.transfer`), for the targets the device has few rows of.
+        anchors: the reference device's measurements by graph (:mod:`trappm_ray.model.anchors`),
+            moved instead of the reference's answer for a graph they hold.
     """
 
     feature_set = "v2"
 
-    def __init__(self, model: SpecModel, spec: devices.DeviceSpec, user_spec: bool = False, reference=None):
+    def __init__(self, model: SpecModel, spec: devices.DeviceSpec, user_spec: bool = False, reference=None,
+                 anchors=None):
         self.model, self.spec = model, spec
         m = model.manifest
         rows = (m.get("data") or {}).get("rows_per_device") or {}
@@ -193,6 +196,7 @@ class SpecPredictor:
         spec_only = user_spec or not rows.get(spec.slug)
         self.moved = tuple(t for t in m["targets"] if user_spec or own_rows(m, spec.slug, t) < OWN_ROWS)
         self.reference = reference if self.moved else None
+        self.anchors = anchors if self.reference is not None else None
         note = device_note(m, spec.slug, user_spec)
         if self.reference is not None:
             ref = self.reference.manifest
@@ -200,6 +204,9 @@ class SpecPredictor:
             note = (f"{note}. In the setting the {ref['name']} predictor was trained on ({opts}), "
                     f"{', '.join(self.moved)} are its answer on its GPU x this GPU's roofline floor / that "
                     f"GPU's (reference transfer)")
+            if self.anchors is not None:
+                note += (f"; for a graph the {self.anchors.device} labels measured (same operators, edges and "
+                         f"parameters, a batch within 2x), that measurement / its floor instead of the answer")
         self.manifest = {**m, "name": f"{KIND}:{tag}",
                          "device": {"slug": spec.slug, "name": spec.name, "kind": spec.kind, "spec": spec.slug,
                                     "spec_based": True, "spec_source": "json" if user_spec else "spec table",
@@ -245,7 +252,8 @@ class SpecPredictor:
                 if f is None:
                     raise errors.UnsupportedOption(f"{self.spec.slug} has no roofline at {s['precision']}")
                 found[target].append(f)
-        moved = transferred_ms(self.reference, self.spec, list(graphs), settings_list, self.moved, found) \
+        moved = transferred_ms(self.reference, self.spec, list(graphs), settings_list, self.moved, found,
+                               self.anchors) \
             if self.reference is not None else [{} for _ in graphs]
         rows: list[dict] = [{} for _ in graphs]
         for target, mode in modes:
@@ -260,8 +268,7 @@ class SpecPredictor:
                             f"{target}_high": value * math.exp(max(hi, 0.0)), f"{target}_floor": floor,
                             f"{target}_kernels": round(math.exp(x[KERNELS_COL])),
                             f"{target}_std": value * (hi95 - lo95) / (2 * 1.96)})
-                if f"{target}_edge_us" in m:
-                    row[f"{target}_edge_us"] = m[f"{target}_edge_us"]
+                row.update({k: m[k] for k in (f"{target}_edge_us", f"{target}_measured_batch") if k in m})
         return rows
 
 

@@ -17,7 +17,9 @@ the reference's own answer. Below the reference's labeled workloads (its launch 
 reference's raw answer is an extrapolation its own predictions never give: each transferred row
 carries that edge in this device's units (``<target>_edge_us``, the reference's edge x the floor
 ratio), so the answer there is rebuilt from an anchor inside the reference's labels, as the
-reference's own answer is (:mod:`trappm_ray.serving.batch_envelope`).
+reference's own answer is (:mod:`trappm_ray.serving.batch_envelope`). Where the reference's labels
+measured the very graph asked about, its measurement is moved instead of its predictor's answer
+(:mod:`trappm_ray.model.anchors`).
 """
 from __future__ import annotations
 
@@ -26,6 +28,7 @@ import math
 import numpy as np
 
 from trappm_ray import devices
+from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.device_features import KERNELS_COL
 from trappm_ray.model.launch import LEAST_HOST_US_PER_KERNEL
 from trappm_ray.model.options import trained_options
@@ -71,7 +74,8 @@ def covers(reference_manifest: dict, setting: dict, mode: str) -> bool:
 
 def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_list: list[dict],
                    targets: tuple[str, ...] = ("train_step_ms", "inference_ms"),
-                   here: dict[str, list] | None = None) -> list[dict[str, float]]:
+                   here: dict[str, list] | None = None, anchors: MeasuredAnchors | None = None
+                   ) -> list[dict[str, float]]:
     """Per graph, ``{target: ms}`` on ``spec`` by reference transfer, for the ``targets`` and
     settings the reference covers (others absent), and ``{target}_edge_us``: the reference's lower
     workload edge (floor per kernel) moved to ``spec`` by the same floor ratio. Never below
@@ -83,6 +87,9 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
         settings_list: per graph the resolved options (``precision``, ``optimizer``, ``memory_format``).
         here: per target, the graphs' :func:`~trappm_ray.model.roofline_inputs.static_input` on
             ``spec`` where the caller has them already (computed otherwise).
+        anchors: the reference device's measurements (:mod:`trappm_ray.model.anchors`): a graph
+            they hold (at a batch within 2x) moves its measured / floor ratio instead of the
+            reference's answer, and its row carries ``{target}_measured_batch``.
     """
     ref_spec = devices.get(reference.manifest["device"]["spec"])
     edges = {t: p["floor_us_per_kernel_p05"] for t, p in (reference.manifest.get("launch") or {}).items()}
@@ -103,8 +110,12 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
             there = static_input(graphs[i], ref_spec, s, mode, EAGER_TORCH2)
             if on_spec is None or there is None:
                 continue
-            out[i][target] = transfer_ms(ref_row[target], on_spec[0], there[0],
-                                         math.exp(on_spec[1][KERNELS_COL]), mode)
+            ref_ms = ref_row[target]
+            measured = anchors.lookup(graphs[i], target, s) if anchors is not None else None
+            if measured is not None:
+                ref_ms = measured["ratio"] * there[0]
+                out[i][f"{target}_measured_batch"] = measured["batch_size"]
+            out[i][target] = transfer_ms(ref_ms, on_spec[0], there[0], math.exp(on_spec[1][KERNELS_COL]), mode)
             if target in edges and there[0] > 0:
                 out[i][f"{target}_edge_us"] = edges[target] * on_spec[0] / there[0]
     return out

@@ -223,6 +223,9 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
         p.memory_terms = m["terms"]
     if device.get("note"):  # what the times rest on (spec-based, transferred), and their error
         p.notes.append(device["note"])
+    p.notes += [f"{t}: this graph was measured on {device.get('reference') or 'the reference GPU'} at batch "
+                f"{int(row[f'{t}_measured_batch'])}; that measurement, moved by the roofline floors, answers"
+                for t in REPORTED if f"{t}_measured_batch" in row]
     if predictor.manifest.get("intervals"):  # split-conformal bands (GPU predictors)
         p.interval = f"{predictor.manifest['intervals']}, at the coverage of +-interval_z sd"
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(

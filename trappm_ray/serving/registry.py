@@ -12,6 +12,7 @@ import os
 from pathlib import Path
 
 from trappm_ray import devices, errors, storage
+from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, device_of, load_default,
                                         model_version, names_device)
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
@@ -64,6 +65,17 @@ def reference_for(spec: devices.DeviceSpec) -> Predictor | None:
     return None if path is None else load_predictor(str(path))
 
 
+def reference_anchors(spec: devices.DeviceSpec) -> MeasuredAnchors | None:
+    """The measurements stored beside :func:`reference_path`'s predictor, loaded (once)."""
+    path = reference_path(spec)
+    if path is None:
+        return None
+    key = f"anchors:{path}"
+    if key not in _LOADED:
+        _LOADED[key] = MeasuredAnchors.load(path)
+    return _LOADED[key]
+
+
 def for_spec(spec: devices.DeviceSpec, user_spec: bool = False, uri: str | Path | None = None) -> SpecPredictor:
     """The spec-based predictor (at ``uri``; None: shipped) bound to ``spec``, with its
     reference predictor; refuses CPUs."""
@@ -72,10 +84,11 @@ def for_spec(spec: devices.DeviceSpec, user_spec: bool = False, uri: str | Path 
         raise PredictorError(f"{spec.slug} is a CPU with no shipped predictor; the spec-based predictor "
                              "covers GPUs only")
     if user_spec:  # a user's file may change between calls: bound afresh (the model stays cached)
-        return SpecPredictor(spec_model(uri), spec, user_spec, reference_for(spec))
+        return SpecPredictor(spec_model(uri), spec, user_spec, reference_for(spec), reference_anchors(spec))
     key = f"spec:{uri}:{spec.slug}"
     if key not in _LOADED:
-        _LOADED[key] = SpecPredictor(spec_model(uri), spec, reference=reference_for(spec))
+        _LOADED[key] = SpecPredictor(spec_model(uri), spec, reference=reference_for(spec),
+                                     anchors=reference_anchors(spec))
     return _LOADED[key]
 
 
@@ -263,5 +276,5 @@ def device_catalog() -> list[dict]:
     return out
 
 
-__all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "for_spec", "spec_predictor",
-           "predictor_for", "settled", "for_text", "device_catalog", "completed", "filled_by_spec"]
+__all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "reference_anchors", "for_spec",
+           "spec_predictor", "predictor_for", "settled", "for_text", "device_catalog", "completed", "filled_by_spec"]

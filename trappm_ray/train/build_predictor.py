@@ -16,6 +16,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
+from trappm_ray.model.anchors import ANCHOR_FILE
 from trappm_ray.model import predictor as P
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.options import label_options
@@ -197,8 +198,9 @@ def ship(uri: str, dest: Path = P.DEFAULT_DIR) -> str:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for name in ("manifest.json", "weights.pt"):
-        (dest / name).write_bytes(storage.read_bytes(storage.join(uri, name)))
+    for name in ("manifest.json", "weights.pt", ANCHOR_FILE):
+        if name != ANCHOR_FILE or storage.exists(storage.join(uri, name)):  # measurements: GPU predictors only
+            (dest / name).write_bytes(storage.read_bytes(storage.join(uri, name)))
     return str(dest)
 
 

@@ -7,6 +7,9 @@ features + per-node roofline terms, the device-aware static vector, target log(m
 On the GPU evaluation's held-out architectures and families it beats the recipe of the CPU
 predictor by 5-11 MAPE points (``docs/results-gpu.md``, ``gnn`` vs ``encoder-recipe``).
 
+Beside the networks it stores the device's measurements by graph fingerprint
+(:mod:`trappm_ray.model.anchors`), which reference transfer moves for a graph they hold.
+
 Every target x seed is one Ray task. Each seed holds out 15% of the architectures (per family)
 to stop on; their residuals, pooled over seeds, make the split-conformal interval, so it
 describes the error on an architecture the predictor never saw.
@@ -26,6 +29,7 @@ from trappm_ray.graph.features import V2_STATIC
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model import launch
 from trappm_ray.model import predictor as P
+from trappm_ray.model.anchors import from_examples
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.options import label_options
@@ -170,9 +174,12 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
         held_mape[target] = float(np.mean([results[(target, s)]["val_mape"] for s in cfg.seeds]))
     manifest = manifest_of(cfg, ex, targets, recipe, residuals, held_mape)
     uri = P.register(P.Predictor(manifest, None, heads, scalers), cfg.registry, cfg.name or cfg.device)
+    anchors = from_examples(ex, index, cfg.device)  # what transfer to a GPU without labels moves
+    anchors.save(uri)
     if cfg.ship:
         ship(uri, P.DEFAULT_DIR.parent / cfg.device)
-    return {"uri": uri, "device": cfg.device, "examples": counts, "held_out_arch_mape": held_mape,
+    return {"uri": uri, "device": cfg.device, "examples": counts, "anchors": len(anchors),
+            "held_out_arch_mape": held_mape,
             "task_seconds": {f"{t}/{s}": round(r["seconds"], 1) for (t, s), r in results.items()},
             "wall_s": round(time.perf_counter() - t0, 1)}
 
