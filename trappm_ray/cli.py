@@ -223,7 +223,8 @@ def cmd_devices(args: argparse.Namespace) -> int:
               f"{len(spec_info['trained_on']['devices'])} devices ({', '.join(spec_info['trained_on']['devices'])});"
               f"\n  leave-one-device-out MAPE, mean over held-out devices: {err};"
               f"\n  'transfer': in its reference predictor's setting, these targets are that predictor's answer x "
-              f"the ratio of roofline floors (docs/predict.md)")
+              f"the ratio of roofline floors, or, for a graph that predictor's labels measured (same operators, "
+              f"edges and parameters, a batch within 2x), that measurement x the same ratio (docs/predict.md)")
     print(f"\ndevice spec table ({len(specs)} devices, data/devices.csv; predictor, GPU/MIG fit, roofline):")
     for d in specs:
         mig = f"MIG {' '.join(d['mig_profiles'])}" if d["mig_profiles"] else ""

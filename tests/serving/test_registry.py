@@ -5,7 +5,7 @@ import pytest
 
 import onnx_builders as B
 from spec_builders import train_tiny
-from trappm_ray import errors
+from trappm_ray import devices, errors
 from trappm_ray.model.predictor import Predictor, PredictorError
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.serving import api as P
@@ -114,7 +114,6 @@ def test_gpus_without_labels_take_the_reference_transfer():
     transfers it from the RTX 3090's."""
     import math
 
-    from trappm_ray import devices
     from trappm_ray.model.device_features import KERNELS_COL, roofline_features, settings
     from trappm_ray.model.transfer import transfer_ms
 
@@ -146,10 +145,8 @@ def test_a_graph_the_reference_measured_moves_that_measurement():
     within 2x replaces the reference predictor's answer, for that target and setting only."""
     import math
 
-    from trappm_ray import devices
     from trappm_ray.model.anchors import MeasuredAnchors, fingerprint
     from trappm_ray.model.device_features import KERNELS_COL, roofline_features, settings
-    from trappm_ray.model.spec_model import SpecPredictor
     from trappm_ray.model.transfer import transfer_ms
 
     R._LOADED.clear()
@@ -299,3 +296,23 @@ def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
     own = R.SpecPredictor(rtx4090.model, rtx4090.spec)  # no reference
     answered, alone = (p.predict_graphs([graph])[0]["train_step_ms"] for p in (rtx4090, own))
     assert answered == pytest.approx(alone)
+
+
+def test_a_model_the_rtx3090_measured_is_answered_from_that_measurement_on_a_gpu_without_labels():
+    """The shipped RTX 3090 predictor carries its measurements: resnet10t at 176 px, batch 512,
+    is one of them, so on an H100 the step is that measurement's ratio to its floor times the
+    H100's floor; 16x off the measured batch the predictor answers."""
+    from trappm_ray.model.anchors import MeasuredAnchors
+
+    R._LOADED.clear()
+    anchors = MeasuredAnchors.load(R.reference_path(devices.get("h100-sxm5-80gb")))
+    proto = P.read_model(open("data/sample/onnx/resnet10t@64.onnx", "rb").read())
+    graph = P.featurize_with(proto, P.PredictOptions(batch_size=512, resolution=176))
+    setting = {"precision": "amp-fp16", "memory_format": "nchw", "optimizer": "sgd-momentum"}
+    measured = anchors.lookup(graph, "train_step_ms", setting)
+    assert measured["arch"] == "resnet10t" and measured["batch_size"] == 512
+    got = P.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=512, resolution=176, device="h100-sxm5-80gb")
+    assert got.train_step_ms.value == pytest.approx(measured["ratio"] * got.floors["train_step_ms"], rel=1e-6)
+    assert any("measured on rtx3090-amp at batch 512" in n for n in got.notes)
+    far = P.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=32, resolution=176, device="h100-sxm5-80gb")
+    assert not any("measured on" in n for n in far.notes)
