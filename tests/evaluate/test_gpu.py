@@ -131,14 +131,17 @@ def test_lodo_scores_the_rows_in_settings_other_devices_share():
     assert lodo["rtx4090"]["roofline"]["n_test"] == len(b)
 
 
-def test_ensembles_average_and_take_the_median_in_log_space():
+def test_ensembles_average_the_members_near_their_median_and_take_the_median_in_log_space():
     from trappm_ray.evaluate.gpu import ensemble
 
     ex = [{"measured": 4.0, "floor": 1.0} for _ in range(4)]
     val, test = np.array([0, 1]), np.array([2, 3])
     fits = {m: {"val_raw": np.array([v, v]), "raw": np.array([v, v])}
-            for m, v in (("xgboost", 2.0), ("mlp", 4.0), ("gnn", 400.0), ("roofline", 1.0))}
-    out = ensemble(ex, val, test, fits)  # roofline is no member
-    assert out["ensemble"]["pred"] == pytest.approx([3200 ** (1 / 3)] * 2)  # (2 x 4 x 400)^(1/3)
-    assert out["ensemble-median"]["pred"] == pytest.approx([4.0, 4.0])  # the outlier moves it least
+            for m, v in (("xgboost", 2.5), ("mlp", 4.0), ("gnn", 400.0), ("roofline", 1.0))}
+    out = ensemble(ex, val, test, fits)  # roofline is no member; gnn is 100x off the median: left out
+    assert out["ensemble"]["pred"] == pytest.approx([10 ** (1 / 2)] * 2)  # (2.5 x 4)^(1/2)
+    assert out["ensemble-median"]["pred"] == pytest.approx([4.0, 4.0])
+    fits["gnn"] = {"val_raw": np.array([7.0, 7.0]), "raw": np.array([7.0, 700.0])}  # within 2x of 4: kept
+    out = ensemble(ex, val, test, fits)
+    assert out["ensemble"]["pred"] == pytest.approx([70 ** (1 / 3), 10 ** (1 / 2)])
     assert ensemble(ex, val, test, {"xgboost": fits["xgboost"]}) == {}

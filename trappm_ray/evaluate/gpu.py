@@ -34,6 +34,7 @@ log = logging.getLogger(__name__)
 
 MODELS = ("roofline", "roofline-eff", "xgboost", "xgboost-rel", "mlp")
 ENSEMBLED = ("xgboost", "xgboost-rel", "mlp", "gnn")  # averaged in log space as ``ensemble``
+AGREE = 2.0  # an ensemble member further than this factor from the members' median sits that row out
 # xgboost-rel: the spec-based predictor's feature design (trappm_ray/model/spec_model.py)
 SPEC_VARIANT = "relative"
 
@@ -126,19 +127,22 @@ def _banded(meas: np.ndarray, floor: np.ndarray, val, test, raw: np.ndarray) -> 
 
 
 def ensemble(ex: list[dict], val, test, fits: dict) -> dict:
-    """The geometric mean of the learned models' fits (``ENSEMBLED`` among ``fits``), and their
-    median (``ensemble-median``: one member far off, a graph network extrapolating on an unseen
-    family, moves it least), each banded from its own validation residuals; empty without at
-    least two of them."""
+    """Per row, the geometric mean of the learned models' fits (``ENSEMBLED`` among ``fits``)
+    within :data:`AGREE` of their median (a member extrapolating far off, an MLP on an unseen
+    device, is left out of that row), and their median (``ensemble-median``), each banded from
+    its own validation residuals; empty without at least two of them."""
     members = [f for m, f in fits.items() if m in ENSEMBLED]
     if len(members) < 2:
         return {}
     meas = np.array([e["measured"] for e in ex])
     floor = np.array([e["floor"] for e in ex])
     logs = np.log([np.r_[f["val_raw"], f["raw"]] for f in members])
+    med = np.median(logs, 0)
+    near = np.abs(logs - med) <= math.log(AGREE)
+    mean = np.where(near.any(0), (logs * near).sum(0) / np.maximum(near.sum(0), 1), med)
     val, test = np.asarray(val, int), np.asarray(test, int)
-    return {"ensemble": _banded(meas, floor, val, test, np.exp(logs.mean(0))),
-            "ensemble-median": _banded(meas, floor, val, test, np.exp(np.median(logs, 0)))}
+    return {"ensemble": _banded(meas, floor, val, test, np.exp(mean)),
+            "ensemble-median": _banded(meas, floor, val, test, np.exp(med))}
 
 
 def _metrics(ex: list[dict], folds: list[tuple[np.ndarray, dict]]) -> dict:
