@@ -36,7 +36,7 @@ from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.serving import registry
 
-CHUNK = 200  # graph rows in memory at once (the whole graph file takes ~10 GB)
+CHUNK = 100  # graph rows in memory at once (the whole graph file takes ~10 GB)
 
 
 def eager_rows(labels: str, target: str, max_rows: int) -> list[dict]:

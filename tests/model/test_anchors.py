@@ -50,17 +50,21 @@ def test_lookup_matches_fingerprint_resolution_target_and_setting(tmp_path):
     assert MeasuredAnchors.load(tmp_path / "none") is None
 
 
-def test_from_examples_keeps_eager_rows_with_their_ratio_to_the_floor():
+def test_from_examples_keeps_the_rows_of_the_predictors_setting_with_their_ratio_to_the_floor():
     g = featurize(B.cnn_model(), batch_size=32)
     res = int(g.static["resolution"])
     index = {("tiny", res, 32): graph_to_row(g, arch="tiny", family="t")}
     setting = dict.fromkeys(SETTING_COLS, 0.0)
-    ex = [{"rkey": ("tiny", res, 32, "rtx3090", "amp-fp16", mode, opt, 1, compiled), "target": target,
+    ex = [{"rkey": ("tiny", res, 32, "rtx3090", "amp-fp16", mode, opt, torch2, compiled), "target": target,
            "measured": 6.0, "floor": 2.0, "setting": tuple(setting.values())}
-          for mode, opt, target, compiled in (("infer", "sgd-momentum", "inference_ms", 0),
-                                              ("train", "sgd-momentum", "train_step_ms", 0),
-                                              ("infer", "sgd-momentum", "inference_ms", 1))]
-    anchors = from_examples(ex, index, "rtx3090-amp")
-    assert len(anchors) == 2  # the compiled row is not an eager measurement
+          for mode, opt, target, torch2, compiled in (("infer", "sgd-momentum", "inference_ms", 1, 0),
+                                                      ("train", "sgd-momentum", "train_step_ms", 1, 0),
+                                                      ("infer", "sgd-momentum", "inference_ms", 1, 1),
+                                                      ("train", "sgd-momentum", "train_step_ms", 0, 0))]
+    run = {"inference_ms": {"torch2": 1, "compiled": 0}, "train_step_ms": {"torch2": 1, "compiled": 0}}
+    anchors = from_examples(ex, index, "rtx3090-amp", run)
+    assert len(anchors) == 2  # neither the compiled row nor the PyTorch 1 one is in the predictor's setting
+    run["train_step_ms"]["torch2"] = 0  # a predictor of PyTorch 1 steps anchors on those
+    assert from_examples(ex, index, "rtx3090-amp", run).lookup(g, "train_step_ms", SETTING) is not None
     assert anchors.lookup(g, "inference_ms", SETTING)["ratio"] == pytest.approx(3.0)
     assert anchors.lookup(g, "train_step_ms", SETTING)["arch"] == "tiny"

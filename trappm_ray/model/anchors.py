@@ -96,14 +96,24 @@ class MeasuredAnchors:
         return cls(table.to_pylist(), (table.schema.metadata or {}).get(b"device", b"").decode())
 
 
-def from_examples(ex: list[dict], index: dict, device: str) -> MeasuredAnchors:
-    """The eager (not compiled) rows of ``ex`` (:func:`trappm_ray.train.gpu_examples.examples` of
-    one device) as anchors; ``index``: their graph rows by (arch, resolution, batch size)."""
+def from_examples(ex: list[dict], index: dict, device: str, run: dict[str, dict]) -> MeasuredAnchors:
+    """The rows of ``ex`` (:func:`trappm_ray.train.gpu_examples.examples` of one device) measured
+    in the framework setting its predictor answers in, as anchors.
+
+    Args:
+        index: their graph rows by (arch, resolution, batch size).
+        run: per target the predictor's ``torch2`` and ``compiled`` flags (its manifest's ``run``).
+            A measurement in another setting moves badly: RTX 3090 inference times moved to the
+            RTX 4090's eager PyTorch 2 rows by the floor ratio missed by 40.8% MAPE where the RTX
+            3090 row was PyTorch 1 only (78 keys), 13.0% where its time averages both (200 of
+            1,201), 8.3% where PyTorch 2 only (200 of 236).
+    """
     prints: dict[tuple, str] = {}
     rows = []
     for e in ex:
-        arch, res, bs, _, precision, mode, optimizer, _, compiled = e["rkey"]
-        if compiled:
+        arch, res, bs, _, precision, mode, optimizer, torch2, compiled = e["rkey"]
+        want = run.get(e["target"])
+        if want is None or (bool(torch2), bool(compiled)) != (bool(want["torch2"]), bool(want["compiled"])):
             continue
         if (arch, res, bs) not in prints:
             prints[(arch, res, bs)] = fingerprint(row_to_graph(index[(arch, res, bs)]))

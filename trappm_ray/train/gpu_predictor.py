@@ -16,6 +16,7 @@ describes the error on an architecture the predictor never saw.
 """
 from __future__ import annotations
 
+import json
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
@@ -24,7 +25,7 @@ from datetime import datetime, timezone
 import numpy as np
 import torch
 
-from trappm_ray import devices
+from trappm_ray import devices, storage
 from trappm_ray.graph.features import V2_STATIC
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model import launch
@@ -174,7 +175,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
         held_mape[target] = float(np.mean([results[(target, s)]["val_mape"] for s in cfg.seeds]))
     manifest = manifest_of(cfg, ex, targets, recipe, residuals, held_mape)
     uri = P.register(P.Predictor(manifest, None, heads, scalers), cfg.registry, cfg.name or cfg.device)
-    anchors = from_examples(ex, index, cfg.device)  # what transfer to a GPU without labels moves
+    anchors = from_examples(ex, index, cfg.device, manifest["run"])  # what transfer to a GPU without labels moves
     anchors.save(uri)
     if cfg.ship:
         ship(uri, P.DEFAULT_DIR.parent / cfg.device)
@@ -182,6 +183,32 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
             "held_out_arch_mape": held_mape,
             "task_seconds": {f"{t}/{s}": round(r["seconds"], 1) for (t, s), r in results.items()},
             "wall_s": round(time.perf_counter() - t0, 1)}
+
+
+@dataclass
+class AnchorsConfig:
+    """Rewrite the measurements stored beside a GPU predictor (its networks untouched).
+
+    Args:
+        uri: the predictor's directory (registered or shipped, e.g.
+            ``trappm_ray/predictors/rtx3090-amp``); its manifest's ``run`` says which rows count.
+        labels, corpora, device: as :class:`GpuPredictorConfig`.
+    """
+
+    uri: str = "trappm_ray/predictors/rtx3090-amp"
+    labels: str = "data/labels"
+    corpora: tuple[str, ...] = ()
+    device: str = "rtx3090-amp"
+
+
+def write_anchors(cfg: AnchorsConfig) -> dict:
+    """Build the device's anchors (:func:`~trappm_ray.model.anchors.from_examples`) and store them
+    at ``cfg.uri``, as :func:`train_gpu_predictor` does after training."""
+    run = json.loads(storage.read_bytes(storage.join(cfg.uri, "manifest.json")))["run"]
+    index = graph_index(cfg.labels, cfg.corpora)
+    ex, _ = examples(cfg.labels, cfg.corpora, (cfg.device,), index)
+    anchors = from_examples(ex, index, cfg.device, run)
+    return {"path": anchors.save(cfg.uri), "anchors": len(anchors), "examples": len(ex)}
 
 
 def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residuals, held_mape) -> dict:
@@ -218,4 +245,5 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
     }
 
 
-__all__ = ["GpuPredictorConfig", "auxiliary_rows", "gnn_inputs", "gnn_recipe", "run_setting", "train_gpu_predictor", "manifest_of"]
+__all__ = ["GpuPredictorConfig", "AnchorsConfig", "auxiliary_rows", "gnn_inputs", "gnn_recipe", "run_setting",
+           "train_gpu_predictor", "write_anchors", "manifest_of"]
