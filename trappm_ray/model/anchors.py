@@ -104,9 +104,9 @@ def from_examples(ex: list[dict], index: dict, device: str, run: dict[str, dict]
         index: their graph rows by (arch, resolution, batch size).
         run: per target the predictor's ``torch2`` and ``compiled`` flags (its manifest's ``run``).
             A measurement in another setting moves badly: RTX 3090 inference times moved to the
-            RTX 4090's eager PyTorch 2 rows by the floor ratio missed by 40.8% MAPE where the RTX
-            3090 row was PyTorch 1 only (78 keys), 13.0% where its time averages both (200 of
-            1,201), 8.3% where PyTorch 2 only (200 of 236).
+            RTX 4090's eager rows by the floor ratio miss by 40.8% MAPE where the RTX 3090 row was
+            PyTorch 1 only (78 keys), 15.4% where its time averages PyTorch 1 and 2, 8.8% where
+            PyTorch 2 only (200 keys each; ``benchmarks/floor_ratio.py --any-torch --pairs 200``).
     """
     prints: dict[tuple, str] = {}
     rows = []
