@@ -5,7 +5,8 @@ and regenerate docs/results-gpu.md and docs/results-gpu.json.
     python jobs/evaluate_gpu.py --encoder-from trappm_ray/predictors/default   # + the CPU recipe
     python jobs/evaluate_gpu.py --slugs rtx3090-amp,rtx4090-amp --seeds 1337,1338 --models roofline,roofline-eff,xgboost
 Label rows join graphs from data/labels/graphs.parquet and --corpora (default artifacts/corpus-gpu);
-rows without a graph are counted, not used. Runs in one process (no Ray).
+rows without a graph are counted, not used. The GNN's networks (every split's at once) are Ray
+tasks on a private local cluster; everything else runs in this process.
 """
 from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate.gpu import GpuEvalConfig, run_gpu_evaluation

@@ -87,32 +87,31 @@ def _tiny_gnn_examples():
     return ex, index
 
 
-def test_gnn_variant_predicts_milliseconds_on_tiny_graphs():
-    from trappm_ray.evaluate.gpu_gnn import gnn_model
+def test_gnn_variant_predicts_milliseconds_on_tiny_graphs(ray_session):
+    from trappm_ray.evaluate.gpu_gnn import GnnModel
 
     ex, index = _tiny_gnn_examples()
-    run = gnn_model(ex, index, max_epochs=2)
+    run = GnnModel(ex, index, max_epochs=2, seeds=2)
     idx = np.arange(len(ex))
     out = run(ex, idx[::2], idx[1::2], idx, 0)
     assert out.shape == (len(ex),) and np.all(np.isfinite(out)) and np.all(out > 0)
+    # prefitted splits (one Ray fan-out) answer the same calls with the same seeded networks
+    run.prefit([(idx[::2], idx[1::2], idx, 0), (idx[1::2], idx[::2], idx[::2], 1)])
+    assert np.allclose(run(ex, idx[::2], idx[1::2], idx, 0), out)
+    assert run(ex, idx[1::2], idx[::2], idx[::2], 1).shape == (len(idx[::2]),) and not run.done
 
 
-def test_gnn_auxiliary_rows_of_held_architectures_stay_out(monkeypatch):
+def test_gnn_auxiliary_rows_of_held_architectures_stay_out():
     """The other target's rows join the training rows, except those of an architecture that is
     validated or tested on."""
-    from trappm_ray.evaluate import gpu_gnn
+    from trappm_ray.evaluate.gpu_gnn import GnnModel
 
     ex, index = _tiny_gnn_examples()
     aux = [dict(e, measured=e["measured"] / 3) for e in ex]
-    seen = []
-    real_fit = gpu_gnn.fit
-    monkeypatch.setattr(gpu_gnn, "fit", lambda data, y, emb, train, val, *a: seen.append(train) or
-                        real_fit(data, y, emb, train, val, *a))
-    run = gpu_gnn.gnn_model(ex, index, max_epochs=1, seeds=1, auxiliary=aux)
+    run = GnnModel(ex, index, max_epochs=1, seeds=1, auxiliary=aux)
     cnn0 = np.array([i for i, e in enumerate(ex) if e["arch"] == "cnn0"])
     rest = np.array([i for i, e in enumerate(ex) if e["arch"] != "cnn0"])
-    run(ex, rest[:3], rest[3:], cnn0, 0)
-    train = seen[0]
+    train = run.training_rows(rest[:3], rest[3:], cnn0)
     added = sorted(int(i) - len(ex) for i in train if i >= len(ex))
     assert added == [i for i, e in enumerate(aux) if e["arch"] not in {ex[j]["arch"] for j in np.r_[rest[3:], cnn0]}]
     assert all(aux[i]["arch"] != "cnn0" for i in added) and added

@@ -95,7 +95,7 @@ def fit_predict(ex: list[dict], train, val, test, model: str, seed: int, extra: 
     floor = np.array([e["floor"] for e in ex])
     idx = np.concatenate([val, test])
     if extra and model in extra:
-        raw = extra[model](ex, np.asarray(train), np.asarray(val if len(val) else train), idx, seed)
+        raw = extra[model](ex, *extra_args(train, val, test), seed)
     elif model == "roofline":
         raw = floor[idx]
     elif model == "roofline-eff":
@@ -115,6 +115,12 @@ def fit_predict(ex: list[dict], train, val, test, model: str, seed: int, extra: 
         out = fit(x, meas / floor, np.asarray(train), np.asarray(val if len(val) else train), seed)
         raw = out["predict"](idx) * floor[idx]
     return _banded(meas, floor, val, test, raw)
+
+
+def extra_args(train, val, test) -> tuple:
+    """``(train, val, idx)`` as :func:`fit_predict` passes them to an ``extra`` model (no
+    validation rows: the training rows validate; ``idx``: validation then test rows)."""
+    return np.asarray(train), np.asarray(val if len(val) else train), np.concatenate([val, test])
 
 
 def _banded(meas: np.ndarray, floor: np.ndarray, val, test, raw: np.ndarray) -> dict:
@@ -205,6 +211,9 @@ def evaluate_task(ex: list[dict], cfg: GpuEvalConfig, extra: dict | None = None)
         splits = [(s, t) for s, t in zip(folds, splits) if len(t[2]) and len(t[0])]
         if not splits:
             continue
+        for fn in (extra or {}).values():  # every split's networks at once, where the model can
+            if hasattr(fn, "prefit"):
+                fn.prefit([(*extra_args(tr, va, te), seed) for (seed, _), (tr, va, te) in splits])
         fits = []
         for (seed, _), (tr, va, te) in splits:
             f = {m: fit_predict(ex, tr, va, te, m, seed, extra) for m in cfg.models + tuple(extra or ())}
@@ -309,11 +318,11 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
         log.info("%s: %d rows, %d archs", key, len(sub), len({e["arch"] for e in sub}))
         extra = None
         if key in cfg.gnn_tasks:
-            from trappm_ray.evaluate.gpu_gnn import encoder_recipe_model, gnn_model  # torch_geometric only when asked
+            from trappm_ray.evaluate.gpu_gnn import GnnModel, encoder_recipe_model  # torch_geometric only when asked
             from trappm_ray.model.predictor import Predictor
 
             aux = [e for e in ex if cfg.gnn_auxiliary and e["slug"] == sub[0]["slug"] and e["target"] != sub[0]["target"]]
-            extra = {"gnn": gnn_model(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux)}
+            extra = {"gnn": GnnModel(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux)}
             if cfg.encoder_from:
                 extra["encoder-recipe"] = encoder_recipe_model(
                     sub, index, Predictor.load(cfg.encoder_from).encoder, sub[0]["target"], cfg.gnn_epochs)
@@ -333,5 +342,5 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     return report
 
 
-__all__ = ["MODELS", "ENSEMBLED", "GpuEvalConfig", "ensemble", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
+__all__ = ["MODELS", "ENSEMBLED", "GpuEvalConfig", "extra_args", "ensemble", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
            "settings_seen", "evaluate_lodo", "finite", "run_gpu_evaluation"]

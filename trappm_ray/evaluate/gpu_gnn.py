@@ -21,19 +21,23 @@ import torch
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.train.gpu_predictor import auxiliary_rows, gnn_inputs, gnn_recipe
-from trappm_ray.train.regressors import RECIPES, embed, fit, for_target, predict_rows, prepare
+from trappm_ray.train.fanout import fan_out, share_graphs
+from trappm_ray.train.regressors import RECIPES, embed, fit, fit_task, for_target, predict_rows, prepare
 
 log = logging.getLogger(__name__)
 
 
-def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60, seeds: int = 3,
-              auxiliary: list[dict] | None = None):
+class GnnModel:
     """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): fits the
     ``nnlqp`` recipe on ``ex``'s train rows (validation picks the epoch) once per seed and
     returns the mean of their ms, as a shipped predictor answers with its seed ensemble.
 
+    Every network is one Ray task (:func:`~trappm_ray.train.fanout.fan_out`); :meth:`prefit` fits
+    the networks of many splits at once, and a call whose split was prefitted returns its
+    predictions.
+
     Args:
-        ex: the task's examples (the function is only valid for this list).
+        ex: the task's examples (the model is only valid for this list).
         index: graph rows by key.
         max_epochs: epoch cap (the recipe stops 10 epochs after its best validation epoch).
         seeds: networks averaged (the shipped GPU predictors hold 3).
@@ -41,24 +45,46 @@ def gnn_model(ex: list[dict], index: dict, max_epochs: int = 60, seeds: int = 3,
             (:func:`~trappm_ray.train.gpu_predictor.auxiliary_rows`: never of an architecture
             among the validation or test rows).
     """
-    aux = list(auxiliary or [])
-    data = gnn_inputs(ex + aux, index)
-    ratio = np.array([e["measured"] / e["floor"] for e in ex + aux])
-    floor = np.array([e["floor"] for e in ex])
-    recipe = gnn_recipe(max_epochs)
-    log.info("gnn: %d examples + %d auxiliary", len(ex), len(aux))
 
-    def run(_ex, train, val, idx, seed) -> np.ndarray:
-        torch.set_num_threads(1)
-        held = {ex[i]["arch"] for i in np.r_[val, idx].astype(int)}
-        train = np.r_[train, len(ex) + auxiliary_rows(aux, held)].astype(int)
-        ratios = []
-        for k in range(seeds):
-            out = fit(data, ratio, None, train, val, recipe, seed + k)
-            ratios.append(predict_rows(out["model"], out["scaler"], data, None, idx))
-        return np.mean(ratios, 0) * floor[idx]
+    def __init__(self, ex: list[dict], index: dict, max_epochs: int = 60, seeds: int = 3,
+                 auxiliary: list[dict] | None = None):
+        self.ex, self.aux, self.seeds = ex, list(auxiliary or []), seeds
+        self.data = gnn_inputs(ex + self.aux, index)
+        self.ratio = np.array([e["measured"] / e["floor"] for e in ex + self.aux])
+        self.floor = np.array([e["floor"] for e in ex])
+        self.recipe = gnn_recipe(max_epochs)
+        self.done: dict[tuple, np.ndarray] = {}
+        log.info("gnn: %d examples + %d auxiliary", len(ex), len(self.aux))
 
-    return run
+    def training_rows(self, train, val, idx) -> np.ndarray:
+        """``train`` and the auxiliary rows of no architecture among ``val`` and ``idx`` (indices
+        into ``ex + auxiliary``)."""
+        held = {self.ex[i]["arch"] for i in np.r_[val, idx].astype(int)}
+        return np.r_[train, len(self.ex) + auxiliary_rows(self.aux, held)].astype(int)
+
+    @staticmethod
+    def _key(train, val, idx, seed) -> tuple:
+        return tuple(np.asarray(a, np.int64).tobytes() for a in (train, val, idx)) + (seed,)
+
+    def prefit(self, jobs: list[tuple]) -> None:
+        """Fit ``(train, val, idx, seed)`` splits, every seed's network one Ray task."""
+        from trappm_ray.ray_init import ensure_ray
+
+        ensure_ray(None)
+        data_ref, _ = share_graphs(self.data, None)
+        calls = {(j, k): (fit_task, (data_ref, self.ratio, None, self.training_rows(train, val, idx), val, idx,
+                                     self.recipe, seed + k), {})
+                 for j, (train, val, idx, seed) in enumerate(jobs) for k in range(self.seeds)}
+        out = fan_out(calls, "GPU evaluation GNN")
+        for j, (train, val, idx, seed) in enumerate(jobs):
+            pred = np.mean([out[(j, k)]["pred"] for k in range(self.seeds)], 0)
+            self.done[self._key(train, val, idx, seed)] = pred * self.floor[np.asarray(idx, int)]
+
+    def __call__(self, _ex, train, val, idx, seed) -> np.ndarray:
+        key = self._key(train, val, idx, seed)
+        if key not in self.done:
+            self.prefit([(train, val, idx, seed)])
+        return self.done.pop(key)
 
 
 def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):
@@ -91,4 +117,4 @@ def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_
     return run
 
 
-__all__ = ["gnn_model", "encoder_recipe_model"]
+__all__ = ["GnnModel", "encoder_recipe_model"]
