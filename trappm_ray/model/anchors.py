@@ -3,9 +3,9 @@
 A user's model is often one a reference GPU's labels measured (a timm or torchvision network):
 then the measurement itself says how far above its roofline floor the graph runs there, with no
 regressor error. Reference transfer (:mod:`trappm_ray.model.transfer`) moves that measured / floor
-ratio, at the labeled batch nearest the request, to the asked GPU. On the RTX 4090 held out, moving
-the RTX 3090's measurements missed by 12.5% MAPE against 18.5% for moving its predictor's answers
-(``docs/devices.md``).
+ratio, at the labeled batch nearest the request, to the asked GPU. The RTX 4090 given as an unseen
+GPU: its 2,841 eager inference rows 13.4% MAPE from the RTX 3090 with these anchors, 19.1% from the
+RTX 3090 predictor's answers alone (``benchmarks/unseen_gpu.py``, ``docs/devices.md``).
 
 A graph is recognized by :func:`fingerprint`: its operators, edges and per-node parameter counts,
 which the batch size and the input resolution leave unchanged; the resolution is part of the key.
