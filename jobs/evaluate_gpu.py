@@ -1,7 +1,7 @@
 """Evaluate step time and inference latency on the public GPU labels against the roofline floor
 and regenerate docs/results-gpu.md and docs/results-gpu.json.
 
-    python jobs/evaluate_gpu.py                  # ~50 min on 2 cores, ~17 GB: run it alone
+    python jobs/evaluate_gpu.py                  # ~80 min on 2 cores, ~14 GB: run it alone
     python jobs/evaluate_gpu.py --encoder-from trappm_ray/predictors/default   # + the CPU recipe
     python jobs/evaluate_gpu.py --slugs rtx3090-amp,rtx4090-amp --seeds 1337,1338 --models roofline,roofline-eff,xgboost
 Label rows join graphs from data/labels/graphs.parquet and --corpora (default artifacts/corpus-gpu);
