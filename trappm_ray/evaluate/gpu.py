@@ -330,10 +330,10 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
                       "families": len({e["family"] for e in sub}), "measured_below_floor": float(np.mean([e["measured"] < e["floor"] for e in sub])),
                       "splits": evaluate_task(sub, cfg, extra)}
     inf = [e for e in ex if e["target"] == "inference_ms"]
-    report = {"meta": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
+    lodo = {"rows": len(inf), "devices": evaluate_lodo(inf, cfg, index)}
+    report = {"meta": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # when it ended
                        "config": asdict(cfg), "rows": counts},
-              "floor_check": floor_check(ex), "tasks": tasks,
-              "lodo_inference": {"rows": len(inf), "devices": evaluate_lodo(inf, cfg, index)}}
+              "floor_check": floor_check(ex), "tasks": tasks, "lodo_inference": lodo}
     report["meta"]["wall_s"] = round(time.time() - t0, 1)
     with open(cfg.out_json, "w", encoding="utf-8") as fh:
         json.dump(finite(report), fh, indent=1, sort_keys=True)
