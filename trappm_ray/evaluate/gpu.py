@@ -331,7 +331,8 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
                       "splits": evaluate_task(sub, cfg, extra)}
     inf = [e for e in ex if e["target"] == "inference_ms"]
     lodo = {"rows": len(inf), "devices": evaluate_lodo(inf, cfg, index)}
-    report = {"meta": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),  # after LODO: dates the whole report
+    # stamped after leave-one-device-out, so that it dates the whole report
+    report = {"meta": {"created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
                        "config": asdict(cfg), "rows": counts},
               "floor_check": floor_check(ex), "tasks": tasks, "lodo_inference": lodo}
     report["meta"]["wall_s"] = round(time.time() - t0, 1)
