@@ -98,7 +98,12 @@ def test_gnn_variant_predicts_milliseconds_on_tiny_graphs(ray_session):
     # prefitted splits (one Ray fan-out) answer the same calls with the same seeded networks
     run.prefit([(idx[::2], idx[1::2], idx, 0), (idx[1::2], idx[::2], idx[::2], 1)])
     assert np.allclose(run(ex, idx[::2], idx[1::2], idx, 0), out)
-    assert run(ex, idx[1::2], idx[::2], idx[::2], 1).shape == (len(idx[::2]),) and not run.done
+    assert run(ex, idx[1::2], idx[::2], idx[::2], 1).shape == (len(idx[::2]),)
+    # the networks alone (the ablation row) from the same fit, after which nothing is held
+    alone = run.alone(ex, idx[1::2], idx[::2], idx[::2], 1)
+    assert alone.shape == (len(idx[::2]),) and np.all(alone > 0)
+    assert run.alone(ex, idx[::2], idx[1::2], idx, 0).shape == out.shape and not run.done
+    assert [label for label, _ in run.weights] == ["", "", ""] and all(0 <= w <= 1 for _, w in run.weights)
 
 
 def test_gnn_auxiliary_rows_of_held_architectures_stay_out():

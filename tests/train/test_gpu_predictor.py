@@ -54,6 +54,31 @@ def test_predictions_respect_the_floor_and_carry_a_band(trained):
     assert wide["train_step_ms_high"] >= rows[0]["train_step_ms_high"]
 
 
+def test_answers_blend_each_network_with_its_static_mlp(trained):
+    import numpy as np
+    import torch
+    from torch_geometric.data import Batch
+
+    from trappm_ray.model.roofline_inputs import node_data, with_static
+    from trappm_ray.model.static_mlp import WEIGHTS
+
+    pred = P.Predictor.load(trained["uri"])
+    blend = pred.manifest["blend"]
+    assert set(blend["weights"]) == set(pred.targets) and all(w in WEIGHTS for w in blend["weights"].values())
+    assert trained["gnn_share"] == blend["weights"] and len(pred.mlps["train_step_ms"]) == 2
+    graph, spec = featurize(cnn_model(), batch_size=4), devices.get("rtx3090")
+    setting = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw"}
+    data = [with_static(node_data(graph, spec, "amp-fp16", True, False),
+                        static_input(graph, spec, setting, "train", pred.manifest["run"]["train_step_ms"])[1])]
+    both = pred.predict_data(data, targets=["train_step_ms"])["train_step_ms"]
+    alone = P.Predictor(pred.manifest, None, pred.heads, pred.scalers).predict_data(data, targets=["train_step_ms"])["train_step_ms"]
+    static = Batch.from_data_list(data).static
+    with torch.no_grad():
+        mlp = np.stack([torch.exp(m(static)).numpy() for m in pred.mlps["train_step_ms"]], 1)
+    w = blend["weights"]["train_step_ms"]
+    assert both == pytest.approx(np.exp(w * np.log(alone) + (1 - w) * np.log(mlp)), rel=1e-5)
+
+
 def test_run_setting_prefers_pytorch_2_and_eager():
     ex = [{"setting": (1.0, 0.0, c, t, 1.0, 0.0)} for c, t in ((0.0, 0.0), (1.0, 1.0))]
     assert run_setting(ex) == {"torch2": 1, "compiled": 0}

@@ -12,6 +12,7 @@ import numpy as np
 import torch
 
 from trappm_ray.graph.features import V2_STATIC
+from trappm_ray.model.static_mlp import fit_static_mlp
 
 
 def static_matrix(data) -> np.ndarray:
@@ -21,43 +22,12 @@ def static_matrix(data) -> np.ndarray:
 
 def fit_mlp(x: np.ndarray, y: np.ndarray, train_idx, val_idx, seed: int, hidden: int = 128,
             lr: float = 2e-3, max_epochs: int = 400, patience: int = 40) -> dict:
-    """Two-hidden-layer MLP on z-scored static features, log target, full-batch Adam."""
+    """Two-hidden-layer MLP on z-scored static features, log target, full-batch Adam
+    (:func:`~trappm_ray.model.static_mlp.fit_static_mlp`)."""
     t0 = time.perf_counter()
-    torch.manual_seed(seed)
-    mu, sd = x[train_idx].mean(0), x[train_idx].std(0) + 1e-6
-    ly = np.log(y)
-    ym, ys = ly[train_idx].mean(), ly[train_idx].std() + 1e-6
-    xt = torch.tensor((x - mu) / sd, dtype=torch.float32)
-    yt = torch.tensor((ly - ym) / ys, dtype=torch.float32)
-    net = torch.nn.Sequential(torch.nn.Linear(x.shape[1], hidden), torch.nn.ReLU(),
-                              torch.nn.Linear(hidden, hidden), torch.nn.ReLU(),
-                              torch.nn.Linear(hidden, 1))
-    opt = torch.optim.Adam(net.parameters(), lr=lr)
-
-    # a ReLU net extrapolates linearly: far outside its inputs (an unseen device) its log output
-    # can overflow exp; it is kept within the training targets' range widened by e^2 either way
-    lo, hi = ly[train_idx].min() - 2.0, ly[train_idx].max() + 2.0
-
-    def predict(idx) -> np.ndarray:
-        with torch.no_grad():
-            return np.exp(np.clip(net(xt[idx]).squeeze(1).double().numpy() * ys + ym, lo, hi))
-
-    best, best_epoch, state = float("inf"), 0, None
-    for epoch in range(1, max_epochs + 1):
-        net.train()
-        loss = torch.nn.functional.huber_loss(net(xt[train_idx]).squeeze(1), yt[train_idx])
-        opt.zero_grad()
-        loss.backward()
-        opt.step()
-        net.eval()
-        val = float(np.mean(np.abs(predict(val_idx) / y[val_idx] - 1)))
-        if val < best:
-            best, best_epoch, state = val, epoch, {k: v.clone() for k, v in net.state_dict().items()}
-        elif epoch - best_epoch >= patience:
-            break
-    net.load_state_dict(state)
-    net.eval()
-    return {"predict": predict, "val_mape": best * 100, "seconds": time.perf_counter() - t0}
+    model, val = fit_static_mlp(x, y, train_idx, val_idx, seed, hidden, lr, max_epochs, patience)
+    return {"predict": lambda idx: model.predict(x[idx]), "val_mape": val,
+            "seconds": time.perf_counter() - t0}
 
 
 def fit_xgboost(x: np.ndarray, y: np.ndarray, train_idx, val_idx, seed: int) -> dict:

@@ -213,7 +213,7 @@ def evaluate_task(ex: list[dict], cfg: GpuEvalConfig, extra: dict | None = None)
             continue
         for fn in (extra or {}).values():  # every split's networks at once, where the model can
             if hasattr(fn, "prefit"):
-                fn.prefit([(*extra_args(tr, va, te), seed) for (seed, _), (tr, va, te) in splits])
+                fn.prefit([(*extra_args(tr, va, te), seed) for (seed, _), (tr, va, te) in splits], kind)
         fits = []
         for (seed, _), (tr, va, te) in splits:
             f = {m: fit_predict(ex, tr, va, te, m, seed, extra) for m in cfg.models + tuple(extra or ())}
@@ -322,13 +322,16 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
             from trappm_ray.model.predictor import Predictor
 
             aux = [e for e in ex if cfg.gnn_auxiliary and e["slug"] == sub[0]["slug"] and e["target"] != sub[0]["target"]]
-            extra = {"gnn": GnnModel(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux)}
+            gnn = GnnModel(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux)
+            extra = {"gnn": gnn, "gnn-alone": gnn.alone}
             if cfg.encoder_from:
                 extra["encoder-recipe"] = encoder_recipe_model(
                     sub, index, Predictor.load(cfg.encoder_from).encoder, sub[0]["target"], cfg.gnn_epochs)
         tasks[key] = {"rows": len(sub), "architectures": len({e["arch"] for e in sub}),
                       "families": len({e["family"] for e in sub}), "measured_below_floor": float(np.mean([e["measured"] < e["floor"] for e in sub])),
                       "splits": evaluate_task(sub, cfg, extra)}
+        if extra:
+            tasks[key]["gnn_blend_weights"] = [list(kw) for kw in gnn.weights]
     inf = [e for e in ex if e["target"] == "inference_ms"]
     lodo = {"rows": len(inf), "devices": evaluate_lodo(inf, cfg, index)}
     # stamped after leave-one-device-out, so that it dates the whole report

@@ -20,6 +20,7 @@ import torch
 
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
+from trappm_ray.model.static_mlp import blend, blend_weight, fit_static_mlp
 from trappm_ray.train.gpu_predictor import auxiliary_rows, gnn_inputs, gnn_recipe
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.regressors import RECIPES, embed, fit, fit_task, for_target, predict_rows, prepare
@@ -29,8 +30,11 @@ log = logging.getLogger(__name__)
 
 class GnnModel:
     """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): fits the
-    ``nnlqp`` recipe on ``ex``'s train rows (validation picks the epoch) once per seed and
-    returns the mean of their ms, as a shipped predictor answers with its seed ensemble.
+    ``nnlqp`` recipe on ``ex``'s train rows (validation picks the epoch) once per seed, and beside
+    each network a :class:`~trappm_ray.model.static_mlp.StaticMLP` on the same target's train
+    rows; the two are blended with the GNN's share chosen on the validation rows, and the seeds'
+    blends averaged, as a shipped predictor answers. :attr:`alone` is the same networks without
+    the MLP.
 
     Every network is one Ray task (:func:`~trappm_ray.train.fanout.fan_out`); :meth:`prefit` fits
     the networks of many splits at once, and a call whose split was prefitted returns its
@@ -52,8 +56,10 @@ class GnnModel:
         self.data = gnn_inputs(ex + self.aux, index)
         self.ratio = np.array([e["measured"] / e["floor"] for e in ex + self.aux])
         self.floor = np.array([e["floor"] for e in ex])
+        self.static = np.stack([e["x"] for e in ex]).astype(np.float64)
         self.recipe = gnn_recipe(max_epochs)
-        self.done: dict[tuple, np.ndarray] = {}
+        self.done: dict[tuple, dict[str, np.ndarray]] = {}
+        self.weights: list[tuple[str, float]] = []  # (label, the GNN's share) of each split fitted
         log.info("gnn: %d examples + %d auxiliary", len(ex), len(self.aux))
 
     def training_rows(self, train, val, idx) -> np.ndarray:
@@ -66,8 +72,9 @@ class GnnModel:
     def _key(train, val, idx, seed) -> tuple:
         return tuple(np.asarray(a, np.int64).tobytes() for a in (train, val, idx)) + (seed,)
 
-    def prefit(self, jobs: list[tuple]) -> None:
-        """Fit ``(train, val, idx, seed)`` splits, every seed's network one Ray task."""
+    def prefit(self, jobs: list[tuple], label: str = "") -> None:
+        """Fit ``(train, val, idx, seed)`` splits, every seed's network one Ray task; ``label``
+        names them in :attr:`weights`."""
         from trappm_ray.ray_init import ensure_ray
 
         ensure_ray(None)
@@ -76,15 +83,33 @@ class GnnModel:
                                      self.recipe, seed + k), {})
                  for j, (train, val, idx, seed) in enumerate(jobs) for k in range(self.seeds)}
         out = fan_out(calls, "GPU evaluation GNN")
+        ratio = self.ratio[:len(self.ex)]
         for j, (train, val, idx, seed) in enumerate(jobs):
-            pred = np.mean([out[(j, k)]["pred"] for k in range(self.seeds)], 0)
-            self.done[self._key(train, val, idx, seed)] = pred * self.floor[np.asarray(idx, int)]
+            idx, nval = np.asarray(idx, int), len(val)
+            gnn = np.maximum([out[(j, k)]["pred"] for k in range(self.seeds)], 1e-6)
+            mlp = np.array([fit_static_mlp(self.static, ratio, train, val, seed + k)[0].predict(self.static[idx])
+                            for k in range(self.seeds)])
+            w = blend_weight(gnn[:, :nval].ravel(), mlp[:, :nval].ravel(), np.tile(ratio[idx[:nval]], self.seeds))
+            self.weights.append((label, w))
+            log.info("gnn: the GNN's share of the blend %.1f (%d validation rows)", w, nval)
+            self.done[self._key(train, val, idx, seed)] = {
+                "gnn": blend(gnn, mlp, w).mean(0) * self.floor[idx], "alone": gnn.mean(0) * self.floor[idx]}
 
-    def __call__(self, _ex, train, val, idx, seed) -> np.ndarray:
+    def _answer(self, variant: str, train, val, idx, seed) -> np.ndarray:
         key = self._key(train, val, idx, seed)
         if key not in self.done:
             self.prefit([(train, val, idx, seed)])
-        return self.done.pop(key)
+        pred = self.done[key].pop(variant)
+        if not self.done[key]:
+            del self.done[key]
+        return pred
+
+    def __call__(self, _ex, train, val, idx, seed) -> np.ndarray:
+        return self._answer("gnn", train, val, idx, seed)
+
+    def alone(self, _ex, train, val, idx, seed) -> np.ndarray:
+        """The networks' answer without the static MLP (the ablation row ``gnn-alone``)."""
+        return self._answer("alone", train, val, idx, seed)
 
 
 def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):

@@ -30,6 +30,7 @@ from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.device_features import KERNELS_COL
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM, node_data, static_input, with_static
+from trappm_ray.model.static_mlp import StaticMLP
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.transfer import TARGET_MODES
 
@@ -127,18 +128,23 @@ class Predictor:
         encoder: the frozen pretrained encoder, or None for a predictor without embedding.
         heads: target -> one :class:`Regressor` per seed.
         scalers: target -> one :class:`Scaler` per seed (each fitted on that seed's rows).
+        mlps: target -> one :class:`~trappm_ray.model.static_mlp.StaticMLP` per seed, blended
+            with that seed's network by the GNN's share ``manifest["blend"]["weights"][target]``
+            (``roofline`` inputs; a target without them is the networks' answer alone).
     """
 
     def __init__(self, manifest: dict, encoder: GraphEncoder | None,
-                 heads: dict[str, list[Regressor]], scalers: dict[str, list[Scaler]]):
+                 heads: dict[str, list[Regressor]], scalers: dict[str, list[Scaler]],
+                 mlps: dict[str, list[StaticMLP]] | None = None):
         self.manifest, self.encoder, self.heads, self.scalers = manifest, encoder, heads, scalers
+        self.mlps = mlps or {}
         self.compute = torch.device("cpu")
         for model in self._networks():
             model.eval()
 
     def _networks(self) -> list[torch.nn.Module]:
         return ([self.encoder] if self.encoder is not None else []) + [
-            h for hs in self.heads.values() for h in hs]
+            h for hs in (*self.heads.values(), *self.mlps.values()) for h in hs]
 
     def to(self, device: torch.device | str) -> Predictor:
         """Run predictions on ``device`` (e.g. ``cuda`` in a GPU batch actor); returns self."""
@@ -180,6 +186,10 @@ class Predictor:
             cols = [sc.y_inverse(h(batch.x, batch.edge_index, batch.batch, sc.static(batch.static),
                                    sc.emb(emb), agg, batch.log_samples).double())
                     for h, sc in zip(heads, self.scalers[target])]
+            if target in self.mlps:  # log(ratio) = w log(network) + (1 - w) log(MLP), per seed
+                w = self.manifest["blend"]["weights"][target]
+                cols = [torch.exp(w * torch.log(c.clamp_min(1e-6)) + (1 - w) * m(batch.static).unsqueeze(1))
+                        for c, m in zip(cols, self.mlps[target])]
             out[target] = torch.cat(cols, 1).cpu().numpy()
         return out
 
@@ -251,6 +261,9 @@ class Predictor:
             for seed, head, sc in zip(self.manifest["seeds"], heads, self.scalers[target]):
                 flat.update({f"head.{target}.{seed}.{k}": v for k, v in head.state_dict().items()})
                 flat.update({f"scaler.{target}.{seed}.{k}": v for k, v in sc.state().items()})
+        for target, mlps in self.mlps.items():
+            for seed, mlp in zip(self.manifest["seeds"], mlps):
+                flat.update({f"mlp.{target}.{seed}.{k}": v for k, v in mlp.state_dict().items()})
         return flat
 
     def save(self, uri: str) -> str:
@@ -317,7 +330,14 @@ class Predictor:
                 head.load_state_dict(part(f"head.{target}.{seed}."))
                 heads[target].append(head)
                 scalers[target].append(Scaler.from_state(part(f"scaler.{target}.{seed}.")))
-        return cls(manifest, encoder, heads, scalers)
+        mlps = {}
+        for target in (manifest.get("blend") or {}).get("weights", {}):
+            mlps[target] = []
+            for seed in manifest["seeds"]:
+                mlp = StaticMLP(static_dim, manifest["blend"]["hidden"])
+                mlp.load_state_dict(part(f"mlp.{target}.{seed}."))
+                mlps[target].append(mlp)
+        return cls(manifest, encoder, heads, scalers, mlps)
 
 
 def _versions(base: str) -> list[str]:

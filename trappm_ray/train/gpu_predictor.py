@@ -10,8 +10,13 @@ predictor by 5-11 MAPE points (``docs/results-gpu.md``, ``gnn`` vs ``encoder-rec
 Beside the networks it stores the device's measurements by graph fingerprint
 (:mod:`trappm_ray.model.anchors`), which reference transfer moves for a graph they hold.
 
-Every target x seed is one Ray task. Each seed holds out 15% of the architectures (per family)
-to stop on; their residuals, pooled over seeds, make the split-conformal interval, so it
+Beside each network sits a static MLP (:mod:`trappm_ray.model.static_mlp`) fitted on the same
+target's rows; the predictor answers with their geometric blend, the GNN's share chosen on the
+held-out rows (on the GPU evaluation's held-out families the blend missed by less than either
+alone, ``docs/results-gpu.md``, ``gnn`` vs ``gnn-alone`` and ``mlp``).
+
+Every target x seed network is one Ray task. Each seed holds out 15% of the architectures (per
+family) to stop on; their residuals, pooled over seeds, make the split-conformal interval, so it
 describes the error on an architecture the predictor never saw.
 """
 from __future__ import annotations
@@ -36,6 +41,7 @@ from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.options import label_options
 from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.model.roofline_inputs import INPUTS, STATIC_DIM, node_data, with_static
+from trappm_ray.model.static_mlp import blend, blend_weight, fit_static_mlp
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.targets import unit
 from trappm_ray.train.build_predictor import data_hash, ship
@@ -60,6 +66,7 @@ class GpuPredictorConfig:
         auxiliary_targets: targets whose networks also train on the device's rows of its other
             targets (:func:`auxiliary_rows`; the input says which target a row is): RTX 3090
             training steps learn from its inference rows too, of ~400 architectures more.
+        static_blend: blend each network with a static MLP (False: the networks alone).
         registry, name: register as ``<registry>/<name>/vNNNN`` (name empty: the device slug).
         ship: also copy it into the package (``trappm_ray/predictors/<device>/``).
         ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
@@ -72,6 +79,7 @@ class GpuPredictorConfig:
     seeds: tuple[int, ...] = (1337, 1338, 1339)
     max_epochs: int = 60
     auxiliary_targets: tuple[str, ...] = ("train_step_ms",)
+    static_blend: bool = True
     registry: str = "artifacts/predictors"
     name: str = ""
     ship: bool = False
@@ -141,11 +149,12 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
     log.info("%s: %d examples (%s)", cfg.device, len(ex), counts)
     data = gnn_inputs(ex, index)
     ratio = np.array([e["measured"] / e["floor"] for e in ex])
+    static = np.stack([e["x"] for e in ex]).astype(np.float64)
     recipe = gnn_recipe(cfg.max_epochs)
     data_ref, _ = share_graphs(data, None)
     example = data[0]
     del data
-    calls, held_out = {}, {}
+    calls, held_out, own_rows = {}, {}, {}
     for target in targets:
         idx = np.array([i for i, e in enumerate(ex) if e["target"] == target])
         other = np.array([i for i, e in enumerate(ex) if e["target"] != target
@@ -153,34 +162,51 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
         for seed in cfg.seeds:
             tr, va, held = split([ex[i] for i in idx], "arch", seed, test=0.15, val=0.0)
             held_out[(target, seed)] = held = idx[held]  # stopped on, then predicted for the band
+            own_rows[(target, seed)] = idx[np.r_[tr, va]]
             train = np.r_[idx[np.r_[tr, va]], other[auxiliary_rows([ex[i] for i in other], {ex[i]["arch"] for i in held})]]
             calls[(target, seed)] = (fit_task, (data_ref, ratio, None, train, held, held,
                                                 recipe, seed), {"keep_model": True})
     results = fan_out(calls, f"fitting {cfg.device} GNN")
-    heads, scalers, residuals, held_mape = {}, {}, {}, {}
+    heads, scalers, mlps, weights, residuals, held_mape, alone = {}, {}, {}, {}, {}, {}, {}
     for target in targets:
-        heads[target], scalers[target], res = [], [], []
+        heads[target], scalers[target], mlps[target], gnn, mlp = [], [], [], [], []
         for seed in cfg.seeds:
             r, held = results[(target, seed)], held_out[(target, seed)]
             head = build_regressor(example, 0, recipe)
             head.load_state_dict(r["state"])
             heads[target].append(head)
             scalers[target].append(r["scaler"])
-            res.append(np.log(ratio[held] / np.maximum(r["pred"], 1.0)))
+            gnn.append(np.maximum(r["pred"], 1e-6))
+            if cfg.static_blend:
+                mlps[target].append(fit_static_mlp(static, ratio, own_rows[(target, seed)], held, seed)[0])
+                mlp.append(mlps[target][-1].predict(static[held]))
             log.info("%s seed %s: held-out-arch MAPE %.2f%% at epoch %s/%s (%.0f s)", target, seed,
                      r["val_mape"], r["best_epoch"], r["epochs"], r["seconds"])
-        res = np.concatenate(res)
+        held = [ratio[held_out[(target, s)]] for s in cfg.seeds]
+        w = blend_weight(np.concatenate(gnn), np.concatenate(mlp), np.concatenate(held)) if mlp else 1.0
+        answers = [blend(g, m, w) for g, m in zip(gnn, mlp or gnn)]
+        res = np.concatenate([np.log(y / np.maximum(a, 1.0)) for y, a in zip(held, answers)])
         residuals[target] = {"levels": list(LEVELS), "values": weighted_quantiles(res),
                              "rows": int(len(res))}
-        held_mape[target] = float(np.mean([results[(target, s)]["val_mape"] for s in cfg.seeds]))
+        held_mape[target] = float(np.mean([np.mean(np.abs(np.maximum(a, 1.0) / y - 1)) * 100
+                                           for y, a in zip(held, answers)]))
+        alone[target] = float(np.mean([results[(target, s)]["val_mape"] for s in cfg.seeds]))
+        log.info("%s: the GNN's share of the blend %.1f, held-out-arch MAPE %.2f%% (networks alone %.2f%%)",
+                 target, w, held_mape[target], alone[target])
+        if mlp:
+            weights[target] = w
     manifest = manifest_of(cfg, ex, targets, recipe, residuals, held_mape)
-    uri = P.register(P.Predictor(manifest, None, heads, scalers), cfg.registry, cfg.name or cfg.device)
+    manifest["metrics"]["held_out_arch_mape_networks_alone"] = alone
+    if cfg.static_blend:
+        manifest["blend"] = {"hidden": mlps[targets[0]][0].hidden, "weights": weights,
+                             "rule": "per seed exp(w log network + (1 - w) log static MLP); w chosen on the held-out rows"}
+    uri = P.register(P.Predictor(manifest, None, heads, scalers, mlps if cfg.static_blend else None), cfg.registry, cfg.name or cfg.device)
     anchors = from_examples(ex, index, cfg.device, manifest["run"])  # what transfer to a GPU without labels moves
     anchors.save(uri)
     if cfg.ship:
         ship(uri, P.DEFAULT_DIR.parent / cfg.device)
     return {"uri": uri, "device": cfg.device, "examples": counts, "anchors": len(anchors),
-            "held_out_arch_mape": held_mape,
+            "held_out_arch_mape": held_mape, "networks_alone": alone, "gnn_share": weights,
             "task_seconds": {f"{t}/{s}": round(r["seconds"], 1) for (t, s), r in results.items()},
             "wall_s": round(time.perf_counter() - t0, 1)}
 
