@@ -128,16 +128,14 @@ class Predictor:
         encoder: the frozen pretrained encoder, or None for a predictor without embedding.
         heads: target -> one :class:`Regressor` per seed.
         scalers: target -> one :class:`Scaler` per seed (each fitted on that seed's rows).
-        mlps: target -> one :class:`~trappm_ray.model.static_mlp.StaticMLP` per seed, blended
-            with that seed's network by the GNN's share ``manifest["blend"]["weights"][target]``
-            (``roofline`` inputs; a target without them is the networks' answer alone).
+        mlps: target -> one :class:`~trappm_ray.model.static_mlp.StaticMLP` per seed, blended with
+            that seed's network by the GNN's share ``manifest["blend"]["weights"][target]``.
     """
 
     def __init__(self, manifest: dict, encoder: GraphEncoder | None,
                  heads: dict[str, list[Regressor]], scalers: dict[str, list[Scaler]],
                  mlps: dict[str, list[StaticMLP]] | None = None):
-        self.manifest, self.encoder, self.heads, self.scalers = manifest, encoder, heads, scalers
-        self.mlps = mlps or {}
+        self.manifest, self.encoder, self.heads, self.scalers, self.mlps = manifest, encoder, heads, scalers, mlps or {}
         self.compute = torch.device("cpu")
         for model in self._networks():
             model.eval()
@@ -186,8 +184,8 @@ class Predictor:
             cols = [sc.y_inverse(h(batch.x, batch.edge_index, batch.batch, sc.static(batch.static),
                                    sc.emb(emb), agg, batch.log_samples).double())
                     for h, sc in zip(heads, self.scalers[target])]
-            if target in self.mlps:  # log(ratio) = w log(network) + (1 - w) log(MLP), per seed
-                w = self.manifest["blend"]["weights"][target]
+            w = self.manifest["blend"]["weights"][target] if target in self.mlps else 1.0
+            if w < 1:  # log(ratio) = w log(network) + (1 - w) log(MLP), per seed
                 cols = [torch.exp(w * torch.log(c.clamp_min(1e-6)) + (1 - w) * m(batch.static).unsqueeze(1))
                         for c, m in zip(cols, self.mlps[target])]
             out[target] = torch.cat(cols, 1).cpu().numpy()
@@ -330,13 +328,11 @@ class Predictor:
                 head.load_state_dict(part(f"head.{target}.{seed}."))
                 heads[target].append(head)
                 scalers[target].append(Scaler.from_state(part(f"scaler.{target}.{seed}.")))
-        mlps = {}
-        for target in (manifest.get("blend") or {}).get("weights", {}):
-            mlps[target] = []
-            for seed in manifest["seeds"]:
-                mlp = StaticMLP(static_dim, manifest["blend"]["hidden"])
+        mlps = {t: [StaticMLP(static_dim, manifest["blend"]["hidden"]) for _ in manifest["seeds"]]
+                for t in (manifest.get("blend") or {}).get("weights", {})}
+        for target, models in mlps.items():
+            for seed, mlp in zip(manifest["seeds"], models):
                 mlp.load_state_dict(part(f"mlp.{target}.{seed}."))
-                mlps[target].append(mlp)
         return cls(manifest, encoder, heads, scalers, mlps)
 
 
