@@ -12,8 +12,9 @@ Beside the networks it stores the device's measurements by graph fingerprint
 
 Beside each network sits a static MLP (:mod:`trappm_ray.model.static_mlp`) fitted on the same
 target's rows; the predictor answers with their geometric blend, the GNN's share chosen on the
-held-out rows (on the GPU evaluation's held-out families the blend missed by less than either
-alone, ``docs/results-gpu.md``, ``gnn`` vs ``gnn-alone`` and ``mlp``).
+held-out architectures (chosen on held-out families instead, the blend missed the GPU
+evaluation's held-out families by less than either alone: ``docs/results-gpu.md``, ``gnn`` vs
+``gnn-alone`` and ``mlp``; on held-out architectures the share comes out near 1).
 
 Every target x seed network is one Ray task. Each seed holds out 15% of the architectures (per
 family) to stop on; their residuals, pooled over seeds, make the split-conformal interval, so it
