@@ -70,8 +70,7 @@ def fit_static_mlp(x: np.ndarray, y: np.ndarray, train_idx, val_idx, seed: int, 
                             ("y_mean", ly[train_idx].mean()), ("y_std", ly[train_idx].std() + 1e-6),
                             ("log_lo", ly[train_idx].min() - 2.0), ("log_hi", ly[train_idx].max() + 2.0)):
             getattr(model, name).copy_(torch.as_tensor(value))
-    xt = torch.as_tensor(x, dtype=torch.float64)
-    zt = model.z(xt)
+    zt = model.z(torch.as_tensor(x, dtype=torch.float64))
     yt = torch.tensor((ly - float(model.y_mean)) / float(model.y_std), dtype=torch.float32)
     opt = torch.optim.Adam(model.net.parameters(), lr=lr)
     best, best_epoch, state = float("inf"), 0, None
@@ -82,8 +81,7 @@ def fit_static_mlp(x: np.ndarray, y: np.ndarray, train_idx, val_idx, seed: int, 
         loss.backward()
         opt.step()
         model.eval()
-        with torch.no_grad():
-            val = float(np.mean(np.abs(torch.exp(model(xt[val_idx])).numpy() / y[val_idx] - 1)))
+        val = float(np.mean(np.abs(model.predict(x[val_idx]) / y[val_idx] - 1)))
         if val < best:
             best, best_epoch, state = val, epoch, {k: v.clone() for k, v in model.state_dict().items()}
         elif epoch - best_epoch >= patience:
