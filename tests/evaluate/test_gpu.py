@@ -7,6 +7,7 @@ import pytest
 from trappm_ray.evaluate.gpu import evaluate_lodo, evaluate_task, fit_predict, floor_check
 from trappm_ray.evaluate.gpu_report import markdown
 from trappm_ray.evaluate.gpu import GpuEvalConfig
+from trappm_ray.model.static_mlp import GNN_SHARE
 
 FAMILIES = ("resnet", "vit", "convnext", "mobilenet")
 
@@ -102,8 +103,22 @@ def test_gnn_variant_predicts_milliseconds_on_tiny_graphs(ray_session):
     # the networks alone (the ablation row) from the same fit, after which nothing is held
     alone = run.alone(ex, idx[1::2], idx[::2], idx[::2], 1)
     assert alone.shape == (len(idx[::2]),) and np.all(alone > 0)
-    assert run.alone(ex, idx[::2], idx[1::2], idx, 0).shape == out.shape and not run.done
+    assert run.alone(ex, idx[::2], idx[1::2], idx, 0).shape == out.shape
+    # the blend with the share chosen on validation: between the networks alone and the MLP
+    chosen = run.val_share(ex, idx[1::2], idx[::2], idx[::2], 1)
+    assert chosen.shape == alone.shape and np.all(chosen > 0)
+    run.val_share(ex, idx[::2], idx[1::2], idx, 0)
+    assert not run.done and run.share == GNN_SHARE
     assert [label for label, _ in run.weights] == ["", "", ""] and all(0 <= w <= 1 for _, w in run.weights)
+
+
+def test_gnn_at_share_one_is_the_networks_alone(ray_session):
+    from trappm_ray.evaluate.gpu_gnn import GnnModel
+
+    ex, index = _tiny_gnn_examples()
+    run = GnnModel(ex, index, max_epochs=2, seeds=1, share=1.0)
+    idx = np.arange(len(ex))
+    assert np.allclose(run(ex, idx[::2], idx[1::2], idx, 0), run.alone(ex, idx[::2], idx[1::2], idx, 0))
 
 
 def test_gnn_auxiliary_rows_of_held_architectures_stay_out():

@@ -60,11 +60,11 @@ def test_answers_blend_each_network_with_its_static_mlp(trained):
     from torch_geometric.data import Batch
 
     from trappm_ray.model.roofline_inputs import node_data, with_static
-    from trappm_ray.model.static_mlp import WEIGHTS
+    from trappm_ray.model.static_mlp import GNN_SHARE
 
     pred = P.Predictor.load(trained["uri"])
     blend = pred.manifest["blend"]
-    assert set(blend["weights"]) == set(pred.targets) and all(w in WEIGHTS for w in blend["weights"].values())
+    assert blend["weights"] == {t: GNN_SHARE for t in pred.targets} and "fixed" in blend["rule"]
     assert trained["gnn_share"] == blend["weights"] and len(pred.mlps["train_step_ms"]) == 2
     graph, spec = featurize(cnn_model(), batch_size=4), devices.get("rtx3090")
     setting = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw"}

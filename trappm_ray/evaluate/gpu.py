@@ -27,6 +27,7 @@ from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
 from trappm_ray.evaluate.gpu_report import markdown
 from trappm_ray.evaluate.gpu_transfer import anchored_transfer, measured_transfer_predict, transfer_predict
 from trappm_ray.model.spec_model import design
+from trappm_ray.model.static_mlp import GNN_SHARE
 from trappm_ray.train.gpu_examples import examples, graph_index
 from trappm_ray.train.splits import split
 
@@ -54,6 +55,7 @@ class GpuEvalConfig:
             joined rows: none); every device's inference rows join leave-one-device-out.
         gnn_tasks, gnn_epochs: ``slug/target`` keys that also get the GNN (``gpu_gnn.py``); its cap.
         gnn_seeds: the GNN's networks per fit, averaged (a shipped GPU predictor holds 3).
+        gnn_share: the GNN's share of its blend with the static MLP (as the shipped predictors').
         gnn_auxiliary: the GNN also trains on the device's rows of its other targets, never of a
             validation or test architecture (as the shipped RTX 3090 training-step networks do).
         encoder_from: a shipped predictor whose encoder the ``encoder-recipe`` model of those
@@ -73,6 +75,7 @@ class GpuEvalConfig:
     gnn_tasks: tuple[str, ...] = ("rtx3090-amp/train_step_ms",)
     gnn_epochs: int = 60
     gnn_seeds: int = 3
+    gnn_share: float = GNN_SHARE
     gnn_auxiliary: bool = True
     encoder_from: str = ""
     out_md: str = "docs/results-gpu.md"
@@ -322,8 +325,8 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
             from trappm_ray.model.predictor import Predictor
 
             aux = [e for e in ex if cfg.gnn_auxiliary and e["slug"] == sub[0]["slug"] and e["target"] != sub[0]["target"]]
-            gnn = GnnModel(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux)
-            extra = {"gnn": gnn, "gnn-alone": gnn.alone}
+            gnn = GnnModel(sub, index, cfg.gnn_epochs, cfg.gnn_seeds, aux, cfg.gnn_share)
+            extra = {"gnn": gnn, "gnn-val-share": gnn.val_share, "gnn-alone": gnn.alone}
             if cfg.encoder_from:
                 extra["encoder-recipe"] = encoder_recipe_model(
                     sub, index, Predictor.load(cfg.encoder_from).encoder, sub[0]["target"], cfg.gnn_epochs)

@@ -20,7 +20,7 @@ import torch
 
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.model.static_mlp import blend, blend_weight, fit_static_mlp
+from trappm_ray.model.static_mlp import GNN_SHARE, blend, blend_weight, fit_static_mlp
 from trappm_ray.train.gpu_predictor import auxiliary_rows, gnn_inputs, gnn_recipe
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.regressors import RECIPES, embed, fit, fit_task, for_target, predict_rows, prepare
@@ -32,9 +32,9 @@ class GnnModel:
     """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): fits the
     ``nnlqp`` recipe on ``ex``'s train rows (validation picks the epoch) once per seed, and beside
     each network a :class:`~trappm_ray.model.static_mlp.StaticMLP` on the same target's train
-    rows; the two are blended with the GNN's share chosen on the validation rows, and the seeds'
-    blends averaged, as a shipped predictor answers. :attr:`alone` is the same networks without
-    the MLP.
+    rows; the two are blended with the GNN's share ``share``, and the seeds' blends averaged, as
+    a shipped predictor answers. :meth:`val_share` blends with the share chosen on the split's
+    validation rows instead, :meth:`alone` is the same networks without the MLP.
 
     Every network is one Ray task (:func:`~trappm_ray.train.fanout.fan_out`); :meth:`prefit` fits
     the networks of many splits at once, and a call whose split was prefitted returns its
@@ -48,18 +48,19 @@ class GnnModel:
         auxiliary: the same device's examples of its other targets, trained on too
             (:func:`~trappm_ray.train.gpu_predictor.auxiliary_rows`: never of an architecture
             among the validation or test rows).
+        share: the GNN's share of the blend (the shipped predictors': :data:`~trappm_ray.model.static_mlp.GNN_SHARE`).
     """
 
     def __init__(self, ex: list[dict], index: dict, max_epochs: int = 60, seeds: int = 3,
-                 auxiliary: list[dict] | None = None):
-        self.ex, self.aux, self.seeds = ex, list(auxiliary or []), seeds
+                 auxiliary: list[dict] | None = None, share: float = GNN_SHARE):
+        self.ex, self.aux, self.seeds, self.share = ex, list(auxiliary or []), seeds, share
         self.data = gnn_inputs(ex + self.aux, index)
         self.ratio = np.array([e["measured"] / e["floor"] for e in ex + self.aux])
         self.floor = np.array([e["floor"] for e in ex])
         self.static = np.stack([e["x"] for e in ex]).astype(np.float64)
         self.recipe = gnn_recipe(max_epochs)
         self.done: dict[tuple, dict[str, np.ndarray]] = {}
-        self.weights: list[tuple[str, float]] = []  # (label, the GNN's share) of each split fitted
+        self.weights: list[tuple[str, float]] = []  # (label, the share chosen on validation) per split
         log.info("gnn: %d examples + %d auxiliary", len(ex), len(self.aux))
 
     def training_rows(self, train, val, idx) -> np.ndarray:
@@ -91,9 +92,10 @@ class GnnModel:
                             for k in range(self.seeds)])
             w = blend_weight(gnn[:, :nval].ravel(), mlp[:, :nval].ravel(), np.tile(ratio[idx[:nval]], self.seeds))
             self.weights.append((label, w))
-            log.info("gnn: the GNN's share of the blend %.1f (%d validation rows)", w, nval)
+            log.info("gnn: the GNN's share chosen on %d validation rows %.1f", nval, w)
             self.done[self._key(train, val, idx, seed)] = {
-                "gnn": blend(gnn, mlp, w).mean(0) * self.floor[idx], "alone": gnn.mean(0) * self.floor[idx]}
+                "gnn": blend(gnn, mlp, self.share).mean(0) * self.floor[idx],
+                "val-share": blend(gnn, mlp, w).mean(0) * self.floor[idx], "alone": gnn.mean(0) * self.floor[idx]}
 
     def _answer(self, variant: str, train, val, idx, seed) -> np.ndarray:
         key = self._key(train, val, idx, seed)
@@ -106,6 +108,11 @@ class GnnModel:
 
     def __call__(self, _ex, train, val, idx, seed) -> np.ndarray:
         return self._answer("gnn", train, val, idx, seed)
+
+    def val_share(self, _ex, train, val, idx, seed) -> np.ndarray:
+        """The blend with the GNN's share chosen on the split's validation rows (the ablation row
+        ``gnn-val-share``; the shares are in :attr:`weights`)."""
+        return self._answer("val-share", train, val, idx, seed)
 
     def alone(self, _ex, train, val, idx, seed) -> np.ndarray:
         """The networks' answer without the static MLP (the ablation row ``gnn-alone``)."""

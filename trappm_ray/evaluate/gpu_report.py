@@ -38,9 +38,10 @@ def markdown(report: dict) -> str:
            "features + per-node roofline features, same graph-level inputs and target"
            + (", trained also on the device's rows of its other target (none of a validation or test "
               "architecture)" if cfg.get("gnn_auxiliary") else "") + ", each network blended in log space "
-           "with a static MLP fitted beside it on the target's rows (the GNN's share chosen on the validation "
-           f"rows, `trappm_ray/model/static_mlp.py`), the mean of {cfg.get('gnn_seeds', 1)} seeds' blends as a "
-           "shipped predictor answers; `gnn-alone` = the same networks without the MLP "
+           "with a static MLP fitted beside it on the target's rows (the GNN's share "
+           f"{cfg.get('gnn_share', 'chosen on the validation rows')}, `trappm_ray/model/static_mlp.py`), the mean of "
+           f"{cfg.get('gnn_seeds', 1)} seeds' blends as a shipped predictor answers; `gnn-val-share` = the same "
+           "blend with the share chosen on each split's validation rows; `gnn-alone` = the same networks without the MLP "
            "(`trappm_ray/train/gpu_predictor.py`, `trappm_ray/evaluate/gpu_gnn.py`). "
            "Every prediction is clamped to >= the floor ('after clamp' is therefore 0); 'raw < floor' "
            "is the share of predictions below it before clamping. 95% intervals are split-conformal "
@@ -64,7 +65,7 @@ def markdown(report: dict) -> str:
         out += ["", f"## {key}", "", f"{task['rows']} rows, {task['architectures']} architectures, "
                 f"{task['families']} families; measured below the floor: {task['measured_below_floor']:.1%}."]
         if task.get("gnn_blend_weights"):
-            out += ["", "The GNN's share of the `gnn` blend chosen per split, in split order: "
+            out += ["", "The GNN's share of the `gnn-val-share` blend chosen per split, in split order: "
                     + ", ".join(f"{kind} {w}" for kind, w in task["gnn_blend_weights"]) + "."]
         for kind, by_model in task["splits"].items():
             out += ["", f"### split: {kind}", ""] + _table(by_model)

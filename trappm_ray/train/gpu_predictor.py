@@ -11,10 +11,9 @@ Beside the networks it stores the device's measurements by graph fingerprint
 (:mod:`trappm_ray.model.anchors`), which reference transfer moves for a graph they hold.
 
 Beside each network sits a static MLP (:mod:`trappm_ray.model.static_mlp`) fitted on the same
-target's rows; the predictor answers with their geometric blend, the GNN's share chosen on the
-held-out architectures (chosen on held-out families instead, the blend missed the GPU
-evaluation's held-out families by less than either alone: ``docs/results-gpu.md``, ``gnn`` vs
-``gnn-alone`` and ``mlp``; on held-out architectures the share comes out near 1).
+target's rows; the predictor answers with their geometric blend, the GNN's share
+:data:`~trappm_ray.model.static_mlp.GNN_SHARE` (the GPU evaluation's ``gnn`` row uses the same
+share: ``docs/results-gpu.md``, ``gnn`` vs ``gnn-alone``, ``gnn-val-share`` and ``mlp``).
 
 Every target x seed network is one Ray task. Each seed holds out 15% of the architectures (per
 family) to stop on; their residuals, pooled over seeds, make the split-conformal interval, so it
@@ -42,7 +41,7 @@ from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.options import label_options
 from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.model.roofline_inputs import INPUTS, STATIC_DIM, node_data, with_static
-from trappm_ray.model.static_mlp import blend, blend_weight, fit_static_mlp
+from trappm_ray.model.static_mlp import GNN_SHARE, blend, blend_weight, fit_static_mlp
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.targets import unit
 from trappm_ray.train.build_predictor import data_hash, ship
@@ -67,7 +66,8 @@ class GpuPredictorConfig:
         auxiliary_targets: targets whose networks also train on the device's rows of its other
             targets (:func:`auxiliary_rows`; the input says which target a row is): RTX 3090
             training steps learn from its inference rows too, of ~400 architectures more.
-        static_blend: blend each network with a static MLP (False: the networks alone).
+        gnn_share: the GNN's share of its blend with a static MLP (1.0: the networks alone, no
+            MLP; None: the share with the least error on the held-out architectures).
         registry, name: register as ``<registry>/<name>/vNNNN`` (name empty: the device slug).
         ship: also copy it into the package (``trappm_ray/predictors/<device>/``).
         ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
@@ -80,7 +80,7 @@ class GpuPredictorConfig:
     seeds: tuple[int, ...] = (1337, 1338, 1339)
     max_epochs: int = 60
     auxiliary_targets: tuple[str, ...] = ("train_step_ms",)
-    static_blend: bool = True
+    gnn_share: float | None = GNN_SHARE
     registry: str = "artifacts/predictors"
     name: str = ""
     ship: bool = False
@@ -168,6 +168,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
             calls[(target, seed)] = (fit_task, (data_ref, ratio, None, train, held, held,
                                                 recipe, seed), {"keep_model": True})
     results = fan_out(calls, f"fitting {cfg.device} GNN")
+    with_mlp = cfg.gnn_share is None or cfg.gnn_share < 1.0
     heads, scalers, mlps, weights, residuals, held_mape, alone = {}, {}, {}, {}, {}, {}, {}
     for target in targets:
         heads[target], scalers[target], mlps[target], gnn, mlp = [], [], [], [], []
@@ -178,13 +179,14 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
             heads[target].append(head)
             scalers[target].append(r["scaler"])
             gnn.append(np.maximum(r["pred"], 1e-6))
-            if cfg.static_blend:
+            if with_mlp:
                 mlps[target].append(fit_static_mlp(static, ratio, own_rows[(target, seed)], held, seed)[0])
                 mlp.append(mlps[target][-1].predict(static[held]))
             log.info("%s seed %s: held-out-arch MAPE %.2f%% at epoch %s/%s (%.0f s)", target, seed,
                      r["val_mape"], r["best_epoch"], r["epochs"], r["seconds"])
         held = [ratio[held_out[(target, s)]] for s in cfg.seeds]
-        w = blend_weight(np.concatenate(gnn), np.concatenate(mlp), np.concatenate(held)) if mlp else 1.0
+        chosen = blend_weight(np.concatenate(gnn), np.concatenate(mlp), np.concatenate(held)) if mlp else 1.0
+        w = chosen if cfg.gnn_share is None or not mlp else cfg.gnn_share
         answers = [blend(g, m, w) for g, m in zip(gnn, mlp or gnn)]
         res = np.concatenate([np.log(y / np.maximum(a, 1.0)) for y, a in zip(held, answers)])
         residuals[target] = {"levels": list(LEVELS), "values": weighted_quantiles(res),
@@ -192,16 +194,17 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
         held_mape[target] = float(np.mean([np.mean(np.abs(np.maximum(a, 1.0) / y - 1)) * 100
                                            for y, a in zip(held, answers)]))
         alone[target] = float(np.mean([results[(target, s)]["val_mape"] for s in cfg.seeds]))
-        log.info("%s: the GNN's share of the blend %.1f, held-out-arch MAPE %.2f%% (networks alone %.2f%%)",
-                 target, w, held_mape[target], alone[target])
+        log.info("%s: the GNN's share of the blend %.1f (%.1f would fit the held-out architectures best), "
+                 "held-out-arch MAPE %.2f%% (networks alone %.2f%%)", target, w, chosen, held_mape[target], alone[target])
         if mlp:
             weights[target] = w
     manifest = manifest_of(cfg, ex, targets, recipe, residuals, held_mape)
     manifest["metrics"]["held_out_arch_mape_networks_alone"] = alone
-    if cfg.static_blend:
+    if with_mlp:
         manifest["blend"] = {"hidden": mlps[targets[0]][0].hidden, "weights": weights,
-                             "rule": "per seed exp(w log network + (1 - w) log static MLP); w chosen on the held-out rows"}
-    uri = P.register(P.Predictor(manifest, None, heads, scalers, mlps if cfg.static_blend else None), cfg.registry, cfg.name or cfg.device)
+                             "rule": "per seed exp(w log network + (1 - w) log static MLP); w " +
+                             ("chosen on the held-out rows" if cfg.gnn_share is None else "fixed (GpuPredictorConfig.gnn_share)")}
+    uri = P.register(P.Predictor(manifest, None, heads, scalers, mlps if with_mlp else None), cfg.registry, cfg.name or cfg.device)
     anchors = from_examples(ex, index, cfg.device, manifest["run"])  # what transfer to a GPU without labels moves
     anchors.save(uri)
     if cfg.ship:
