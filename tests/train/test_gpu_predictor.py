@@ -79,6 +79,15 @@ def test_answers_blend_each_network_with_its_static_mlp(trained):
     assert both == pytest.approx(np.exp(w * np.log(alone) + (1 - w) * np.log(mlp)), rel=1e-5)
 
 
+def test_share_one_keeps_the_networks_alone(tmp_path, ray_session):
+    labels = make_labeled_dir(str(tmp_path / "labels"), slug="test-gpu-amp", device="cuda", extra=GPU)
+    out = train_gpu_predictor(GpuPredictorConfig(labels=labels, device="test-gpu-amp", seeds=(1,), max_epochs=2,
+                                                 targets=("inference_ms",), gnn_share=1.0, registry=str(tmp_path / "reg")))
+    pred = P.Predictor.load(out["uri"])
+    assert "blend" not in pred.manifest and not pred.mlps and out["gnn_share"] == {}
+    assert out["held_out_arch_mape"] == pytest.approx(out["networks_alone"])
+
+
 def test_run_setting_prefers_pytorch_2_and_eager():
     ex = [{"setting": (1.0, 0.0, c, t, 1.0, 0.0)} for c, t in ((0.0, 0.0), (1.0, 1.0))]
     assert run_setting(ex) == {"torch2": 1, "compiled": 0}
