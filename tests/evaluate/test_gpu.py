@@ -104,7 +104,7 @@ def test_gnn_variant_predicts_milliseconds_on_tiny_graphs(ray_session):
     alone = run.alone(ex, idx[1::2], idx[::2], idx[::2], 1)
     assert alone.shape == (len(idx[::2]),) and np.all(alone > 0)
     assert run.alone(ex, idx[::2], idx[1::2], idx, 0).shape == out.shape
-    # the blend with the share chosen on validation: between the networks alone and the MLP
+    # the blend with the share chosen on the validation rows, from the same fit
     chosen = run.val_share(ex, idx[1::2], idx[::2], idx[::2], 1)
     assert chosen.shape == alone.shape and np.all(chosen > 0)
     run.val_share(ex, idx[::2], idx[1::2], idx, 0)
