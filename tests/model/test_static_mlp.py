@@ -41,6 +41,20 @@ def test_answers_far_outside_the_inputs_stay_within_the_widened_target_range():
     assert np.all(np.isfinite(far)) and np.all(far <= y[:160].max() * np.e ** 2 * (1 + 1e-9))
 
 
+def test_an_input_constant_in_training_does_not_move_the_answer():
+    """A flag every training row shares (the device kind when only GPUs trained) tells the net
+    nothing: another value of it gives the same answer, not one blown up by a zero spread."""
+    x, y = _data()
+    x[:, 3] = 0.0
+    model, _ = fit_static_mlp(x, y, np.arange(160), np.arange(160, 200), seed=1, max_epochs=30)
+    flagged = x[200:].copy()
+    flagged[:, 3] = 1.0
+    assert np.allclose(model.predict(flagged), model.predict(x[200:]))
+    again = StaticMLP(x.shape[1], model.hidden)
+    again.load_state_dict(model.state_dict())
+    assert np.allclose(again.eval().predict(flagged), model.predict(x[200:]))
+
+
 def test_blend_weight_follows_the_better_model_on_held_out_rows():
     measured = np.array([2.0, 3.0, 5.0, 8.0])
     assert blend_weight(measured, measured * 1.5, measured) == 1.0

@@ -19,9 +19,11 @@ class StaticMLP(nn.Module):
     """Two hidden ReLU layers on the z-scored static vector, predicting a positive quantity in
     log space (the paper's MLP baseline, here also a member of the GPU predictors).
 
-    The input and target scalings are buffers, so a saved state dict is the whole model. A ReLU
-    net extrapolates linearly, and far outside its inputs (an unseen device) its log output can
-    overflow ``exp``: it is clipped to the training targets' range widened by e^2 either way.
+    The input and target scalings are buffers, so a saved state dict is the whole model. An input
+    constant on the training rows (a CPU flag when only GPUs trained) has an infinite scale: the
+    net never saw it vary, so it reads 0 whatever its value. A ReLU net extrapolates linearly, and
+    far outside its inputs (an unseen device) its log output can overflow ``exp``: it is clipped to
+    the training targets' range widened by e^2 either way.
 
     Args:
         in_dim: static vector size. hidden: width of both hidden layers.
@@ -67,7 +69,8 @@ def fit_static_mlp(x: np.ndarray, y: np.ndarray, train_idx, val_idx, seed: int, 
     ly = np.log(y)
     model = StaticMLP(x.shape[1], hidden)
     with torch.no_grad():
-        for name, value in (("x_mean", x[train_idx].mean(0)), ("x_std", x[train_idx].std(0) + 1e-6),
+        std = x[train_idx].std(0)
+        for name, value in (("x_mean", x[train_idx].mean(0)), ("x_std", np.where(std > 0, std + 1e-6, np.inf)),
                             ("y_mean", ly[train_idx].mean()), ("y_std", ly[train_idx].std() + 1e-6),
                             ("log_lo", ly[train_idx].min() - 2.0), ("log_hi", ly[train_idx].max() + 2.0)):
             getattr(model, name).copy_(torch.as_tensor(value))
