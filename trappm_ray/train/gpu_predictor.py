@@ -186,7 +186,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
                      r["val_mape"], r["best_epoch"], r["epochs"], r["seconds"])
         held = [ratio[held_out[(target, s)]] for s in cfg.seeds]
         chosen = blend_weight(np.concatenate(gnn), np.concatenate(mlp), np.concatenate(held)) if mlp else 1.0
-        w = chosen if cfg.gnn_share is None or not mlp else cfg.gnn_share
+        w = chosen if cfg.gnn_share is None else cfg.gnn_share
         answers = [blend(g, m, w) for g, m in zip(gnn, mlp or gnn)]
         res = np.concatenate([np.log(y / np.maximum(a, 1.0)) for y, a in zip(held, answers)])
         residuals[target] = {"levels": list(LEVELS), "values": weighted_quantiles(res),
