@@ -6,7 +6,11 @@
 
 Writes ``<out>/<slug>/labels.parquet`` (compact, one row per key) and ``<out>/<slug>/raw/runs.parquet``
 (one row per source measurement) for every imported device, replacing an earlier import of that
-device; then ``python jobs/label_datasheet.py --all true`` writes their datasheets. What the rows mean:
+device; then ``python jobs/label_datasheet.py --all true`` writes their datasheets.
+
+    .venv/bin/python jobs/import_labels.py --campaign-run DIR   (a GPU campaign run, docs/gpu-campaign.md)
+
+adds the rows a GPU slot measured (``rows.jsonl``, ``run.json`` in DIR) to ``<gpu>-<regime>`` folders. What the rows mean:
 ``trappm_ray/labels/public.py`` and the datasheets ``docs/labels_<slug>.md``.
 """
 import logging
@@ -14,6 +18,7 @@ import os
 from dataclasses import dataclass
 
 from trappm_ray.config_cli import parse_config
+from trappm_ray.labels.campaign_import import import_run
 from trappm_ray.labels.public import import_public
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -25,9 +30,14 @@ class ImportConfig:
     out: str = "data/labels"
     sources: tuple[str, ...] = ("timm", "neusight", "ryujaehun")
     imported: str | None = None  # date written to date_imported (default: today, UTC)
+    campaign_run: str = ""  # a GPU campaign run directory: import it instead of the public sources
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(ImportConfig, description=__doc__)
+    if cfg.campaign_run:
+        for slug, counts in import_run(cfg.campaign_run, cfg.out, cfg.imported).items():
+            print(f"{slug}: {dict(counts)}")
+        raise SystemExit(0)
     print(import_public(os.path.normpath(cfg.root), cfg.out, cfg.sources, cfg.imported).text())

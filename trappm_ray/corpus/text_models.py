@@ -39,6 +39,10 @@ EXTRA_CONFIGS = {
                          "hidden_size": 1024, "intermediate_size": 2816, "num_hidden_layers": 8,
                          "num_attention_heads": 16, "num_key_value_heads": 4, "vocab_size": 32000,
                          "max_position_embeddings": 4096},
+    # a ~1.1 B-parameter LLaMA-style decoder (TinyLlama's published shape), for the GPU campaign
+    "hf_llama_1b": {"model_type": "llama", "architectures": ["LlamaForCausalLM"], "hidden_size": 2048,
+                    "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
+                    "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048},
 }
 
 
@@ -86,20 +90,24 @@ def family_of(name: str, config_dir: str | None = None) -> str:
         return name.removeprefix("hf_").split("_")[0]
 
 
-def build_model(name: str, config_dir: str | None = None, meta: bool = True):
+def build_model(name: str, config_dir: str | None = None, meta: bool = True,
+                attn_implementation: str | None = "eager", config: dict | None = None):
     """A transformers model of config ``name``, eval mode, KV cache off, eager attention.
 
     Args:
         name: a name from :func:`config_names`.
         config_dir: folder of NeuSight-style configs (default :data:`CONFIG_DIR`).
         meta: parameters on the meta device (see :func:`trappm_ray.corpus.export.meta_parameters`).
+        attn_implementation: transformers' attention kernel; ``eager`` (explicit matmul + softmax)
+            traces into ONNX, None takes the library's default (SDPA), as training runs it.
+        config: the config itself, instead of looking ``name`` up.
     """
     import torch
     import transformers
 
     from trappm_ray.corpus import export
 
-    d = config_dict(name, config_dir)
+    d = dict(config) if config is not None else config_dict(name, config_dir)
     d.pop("_name_or_path", None)
     arch = (d.get("architectures") or ["AutoModelForCausalLM"])[0]
     config = transformers.AutoConfig.for_model(**d)
@@ -109,7 +117,7 @@ def build_model(name: str, config_dir: str | None = None, meta: bool = True):
     cls = getattr(transformers, arch, None) or transformers.AutoModelForCausalLM
     torch.manual_seed(0)
     with export.meta_parameters() if meta else contextlib.nullcontext():
-        model = cls._from_config(config, attn_implementation="eager")
+        model = cls._from_config(config, attn_implementation=attn_implementation)
     return model.eval()
 
 

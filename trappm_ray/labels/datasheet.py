@@ -8,6 +8,7 @@ import pyarrow.compute as pc
 
 from trappm_ray import storage
 from trappm_ray.labels import store
+from trappm_ray.labels.campaign_import import campaign_datasheet, is_campaign_device
 from trappm_ray.labels.examples import GRAPHS_FILE, count_joined
 from trappm_ray.labels.public import read_raw
 from trappm_ray.labels.public_datasheet import public_datasheet
@@ -49,10 +50,13 @@ def datasheet(labels_dir: str, slug: str) -> str:
     """Markdown describing ``<labels_dir>/<slug>`` (rows, coverage, provenance, load, joins).
 
     Devices imported from public sources (they have ``raw/runs.parquet``) get the datasheet of
-    :func:`trappm_ray.labels.public_datasheet.public_datasheet` instead.
+    :func:`trappm_ray.labels.public_datasheet.public_datasheet` instead, devices of the GPU
+    campaign :func:`trappm_ray.labels.campaign_import.campaign_datasheet`.
     """
     if read_raw(labels_dir, slug) is not None:
         return public_datasheet(labels_dir, slug)
+    if is_campaign_device(labels_dir, slug):
+        return campaign_datasheet(labels_dir, slug)
     table = compact_labels(labels_dir, slug)
     rows = table.to_pylist()
     ok = [r for r in rows if r["status"] == "ok"]

@@ -47,9 +47,14 @@ COLUMNS: dict[str, str] = {
     # Provenance of imported rows (trappm_ray/labels/public.py): where the numbers come from.
     "source_repo": _S, "source_commit": _S, "source_file": _S, "license": _S, "method": _S,
     "date_imported": _S,
+    # The GPU campaign's rows (labels/campaign_run.py): the setting beyond precision and optimizer,
+    # the optimizer's share of the step, power and clocks over the timed steps, and the memory check.
+    "recompute": _S, "grad_accum": _I, "optimizer_ms": _F, "power_samples": _I, "power_window_s": _F,
+    "energy_j": _F, "inference_power_w_mean": _F, "sm_clock_mhz": _F, "leftover_mb": _F,
+    "campaign_item": _S, "transformers_version": _S,
 }
 KEY = ("device_slug", "arch", "resolution", "batch_size", "dtype", "optimizer", "precision",
-       "memory_format", "gpus", "parallelism", "compiled")
+       "memory_format", "gpus", "parallelism", "compiled", "recompute", "grad_accum")
 
 SCHEMA = pa.schema([(name, {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[kind])
                     for name, kind in COLUMNS.items()])

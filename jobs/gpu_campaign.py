@@ -1,0 +1,65 @@
+"""The GPU measurement campaign: run the next shard on a GPU slot, then import its rows here.
+
+On the GPU machine (torch, timm, transformers, nvidia-ml-py; no Ray), one prepared command::
+
+    PYTHONPATH=. python3 jobs/gpu_campaign.py --shard next --budget-s 420 --out $OUT
+
+Back here, with the files that came back::
+
+    .venv/bin/python jobs/import_labels.py --campaign-run /path/to/files
+    .venv/bin/python jobs/label_datasheet.py --all true
+
+Without a GPU (CI, this machine): ``--dry-run`` measures tiny models on the CPU, NVML absent::
+
+    .venv/bin/python jobs/gpu_campaign.py --dry-run --budget-s 120 --out /tmp/campaign-dry
+
+``--write-plan`` rewrites the committed plan snapshot (data/campaign/plan-<version>.json).
+How and why: docs/gpu-campaign.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import os
+
+from trappm_ray.labels import campaign_plan as plan
+from trappm_ray.labels.campaign_run import run
+
+PLAN_FILE = os.path.join("data", "campaign", f"plan-{plan.CAMPAIGN}.json")
+
+
+def parse_args(argv=None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--shard", default="next", help="'next' (the first job no committed row names) or "
+                   "a shard index (that shard and the ones after it, measured again)")
+    p.add_argument("--budget-s", type=float, default=420.0, help="stop starting jobs past this")
+    p.add_argument("--out", default="campaign-out", help="where rows.jsonl and run.json go")
+    p.add_argument("--labels", default="data/labels", help="the committed labels ('next' reads them)")
+    p.add_argument("--dry-run", action="store_true", help="tiny models on the CPU")
+    p.add_argument("--write-plan", action="store_true", help=f"write {PLAN_FILE} and stop")
+    return p.parse_args(argv)
+
+
+def main(argv=None) -> None:
+    args = parse_args(argv)
+    if args.write_plan:
+        os.makedirs(os.path.dirname(PLAN_FILE), exist_ok=True)
+        with open(PLAN_FILE, "w") as fh:
+            fh.write(plan.plan_json(plan.shards()))
+        print(f"wrote {PLAN_FILE}")
+        return
+    shards = plan.dry_run_shards() if args.dry_run else plan.shards()
+    start = None if args.shard == "next" else int(args.shard)
+    todo = plan.next_jobs(shards, set() if args.dry_run else plan.done_items(args.labels), start)
+    if not todo:
+        print("every job of the plan has rows in the committed labels")
+        return
+    summary = run(todo, args.out, args.budget_s, device="cpu" if args.dry_run else "cuda")
+    print(json.dumps({k: summary[k] for k in ("rows", "wall_s", "rows_per_min", "jobs_done",
+                                              "next_not_started")}, indent=1))
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s %(levelname)s %(name)s: %(message)s")
+    main()
