@@ -12,6 +12,7 @@ else
   trap 'bash scripts/s3_server.sh stop >/dev/null 2>&1 || true' EXIT  # only what we started
 fi
 eval "$(bash scripts/s3_server.sh env)"
+.venv/bin/mypy  # the modules pyproject.toml's [tool.mypy] lists
 args=("$@")
 [[ ${#args[@]} -eq 0 ]] && args=(-m "not slow")
 .venv/bin/python -m pytest -q "${args[@]}"

@@ -43,7 +43,7 @@ def _family(row: dict) -> str:
     if row["model_source"] == "timm":
         return zoo.family_of(row["arch"])
     dry = DRY_RUN_TEXT.get(row["arch"])
-    return dry["model_type"] if dry else text_models.family_of(row["arch"])
+    return str(dry["model_type"]) if dry else text_models.family_of(row["arch"])
 
 
 def label_rows(run_rows: list[dict], imported: str) -> dict[str, list[dict]]:
@@ -51,11 +51,12 @@ def label_rows(run_rows: list[dict], imported: str) -> dict[str, list[dict]]:
     out: dict[str, list[dict]] = defaultdict(list)
     for r in run_rows:
         spec = gpu_slug(r["device_name"]) if r.get("device") == "cuda" else slugify(r["device_name"])
+        slug = f"{spec}-{CAMPAIGN_REGIMES[r['precision']]}"
         row = {k: r.get(k) for k in store.COLUMNS}
-        row.update(device_spec=spec, device_slug=f"{spec}-{CAMPAIGN_REGIMES[r['precision']]}",
+        row.update(device_spec=spec, device_slug=slug,
                    dtype=CAMPAIGN_DTYPES[r["precision"]], family=_family(r), date_imported=imported,
                    n_measurements=1, source_repo=None, license="Apache-2.0 (measured by this project)")
-        out[row["device_slug"]].append(row)
+        out[slug].append(row)
     return dict(out)
 
 

@@ -26,7 +26,7 @@ MEASURED = (
     "energy_j", "inference_power_w_mean", "sm_clock_mhz", "wall_s")
 def versions() -> dict:
     """Library versions of this machine (None where a library is missing)."""
-    out = {}
+    out: dict[str, str | None] = {}
     for name in ("torch", "timm", "transformers", "nvidia-ml-py"):
         try:
             out[name] = importlib.metadata.version(name)

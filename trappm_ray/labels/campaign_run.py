@@ -159,7 +159,8 @@ def measure_row(w: _Workload, setting: Setting, n: int, cuda: bool) -> dict:
     steps, wall0 = [], time.perf_counter()
     with sampled(cuda) as power:
         for _ in range(TIMED_STEPS):
-            start, end, marks = Event(), Event(), []
+            start, end = Event(), Event()
+            marks: list = []
             start.record()
             train_step(marks)
             end.record()

@@ -158,6 +158,9 @@ class Predictor:
     def targets(self) -> tuple[str, ...]:
         return tuple(self.heads)
 
+    def check(self, setting: dict) -> None:
+        """Nothing to refuse beyond the manifest's options, which ``options.resolve`` checks."""
+
     @property
     def feature_set(self) -> str:
         return self.manifest["feature_set"]
@@ -368,33 +371,5 @@ def load_default() -> Predictor:
     return Predictor.load(DEFAULT_DIR)
 
 
-def model_version(predictor: Predictor) -> str:
-    """``name/version`` of a registered predictor, else ``name@<weights hash>``."""
-    m = predictor.manifest
-    name = m.get("name", "predictor")
-    if m.get("version"):
-        return f"{name}/{m['version']}"
-    return f"{name}@{m['weights_sha256'][:12]}" if m.get("weights_sha256") else name
-
-
-def device_of(predictor: Predictor) -> dict:
-    """The manifest's device, with ``kind`` (cpu/cuda) made explicit: CPU slugs end in ``-tN``."""
-    dev = dict(predictor.manifest.get("device") or {})
-    slug = str(dev.get("slug", ""))
-    kind = dev.get("kind") or dev.get("device")
-    if kind not in ("cpu", "cuda", "rocm"):
-        tail = slug.rsplit("-", 1)[-1]
-        kind = "cpu" if tail[:1] == "t" and tail[1:].isdigit() else "unknown"
-    return {**dev, "kind": kind}
-
-
-def names_device(dev: dict, device: str) -> bool:
-    """Whether ``device`` (a slug, name or spec slug, any case) names a manifest's device; a
-    spec slug names its precision regimes too (``rtx3090`` -> ``rtx3090-amp``)."""
-    wanted, slug = device.lower(), str(dev.get("slug", "")).lower()
-    names = {slug, str(dev.get("name", "")).lower(), str(dev.get("spec", "")).lower()}
-    return wanted in names or slug.startswith(wanted + "-")
-
-
-__all__ = ["FORMAT_VERSION", "model_version", "device_of", "names_device", "DEFAULT_DIR", "PredictorError", "Scaler", "Predictor",
-           "code_version", "register", "latest", "load_default"]
+__all__ = ["FORMAT_VERSION", "DEFAULT_DIR", "PredictorError", "Scaler", "Predictor", "code_version", "register",
+           "latest", "load_default"]

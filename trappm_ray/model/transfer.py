@@ -60,7 +60,7 @@ def transfer_ms(ref_ms, floor_here, floor_there, kernels, mode: str):
 def image_only(manifest: dict) -> bool:
     """Whether a predictor's labels hold image models only (its manifest lists their sources and
     none is a text one): what it learned does not carry to a text model."""
-    sources = (manifest.get("data") or {}).get("model_sources")
+    sources = (manifest.get("data") or {}).get("model_sources") or []
     return bool(sources) and not set(sources) & set(TEXT_SOURCES)
 
 
@@ -157,6 +157,12 @@ class OptionTransfer:
         """As :meth:`SpecPredictor.check`: a precision the device has no roofline for is refused."""
         self.spec_predictor.check(setting)
 
+    def to(self, device: str) -> OptionTransfer:
+        """Both parts compute on ``device``; returns self."""
+        self.shipped.to(device)
+        self.spec_predictor.to(device)
+        return self
+
     def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
         """The shipped predictor's rows scaled by the spec model's requested / shipped-setting ratio."""
         based = [{**s, **self.base} for s in settings_list]
@@ -201,6 +207,12 @@ class TargetFill:
     def check(self, setting: dict) -> None:
         """As :meth:`SpecPredictor.check`, for the filled targets."""
         self.spec_predictor.check(setting)
+
+    def to(self, device: str) -> TargetFill:
+        """Both parts compute on ``device``; returns self."""
+        self.shipped.to(device)
+        self.spec_predictor.to(device)
+        return self
 
     def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
         """The shipped predictor's rows, with the spec-based predictor's for the filled targets."""

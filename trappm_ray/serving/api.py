@@ -26,9 +26,8 @@ from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.predictor import Predictor, device_of, model_version
+from trappm_ray.model.estimator import Estimator, device_of, model_version
 from trappm_ray.model.spec_model import SpecPredictor
-from trappm_ray.model.transfer import OptionTransfer, TargetFill
 from trappm_ray.serving import batch_envelope
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
@@ -179,7 +178,7 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
                      dims=dict(opts.dims) or None)
 
 
-def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
+def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search): intervals widened
     where the model is unlike the training graphs, memory never below its physical floor
@@ -239,17 +238,17 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Predictor,
 
 
 def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
-              predictor: Predictor) -> float:
+              predictor: Estimator) -> float:
     """Predicted training memory (MB) of ``proto`` at ``batch_size``, as a prediction reports it."""
     graph = featurize_with(proto, opts, batch_size)
     setting = resolve_options(asdict(opts), predictor.manifest)
     if "train_memory_mb" not in predictor.targets:  # a GPU predictor: the CUDA memory model
         return gpu_memory_mb(graph, setting["precision"], setting["optimizer"])["value"]
-    return max(predictor.predict_graphs([graph])[0]["train_memory_mb"],
+    return max(predictor.predict_graphs([graph], [setting])[0]["train_memory_mb"],
                memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
 
 
-def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Predictor | SpecPredictor
+def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator
                  ) -> list[Prediction | errors.ModelError]:
     """Predict ``(onnx bytes, options, label)`` items with one pass per predictor over all graphs
     (``predictor``, or the one an item's ``opts.device`` names).
@@ -269,8 +268,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
     for i, (data, opts, _) in enumerate(models):
         try:
             chosen, setting = settled(asdict(opts), predictor_for(opts.device, predictor))
-            if isinstance(chosen, (SpecPredictor, OptionTransfer, TargetFill)):
-                chosen.check(setting)
+            chosen.check(setting)
             sha = hashlib.sha256(data).hexdigest()
             proto = cached((sha,), lambda: read_model(data))
             at = (sha, opts.resolution, opts.dims)
@@ -321,7 +319,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Pre
 
 
 def predict(model, batch_size: int | None = 1, device: str | None = None, *,
-            predictor: str | os.PathLike | Predictor | None = None, resolution: int | None = None,
+            predictor: str | os.PathLike | Estimator | None = None, resolution: int | None = None,
             dims: dict[str, int] | None = None, memory_budget_mb: float | None = None,
             steps: int | None = None, price_per_hour: float | None = None,
             interval_z: float = 1.96, input_shape: tuple[int, ...] | None = None,

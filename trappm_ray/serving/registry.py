@@ -10,16 +10,17 @@ from __future__ import annotations
 import json
 import os
 from pathlib import Path
+from typing import Any
 
 from trappm_ray import devices, errors, storage
 from trappm_ray.model.anchors import MeasuredAnchors
-from trappm_ray.model.predictor import (DEFAULT_DIR, Predictor, PredictorError, device_of, load_default,
-                                        model_version, names_device)
+from trappm_ray.model.estimator import Estimator, device_of, model_version, names_device
+from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.transfer import OWN_ROWS, OptionTransfer, TargetFill, image_only, own_rows
 
-_LOADED: dict[str, object] = {}
+_LOADED: dict[str, Any] = {}  # URI or key -> a loaded predictor, model or anchors
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
              "fields as in data/devices.csv; required: name, memory_gb, memory_bw_gbs, peak_fp32_tflops; "
              "add peak_fp16_tensor_tflops for tensor cores)")
@@ -59,7 +60,7 @@ def reference_path(spec: devices.DeviceSpec) -> Path | None:
     return min(found)[1] if found else None
 
 
-def reference_for(spec: devices.DeviceSpec) -> Predictor | None:
+def reference_for(spec: devices.DeviceSpec) -> Estimator | None:
     """:func:`reference_path`'s predictor, loaded (once)."""
     path = reference_path(spec)
     return None if path is None else load_predictor(str(path))
@@ -104,7 +105,7 @@ def _is_spec_dir(uri: str) -> bool:
         return False
 
 
-def completed(found: Predictor) -> Predictor | TargetFill:
+def completed(found: Estimator) -> Estimator:
     """``found``, or for a GPU predictor lacking targets the spec-based predictor answers (the
     RTX 4090 has inference labels only), ``found`` completed by it; cached. CPU predictors stay
     as they are: the spec-based predictor covers GPUs only."""
@@ -124,7 +125,7 @@ def filled_by_spec(manifest: dict, spec_manifest: dict | None) -> list[str]:
     return [t for t in (spec_manifest or {}).get("targets", []) if t not in manifest.get("targets", [])]
 
 
-def _for_device(device: str):
+def _for_device(device: str) -> Estimator:
     for path in shipped():
         if names_device(_manifest(path).get("device") or {}, device):
             return completed(load_predictor(str(path)))
@@ -138,9 +139,9 @@ def _for_device(device: str):
     return for_spec(spec)
 
 
-def load_predictor(predictor: str | os.PathLike | Predictor | SpecPredictor | None = None,
+def load_predictor(predictor: str | os.PathLike | Estimator | None = None,
                    device: str | None = None,
-                   device_spec: str | os.PathLike | devices.DeviceSpec | None = None):
+                   device_spec: str | os.PathLike | devices.DeviceSpec | None = None) -> Estimator:
     """A predictor by URI, the shipped one for ``device``, or the spec-based one; cached.
 
     Args:
@@ -156,14 +157,14 @@ def load_predictor(predictor: str | os.PathLike | Predictor | SpecPredictor | No
             predictor, or both ``device`` and ``device_spec``.
         trappm_ray.devices.DeviceSpecError: a malformed spec file.
     """
-    loaded = (Predictor, SpecPredictor, TargetFill)
-    custom = predictor not in (None, "", "default") and not isinstance(predictor, loaded)
+    custom = predictor not in (None, "", "default") and not isinstance(predictor, Estimator)
     if device_spec is not None:
         if device is not None:
             raise PredictorError("give a device or a device spec, not both")
-        spec = device_spec if isinstance(device_spec, devices.DeviceSpec) else devices.from_json(device_spec)
+        spec = device_spec if isinstance(device_spec, devices.DeviceSpec) else devices.from_json(Path(device_spec))
         return for_spec(spec, user_spec=True, uri=str(predictor) if custom else None)
-    if isinstance(predictor, loaded):
+    found: Estimator
+    if isinstance(predictor, Estimator):
         found = predictor
     elif custom and _is_spec_dir(str(predictor)):
         if device is None:
@@ -186,7 +187,7 @@ def load_predictor(predictor: str | os.PathLike | Predictor | SpecPredictor | No
     return found
 
 
-def predictor_for(device: str | None, predictor: Predictor | SpecPredictor) -> Predictor | SpecPredictor:
+def predictor_for(device: str | None, predictor: Estimator) -> Estimator:
     """The predictor answering for ``device``: ``predictor``, unless ``device`` names another
     one (then its shipped or spec-based predictor); an unknown device is an UnsupportedOption."""
     if device is None or names_device(predictor.manifest.get("device") or {}, device):
@@ -197,7 +198,7 @@ def predictor_for(device: str | None, predictor: Predictor | SpecPredictor) -> P
         raise errors.UnsupportedOption(str(e)) from None
 
 
-def settled(requested: dict, chosen: Predictor | SpecPredictor) -> tuple:
+def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
     """(predictor, resolved setting) for the ``requested`` options. A shipped GPU predictor never
     trained on a requested option answers through the spec-based predictor when that one was
     trained on rows of the same device (the RTX 3090's channels-last runs; :class:`OptionTransfer`);
@@ -222,7 +223,7 @@ def settled(requested: dict, chosen: Predictor | SpecPredictor) -> tuple:
         return both, resolve_options(requested, both.manifest)
 
 
-def for_text(chosen, requested: dict) -> tuple | None:
+def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] | None:
     """For a text model (token-id input): where ``chosen`` rests on a GPU predictor whose labels
     hold image models only (timm's), the spec-based predictor of the same device, whose rows
     include transformer LMs on several GPUs: ``(predictor, resolved setting, note)``; else None.
@@ -272,7 +273,7 @@ def device_catalog() -> list[dict]:
         out.append({"device": s.slug, "name": s.name, "kind": s.kind, "predictor": KIND,
                     "spec_only": not rows.get(s.slug), "training_rows": rows.get(s.slug, 0),
                     "targets": m.get("targets"), "options": m.get("options"), "lodo_mape": lodo,
-                    "reference": ref.name if moved else None, "transferred": moved})
+                    "reference": ref.name if ref and moved else None, "transferred": moved})
     return out
 
 

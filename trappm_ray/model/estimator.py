@@ -1,0 +1,76 @@
+"""The one interface every predictor that answers for a device plays.
+
+Four classes answer for a device: :class:`~trappm_ray.model.predictor.Predictor` (a shipped
+network), :class:`~trappm_ray.model.spec_model.SpecPredictor` (the spec-based model bound to a
+GPU) and two compositions of them in :mod:`trappm_ray.model.transfer`
+(:class:`~trappm_ray.model.transfer.OptionTransfer`: a setting the shipped network lacks;
+:class:`~trappm_ray.model.transfer.TargetFill`: targets its device has no labels of). Serving,
+the HTTP app and the batch job hold any of them through :class:`Estimator`, so a composition
+that forgets a method fails the type checker (and ``isinstance`` in the tests), not a worker at
+run time.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any, Protocol, runtime_checkable
+
+
+@runtime_checkable
+class Estimator(Protocol):
+    """A predictor bound to one device.
+
+    Attributes:
+        manifest: what it was trained on and how it answers (``name``, ``device``, ``options``,
+            ``targets``, ...).
+    """
+
+    manifest: dict[str, Any]
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        """The targets it answers (``train_step_ms``, ``inference_ms``, ...)."""
+        ...
+
+    def check(self, setting: dict) -> None:
+        """Raise ``errors.UnsupportedOption`` for a setting it cannot answer."""
+        ...
+
+    def predict_graphs(self, graphs: Sequence[Any], settings_list: list[dict]) -> list[dict[str, float]]:
+        """One row per featurized graph: per target the value, ``_low``/``_high``/``_std`` and,
+        where known, ``_floor``; ``settings_list`` holds each graph's resolved setting."""
+        ...
+
+    def to(self, device: str) -> Estimator:
+        """Move the computation to a torch device (``cpu``, ``cuda``); returns itself."""
+        ...
+
+
+def model_version(predictor: Estimator) -> str:
+    """``name/version`` of a registered predictor, else ``name@<weights hash>``."""
+    m = predictor.manifest
+    name = m.get("name", "predictor")
+    if m.get("version"):
+        return f"{name}/{m['version']}"
+    return f"{name}@{m['weights_sha256'][:12]}" if m.get("weights_sha256") else name
+
+
+def device_of(predictor: Estimator) -> dict:
+    """The manifest's device, with ``kind`` (cpu/cuda) made explicit: CPU slugs end in ``-tN``."""
+    dev = dict(predictor.manifest.get("device") or {})
+    slug = str(dev.get("slug", ""))
+    kind = dev.get("kind") or dev.get("device")
+    if kind not in ("cpu", "cuda", "rocm"):
+        tail = slug.rsplit("-", 1)[-1]
+        kind = "cpu" if tail[:1] == "t" and tail[1:].isdigit() else "unknown"
+    return {**dev, "kind": kind}
+
+
+def names_device(dev: dict, device: str) -> bool:
+    """Whether ``device`` (a slug, name or spec slug, any case) names a manifest's device; a
+    spec slug names its precision regimes too (``rtx3090`` -> ``rtx3090-amp``)."""
+    wanted, slug = device.lower(), str(dev.get("slug", "")).lower()
+    names = {slug, str(dev.get("name", "")).lower(), str(dev.get("spec", "")).lower()}
+    return wanted in names or slug.startswith(wanted + "-")
+
+
+__all__ = ["Estimator", "model_version", "device_of", "names_device"]
