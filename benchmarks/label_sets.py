@@ -25,7 +25,8 @@ def write_like_for_like(old: str, new: str, work: str) -> dict:
     import pyarrow.parquet as pq
 
     from trappm_ray.labels import store
-    from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
+    from trappm_ray.graph.rows import GRAPHS_FILE
+    from trappm_ray.labels.examples import GRAPH_KEY
     from trappm_ray.labels.store import default_slug
 
     slug = default_slug(old)

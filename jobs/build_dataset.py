@@ -18,16 +18,15 @@ import logging
 from dataclasses import asdict
 
 from trappm_ray.config_cli import parse_config
-from trappm_ray.corpus.build import DatasetConfig, build
+from trappm_ray.corpus.build import DatasetConfig
+from trappm_ray.labels.label_join import build_labeled, extend_joined_graphs
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s %(message)s")
     cfg = parse_config(DatasetConfig, description=__doc__)
-    summary = build(cfg)
+    summary = build_labeled(cfg)
     print(json.dumps(asdict(summary), indent=1))
     if cfg.join_labels:
-        from trappm_ray.corpus.label_join import extend_joined_graphs
-
         joined = extend_joined_graphs(cfg.join_labels, cfg.out)
         joined["missing"] = {reason: keys[:20] for reason, keys in joined["missing"].items()}
         print(json.dumps(joined, indent=1, default=str))

@@ -30,6 +30,9 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures import TimeoutError as FutureTimeout
 
+from trappm_ray.corpus import zoo
+from trappm_ray.physics.censored import censored_check, load_skeletons
+
 TIMM_DIR = "/work/shared/data/public-gpu/timm"
 ROWS_GLOB = "benchmark-train-amp-*-rtx3090.csv"
 log = logging.getLogger("memory_check")
@@ -41,7 +44,8 @@ def read_rows(timm_dir: str = TIMM_DIR) -> list[dict]:
     for path in sorted(glob.glob(os.path.join(timm_dir, ROWS_GLOB))):
         with open(path) as f:
             for r in csv.DictReader(f):
-                rows.append({"model": r["model"], "batch_size": int(r["train_batch_size"]),
+                rows.append({"model": r["model"], "family": zoo.family_of(r["model"]),
+                             "batch_size": int(r["train_batch_size"]),
                              "img_size": int(r["train_img_size"]),
                              "step_ms": float(r["train_step_time"]),
                              "param_count_m": float(r["param_count"] or "nan"),
@@ -51,12 +55,10 @@ def read_rows(timm_dir: str = TIMM_DIR) -> list[dict]:
 
 def pick_models(rows: list[dict], sample: int, seed: int = 0) -> list[tuple[str, int]]:
     """(model, resolution) pairs, stratified by family: round-robin over shuffled families."""
-    from trappm_ray.corpus.zoo import family_of
-
     keys = sorted({(r["model"], r["img_size"]) for r in rows})
     by_fam: dict[str, list] = {}
     for k in keys:
-        by_fam.setdefault(family_of(k[0]), []).append(k)
+        by_fam.setdefault(zoo.family_of(k[0]), []).append(k)
     rng = random.Random(seed)
     for v in by_fam.values():
         rng.shuffle(v)
@@ -70,8 +72,6 @@ def pick_models(rows: list[dict], sample: int, seed: int = 0) -> list[tuple[str,
 
 def _export_one(arch: str, res: int, path: str) -> dict:
     """Child-process body: export one skeleton (a crash here cannot kill the driver)."""
-    from trappm_ray.corpus import zoo
-
     t0 = time.perf_counter()
     try:
         sk = zoo.export_skeleton(arch, res)
@@ -121,8 +121,6 @@ def export(out: str, sample: int, timeout_s: float = 600.0) -> None:
 def check(out: str, json_out: str | None, capacity_gib: float, onnx_dirs: tuple[str, ...] = ()) -> dict:
     """Run the censored check on every row whose graph was exported (to ``out/onnx`` or one of
     ``onnx_dirs``, the first folder holding a model wins); print and return figures."""
-    from trappm_ray.physics.censored import censored_check, load_skeletons
-
     rows = read_rows()
     skeletons = {}
     for folder in (os.path.join(out, "onnx"), *onnx_dirs):

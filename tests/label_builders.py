@@ -13,7 +13,7 @@ from trappm_ray import storage
 from trappm_ray.graph.rows import graph_to_row
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.labels.store import SCHEMA
-from trappm_ray.labels.examples import GRAPHS_FILE
+from trappm_ray.graph.rows import GRAPHS_FILE
 
 SLUG = "test-cpu-t1"
 BATCHES = (1, 2, 4, 8, 16, 32)

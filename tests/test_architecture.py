@@ -110,3 +110,31 @@ def test_stages_are_subpackages():
     shared = {"__init__", "cli", "config_cli", "devices", "errors", "presets", "ray_init", "storage",
               "targets"}
     assert flat <= shared, flat - shared
+
+
+# The order data flows through the package: a module imports its own stage and those before it,
+# never a later one (function-local imports included: ast.walk sees every import at any depth).
+STAGES = ("shared", "graph", "physics", "corpus", "labels", "model", "train", "evaluate", "serving", "entry")
+SHARED = {"errors", "storage", "devices", "targets", "config_cli", "ray_init"}
+
+
+def _stage(module: str) -> str:
+    parts = module.split(".")
+    if len(parts) == 1 or parts[1] in ("cli", "presets", "__init__"):
+        return "entry"
+    return "shared" if parts[1] in SHARED else parts[1]
+
+
+def _upward(graph: dict[str, set[str]]) -> list[str]:
+    return sorted(f"{a} -> {b}" for a, deps in graph.items() for b in deps
+                  if STAGES.index(_stage(b)) > STAGES.index(_stage(a)))
+
+
+def test_imports_point_down_the_stages():
+    assert {_stage(m) for m in _modules()} <= set(STAGES)
+    assert _upward(_graph()) == []
+
+
+def test_an_import_up_the_stages_is_found():
+    assert _upward({"trappm_ray.corpus.keys": {"trappm_ray.labels.store", "trappm_ray.graph.rows"},
+                    "trappm_ray.storage": set()}) == ["trappm_ray.corpus.keys -> trappm_ray.labels.store"]

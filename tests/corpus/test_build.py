@@ -74,6 +74,7 @@ def test_select_architectures_covers_paper_families():
 
 def test_labeled_architectures_are_exported_whatever_their_size(ray_session, tmp_path):
     from trappm_ray.labels import store
+    from trappm_ray.labels.label_join import build_labeled
 
     labels = str(tmp_path / "labels")
     store.write_rows(labels, "cpu-t1", [{"arch": "test_vit", "resolution": 32, "batch_size": 1,
@@ -84,7 +85,9 @@ def test_labeled_architectures_are_exported_whatever_their_size(ray_session, tmp
     build(cfg)
     manifest = {e["task"]: e for e in dataset.read_manifest(out)}
     assert manifest["test_resnet@32"]["status"] == "skipped" and "test_vit@32" not in manifest
-    again = build(DatasetConfig(**{**cfg.__dict__, "labels": labels}))
+    with pytest.raises(ValueError, match="label store"):  # the labels stage reads its store
+        build(DatasetConfig(**{**cfg.__dict__, "labels": labels}))
+    again = build_labeled(DatasetConfig(**{**cfg.__dict__, "labels": labels}))
     manifest = {e["task"]: e for e in dataset.read_manifest(out)}
     assert again.ran == 1 and manifest["test_vit@32"]["status"] == "ok"  # too large, but labeled
     assert manifest["test_resnet@32"]["status"] == "skipped"

@@ -7,9 +7,10 @@ import pytest
 import csv
 
 from trappm_ray import storage
-from trappm_ray.corpus.label_join import UNJOINED_FILE
+from trappm_ray.labels.label_join import UNJOINED_FILE
 from trappm_ray.labels import store
-from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE, load_examples
+from trappm_ray.graph.rows import GRAPHS_FILE
+from trappm_ray.labels.examples import GRAPH_KEY, load_examples
 from trappm_ray.labels.public import read_raw
 from trappm_ray.labels.store import compact_labels, device_slugs
 

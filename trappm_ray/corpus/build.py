@@ -25,12 +25,8 @@ import pyarrow as pa
 from tqdm.auto import tqdm
 
 from trappm_ray import storage
-from trappm_ray.corpus import fallback
-from trappm_ray.corpus.selection import (
-    interleave_families,
-    labeled_architectures,
-    select_architectures,
-)
+from trappm_ray.corpus import fallback, keys
+from trappm_ray.corpus.selection import interleave_families, select_architectures
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import GRAPH_VERSION, graph_to_row
 from trappm_ray.ray_init import ensure_ray
@@ -58,13 +54,13 @@ class DatasetConfig:
             ``max_params`` (VGG: 133M+) and the family would otherwise be missing.
         labels: a label store (``jobs/collect_labels.py --out``): its architectures join the
             selection and are exported whatever their size, so that every label has a graph
-            (empty = none).
+            (empty = none); the labels stage reads them (``labels.label_join.build_labeled``).
         keep_onnx: also store the skeletons.
         retry_failed: re-run tasks whose manifest entry is an error.
         max_export_params: a cap even for labeled and exempt architectures, from what the
             machine's memory holds during an export (about 12 bytes per parameter; 0 = none).
         join_labels: after the build, append the graphs of every ok label key under this label
-            store that its ``graphs.parquet`` lacks (``trappm_ray.corpus.label_join``).
+            store that its ``graphs.parquet`` lacks (``trappm_ray.labels.label_join``).
         extra_sources: add unlabeled models of other sources to the grid: ``hf`` (text models
             at 128 and 512 tokens), ``torchvision``, ``torchvision_dynamo``.
         keys_from: build exactly the labeled keys instead of the grid: ``public`` (the public GPU
@@ -225,17 +221,28 @@ def _is_done(entry: dict | None, cfg: DatasetConfig, labeled: set[str],
     return not cfg.retry_failed
 
 
-def plan_tasks(cfg: DatasetConfig) -> tuple[list, set[str]]:
-    """The tasks of a build (in build order) and the architectures exempt from ``max_params``."""
-    from trappm_ray.corpus import keys
+def plan_tasks(cfg: DatasetConfig, label_tasks: list[keys.Task] | None = None,
+               labeled: frozenset[str] = frozenset()) -> tuple[list, set[str]]:
+    """The tasks of a build (in build order) and the architectures exempt from ``max_params``.
 
+    Args:
+        cfg: the build.
+        label_tasks: with ``keys_from="labels"``, the label store's keys as tasks
+            (:func:`trappm_ray.labels.label_join.label_tasks`: the labels stage reads its store).
+        labeled: architectures with label rows, added to the grid whatever their size
+            (:func:`trappm_ray.labels.label_join.labeled_architectures` of ``cfg.labels``).
+    """
+    if cfg.labels and not cfg.keys_from and not labeled:
+        raise ValueError("cfg.labels names a label store: pass its architectures as `labeled` "
+                         "(trappm_ray.labels.label_join.build_labeled does)")
     if cfg.keys_from:
         if cfg.keys_from == "public":
             tasks = keys.from_public_sources(cfg.public_root)
         elif cfg.keys_from == "labels":
-            from trappm_ray.corpus import text_models
-
-            tasks = keys.from_label_store(cfg.labels, set(text_models.config_names()))
+            if label_tasks is None:
+                raise ValueError("keys_from='labels' needs the label store's tasks "
+                                 "(trappm_ray.labels.label_join.build_labeled passes them)")
+            tasks = label_tasks
         else:
             raise ValueError(f"keys_from must be 'public' or 'labels', not {cfg.keys_from!r}")
         tasks = [t for t in tasks if not cfg.groups or t.group in cfg.groups]
@@ -247,20 +254,21 @@ def plan_tasks(cfg: DatasetConfig) -> tuple[list, set[str]]:
     archs = list(cfg.archs) or select_architectures(cfg.other_per_family)
     if cfg.max_archs:
         archs = archs[: cfg.max_archs]
-    labeled = labeled_architectures(cfg.labels) if cfg.labels else set()
     archs += sorted(labeled - set(archs))
     extra = keys.extra_tasks(cfg.extra_sources, cfg.resolutions, cfg.batch_sizes)
     return [keys.Task(a, r, tuple(cfg.batch_sizes), "timm") for a in interleave_families(archs)
-            for r in cfg.resolutions] + extra, labeled | {t.arch for t in extra if t.source == "hf"}
+            for r in cfg.resolutions] + extra, set(labeled) | {t.arch for t in extra if t.source == "hf"}
 
 
-def build(cfg: DatasetConfig) -> BuildSummary:
-    """Build (or resume) the corpus described by ``cfg`` with Ray tasks."""
+def build(cfg: DatasetConfig, label_tasks: list[keys.Task] | None = None,
+          labeled: frozenset[str] = frozenset()) -> BuildSummary:
+    """Build (or resume) the corpus described by ``cfg`` with Ray tasks (``label_tasks``,
+    ``labeled``: as :func:`plan_tasks`)."""
     t0 = time.perf_counter()
-    tasks, labeled = plan_tasks(cfg)
+    tasks, exempt = plan_tasks(cfg, label_tasks, labeled)
     entries = {e["task"]: e for e in read_manifest(cfg.out)}
     todo = [t for t in tasks if not _is_done(entries.get(task_name(t.arch, t.resolution)), cfg,
-                                             labeled, t.batch_sizes)]
+                                             exempt, t.batch_sizes)]
     log.info("%d tasks (%d architectures): %d recorded, %d to run -> %s", len(tasks),
              len({t.arch for t in tasks}), len(entries), len(todo), cfg.out)
     if todo:
@@ -273,7 +281,7 @@ def build(cfg: DatasetConfig) -> BuildSummary:
             old = entries.get(task_name(t.arch, t.resolution)) or {}
             bs = sorted(set(t.batch_sizes) | set(old.get("batch_sizes") or []))  # never lose graphs
             ref = task.remote(t.arch, t.resolution, tuple(bs), cfg.out, cfg.keep_onnx,
-                              _limit(t.arch, cfg, labeled), t.source, cfg.meta_init)
+                              _limit(t.arch, cfg, exempt), t.source, cfg.meta_init)
             pending[ref] = (t.arch, t.resolution)
         finished, bar = 0, tqdm(total=len(todo), desc="exporting", unit="task", disable=None)
         while pending:

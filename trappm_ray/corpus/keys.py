@@ -1,7 +1,8 @@
 """Which graphs a labeled build needs: (architecture, resolution) tasks with their batch sizes.
 
 A label row joins the graph of its (arch, resolution, batch_size). Two ways to list those keys:
-from a label store's ok rows (:func:`from_label_store`, every device) or straight from the public
+from a label store's ok rows (:func:`trappm_ray.labels.label_join.label_tasks`, every device, through
+:func:`from_keys`) or straight from the public
 GPU sources (:func:`from_public_sources`: timm's benchmark CSVs, NeuSight's label file names,
 ryujaehun's torchvision CSVs), which works before any label is imported. Each task also names
 the model source that builds it: ``timm``, ``torchvision`` (arch ``torchvision_<name>``) or
@@ -12,6 +13,7 @@ from __future__ import annotations
 import csv
 import logging
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -153,34 +155,14 @@ def extra_tasks(extra: tuple[str, ...], resolutions: tuple[int, ...], batch_size
     return tasks
 
 
-def from_label_store(labels: str, hf_names: set[str], skip_joined: bool = True) -> list[Task]:
-    """Tasks for every ok label row of every device of a label store.
-
-    Args:
-        labels: the label store folder (``data/labels``).
-        hf_names: architecture names built from transformers configs.
-        skip_joined: leave out keys that ``<labels>/graphs.parquet`` already holds.
-    """
-    from trappm_ray import storage
-    from trappm_ray.labels.store import device_slugs, ok_labels
-
-    have: set = set()
-    joined = storage.join(labels, "graphs.parquet")
-    if skip_joined and storage.exists(joined):
-        t = storage.read_table(joined, columns=["arch", "resolution", "batch_size"])
-        have = set(zip(*(t.column(k).to_pylist() for k in ("arch", "resolution", "batch_size"))))
+def from_keys(keys: Iterable[tuple[str, int, int, bool]], hf_names: set[str] | frozenset = frozenset()) -> list[Task]:
+    """Tasks for labeled keys, each ``(arch, resolution, batch size, has a training label)``: a
+    timm model with a training label is built in the ``timm-train`` group, else ``timm-infer``."""
     found: dict = {}
-    for slug in device_slugs(labels):
-        t = ok_labels(labels, slug)
-        cols = [t.column(k).to_pylist() for k in ("arch", "resolution", "batch_size")]
-        train = t.column("train_step_ms").to_pylist() if "train_step_ms" in t.column_names else [None] * t.num_rows
-        for (arch, res, bs), step in zip(zip(*cols), train):
-            if (arch, res, bs) in have or res is None or bs is None:
-                continue
-            source = source_of(arch, hf_names)
-            group = {"hf": "hf", "torchvision": "torchvision"}.get(source) or (
-                "timm-train" if step is not None else "timm-infer")
-            _merge(found, arch, int(res), int(bs), source, group)
+    for arch, res, bs, trained in keys:
+        source = source_of(arch, hf_names)
+        group = {"hf": "hf", "torchvision": "torchvision"}.get(source) or ("timm-train" if trained else "timm-infer")
+        _merge(found, arch, int(res), int(bs), source, group)
     return _tasks(found)
 
 
@@ -189,7 +171,7 @@ __all__ = [
     "PUBLIC_ROOT",
     "TORCHVISION_PREFIX",
     "Task",
-    "from_label_store",
+    "from_keys",
     "from_public_sources",
     "neusight_keys",
     "source_of",

@@ -18,8 +18,7 @@ from torch_geometric.data import Batch, Data
 from trappm_ray.graph import features
 from trappm_ray import storage
 from trappm_ray.graph.data import graph_data
-from trappm_ray.graph.rows import GRAPH_COLUMNS, row_to_graph
-from trappm_ray.labels.examples import GRAPHS_FILE
+from trappm_ray.graph.rows import GRAPH_COLUMNS, GRAPHS_FILE, row_to_graph
 
 def row_to_data(row: Mapping, feature_set: str = "v2",
                 label_columns: Sequence[str] = ()) -> Data:

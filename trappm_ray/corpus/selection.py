@@ -35,11 +35,4 @@ def interleave_families(archs: list[str]) -> list[str]:
     return out
 
 
-def labeled_architectures(labels: str) -> set[str]:
-    """Every architecture with a stored label row, any device, under a label store."""
-    from trappm_ray.labels.store import device_slugs, read_rows
-
-    return {a for slug in device_slugs(labels) for a in read_rows(labels, slug).column("arch").to_pylist()}
-
-
-__all__ = ["interleave_families", "labeled_architectures", "select_architectures"]
+__all__ = ["interleave_families", "select_architectures"]

@@ -18,6 +18,9 @@ STATIC_COLUMNS = ("batch_size", "resolution", "nodes", "edges", "macs", "params"
 # What row_to_graph needs; reading only these keeps strings like `exporter` out of every batch.
 GRAPH_COLUMNS = STATIC_COLUMNS + ("ops", "edge_src", "edge_dst") + tuple(
     f"node_{c}" for c in NODE_COLUMNS + ("in_shape", "out_shape", "attrs"))
+# A folder's graphs in one file: a label store's joined graphs (``data/labels/graphs.parquet``),
+# read as a corpus too.
+GRAPHS_FILE = "graphs.parquet"
 
 
 def graph_to_row(graph: Graph, **keys) -> dict:

@@ -23,7 +23,8 @@ from trappm_ray.corpus import text_models, zoo
 from trappm_ray.labels import store
 from trappm_ray.labels.campaign_plan import CAMPAIGN, DRY_RUN_TEXT
 from trappm_ray.labels.campaign_instruments import read_rows
-from trappm_ray.labels.examples import GRAPHS_FILE, count_joined
+from trappm_ray.graph.rows import GRAPHS_FILE
+from trappm_ray.labels.examples import count_joined
 from trappm_ray.labels.machine import slugify
 from trappm_ray.labels.public_rows import DTYPES, REGIMES
 

@@ -9,7 +9,8 @@ import pyarrow.compute as pc
 from trappm_ray import storage
 from trappm_ray.labels import store
 from trappm_ray.labels.campaign_import import campaign_datasheet, is_campaign_device
-from trappm_ray.labels.examples import GRAPHS_FILE, count_joined
+from trappm_ray.graph.rows import GRAPHS_FILE
+from trappm_ray.labels.examples import count_joined
 from trappm_ray.labels.public import read_raw
 from trappm_ray.labels.public_datasheet import public_datasheet
 from trappm_ray.labels.store import compact_labels, measured_busy

@@ -19,14 +19,13 @@ from torch_geometric.data import Data
 from trappm_ray import storage
 from trappm_ray.corpus.build import task_name
 from trappm_ray.graph.data import graph_data
-from trappm_ray.graph.rows import GRAPH_COLUMNS, row_to_graph
+from trappm_ray.graph.rows import GRAPH_COLUMNS, GRAPHS_FILE, row_to_graph
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.targets import TARGETS, label_column
 
 log = logging.getLogger(__name__)
 
 GRAPH_KEY = ("arch", "resolution", "batch_size")  # a label row joins the graph of this key
-GRAPHS_FILE = "graphs.parquet"
 
 
 def join_graphs(labels_dir: str, corpus: str) -> dict:
@@ -139,5 +138,5 @@ def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
     return Examples(rows, data, feature_set)
 
 
-__all__ = ["GRAPH_KEY", "GRAPHS_FILE", "join_graphs", "count_joined", "Examples",
+__all__ = ["GRAPH_KEY", "join_graphs", "count_joined", "Examples",
            "load_examples"]

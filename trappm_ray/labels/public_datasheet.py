@@ -10,7 +10,8 @@ import numpy as np
 
 from trappm_ray import storage
 from trappm_ray.labels import store
-from trappm_ray.labels.examples import GRAPHS_FILE, count_joined
+from trappm_ray.graph.rows import GRAPHS_FILE
+from trappm_ray.labels.examples import count_joined
 from trappm_ray.labels.public import LABELS, read_raw
 
 # How each source's numbers differ from this project's harness (docs/labels.md), by source repo.

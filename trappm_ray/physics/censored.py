@@ -94,8 +94,6 @@ def _context_bytes(settings: dict) -> float:
 
 def _evaluate(rows: list[dict], preds: dict, fkey: str, capacity: float) -> tuple:
     """Per-row verdicts, per-family failure counts and the shares for one assumption set."""
-    from trappm_ray.corpus.zoo import family_of
-
     out_rows = []
     fams: dict = defaultdict(lambda: {"rows": 0, "fit_fail": 0, "nofit_rows": 0, "nofit_fail": 0})
     for r in rows:
@@ -109,7 +107,7 @@ def _evaluate(rows: list[dict], preds: dict, fkey: str, capacity: float) -> tupl
         if not math.isnan(want) and abs(p_all["params"] - want) > PARAMS_TOLERANCE * want:
             out_rows.append({**r, "status": "param_mismatch", "graph_params": p_all["params"]})
             continue
-        fam = family_of(r["model"])
+        fam = r.get("family") or "unknown"
         fits = p[b] <= capacity
         row = {**r, "family": fam, "status": "ok", "pred_mib": p[b] / MiB, "fits_ok": fits,
                "prev_batch": prev}
@@ -143,7 +141,8 @@ def censored_check(rows: list[dict], skeletons: dict, capacity_bytes: float = 24
 
     Args:
         rows: dicts with ``model``, ``img_size``, ``batch_size`` (optional ``param_count_m``:
-            the row's parameters in millions, checked against the graph's).
+            the row's parameters in millions, checked against the graph's; optional ``family``,
+            which the failures are counted by).
         skeletons: ``{(model, img_size): onnx path}``; rows without one are counted as skipped.
         capacity_bytes: the card's memory (RTX 3090: 24 GiB).
         settings: keyword arguments of :func:`training_memory` (default: ``TIMM_2022``).

@@ -21,7 +21,8 @@ from trappm_ray.model import predictor as P
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.options import label_options
 from trappm_ray import storage
-from trappm_ray.labels.examples import GRAPHS_FILE, join_graphs, load_examples
+from trappm_ray.graph.rows import GRAPHS_FILE
+from trappm_ray.labels.examples import join_graphs, load_examples
 from trappm_ray.labels.store import default_slug, ok_labels
 from trappm_ray.targets import TARGETS, label_column, unit
 from trappm_ray.train.fanout import fan_out, share_graphs

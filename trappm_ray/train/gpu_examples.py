@@ -13,7 +13,8 @@ import pyarrow.parquet as pq
 
 from trappm_ray import devices, storage
 from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
+from trappm_ray.graph.rows import GRAPHS_FILE
+from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.model.device_features import (SETTING_COLS, feature_vector, optimizer_of, roofline_features,
                                               settings_of)

@@ -7,7 +7,7 @@ import pyarrow.compute as pc
 from tests.label_builders import SLUG, make_labeled_dir
 from tests.onnx_builders import cnn_model
 from trappm_ray import storage
-from trappm_ray.corpus.label_join import extend_joined_graphs
+from trappm_ray.labels.label_join import extend_joined_graphs
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import graph_to_row
 from trappm_ray.labels.store import compact, read_rows, write_rows
@@ -82,3 +82,26 @@ def test_a_corpus_of_other_keys_keeps_the_listed_reasons(tmp_path):
     assert summary["missing"] == {"featurize failed": [("moe_net", row["resolution"], row["batch_size"])]}
     assert (tmp_path / "labels" / "unjoined.csv").read_text().splitlines()[1] == \
         f"{key},featurize failed,UnresolvedShapes"
+
+
+def test_label_tasks_list_the_unjoined_keys_of_every_device(tmp_path):
+    from trappm_ray.labels.label_join import label_tasks, labeled_architectures
+
+    labels = str(tmp_path / "labels")
+    row = {"status": "ok", "resolution": 64, "train_step_ms": 1.0}
+    write_rows(labels, "gpu-a", [{**row, "device_slug": "gpu-a", "arch": "resnet18", "batch_size": b}
+                                 for b in (1, 8)])
+    write_rows(labels, "gpu-b", [{**row, "device_slug": "gpu-b", "arch": "vit_tiny_patch16_224", "batch_size": 4,
+                                  "train_step_ms": None},
+                                 {**row, "device_slug": "gpu-b", "arch": "hf_gpt2", "resolution": 128,
+                                  "batch_size": 2}])
+    for slug in ("gpu-a", "gpu-b"):
+        compact(labels, slug)
+    storage.write_table(pa.Table.from_pylist([{"arch": "resnet18", "resolution": 64, "batch_size": 8}]),
+                        storage.join(labels, "graphs.parquet"))
+    tasks = {(t.arch, t.resolution): t for t in label_tasks(labels, {"hf_gpt2"})}
+    assert tasks[("resnet18", 64)].batch_sizes == (1,) and tasks[("resnet18", 64)].group == "timm-train"
+    assert tasks[("vit_tiny_patch16_224", 64)].group == "timm-infer"
+    assert tasks[("hf_gpt2", 128)].source == "hf"
+    assert len(label_tasks(labels, {"hf_gpt2"}, skip_joined=False)[0].batch_sizes) >= 1
+    assert labeled_architectures(labels) == {"resnet18", "vit_tiny_patch16_224", "hf_gpt2"}

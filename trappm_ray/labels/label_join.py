@@ -1,4 +1,8 @@
-"""Add the graphs of newly labeled keys to ``<labels>/graphs.parquet``, keeping the rows it has.
+"""Label keys to graphs: the corpus tasks a label store needs, and its joined graphs file.
+
+A label store asks the corpus for graphs (:func:`label_tasks`, :func:`build_labeled`: the keys or
+architectures it labeled) and then keeps the graphs of its keys in ``<labels>/graphs.parquet``,
+adding those of newly labeled keys while keeping the rows it has.
 
 :func:`trappm_ray.labels.examples.join_graphs` rewrites that file from one corpus. The public GPU
 labels are covered by another corpus (``jobs/build_dataset.py --keys-from public``) than the CPU
@@ -20,9 +24,11 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trappm_ray import storage
-from trappm_ray.corpus.build import read_manifest, task_name
-from trappm_ray.labels.examples import GRAPH_KEY, GRAPHS_FILE
-from trappm_ray.labels.store import device_slugs, ok_labels
+from trappm_ray.corpus import keys, text_models
+from trappm_ray.corpus.build import BuildSummary, DatasetConfig, build, read_manifest, task_name
+from trappm_ray.graph.rows import GRAPHS_FILE
+from trappm_ray.labels.examples import GRAPH_KEY
+from trappm_ray.labels.store import device_slugs, ok_labels, read_rows
 
 log = logging.getLogger(__name__)
 
@@ -39,6 +45,42 @@ def labeled_keys(labels_dir: str) -> dict[tuple, set[str]]:
         for key in zip(*(t.column(k).to_pylist() for k in GRAPH_KEY)):
             found.setdefault(key, set()).add(slug)
     return found
+
+
+def label_tasks(labels_dir: str, hf_names: set[str], skip_joined: bool = True) -> list[keys.Task]:
+    """Corpus tasks for every ok label row of every device of a label store.
+
+    Args:
+        labels_dir: the label store (``data/labels``).
+        hf_names: architecture names built from transformers configs.
+        skip_joined: leave out keys that ``<labels_dir>/graphs.parquet`` already holds.
+    """
+    have: set = set()
+    joined = storage.join(labels_dir, GRAPHS_FILE)
+    if skip_joined and storage.exists(joined):
+        t = storage.read_table(joined, columns=list(GRAPH_KEY))
+        have = set(zip(*(t.column(k).to_pylist() for k in GRAPH_KEY)))
+    found = []
+    for slug in device_slugs(labels_dir):
+        t = ok_labels(labels_dir, slug)
+        train = t.column("train_step_ms").to_pylist()
+        for key, step in zip(zip(*(t.column(k).to_pylist() for k in GRAPH_KEY)), train):
+            if key not in have and None not in key:
+                found.append((*key, step is not None))
+    return keys.from_keys(found, hf_names)
+
+
+def labeled_architectures(labels_dir: str) -> frozenset[str]:
+    """Every architecture with a stored label row, any device, under a label store."""
+    return frozenset(a for slug in device_slugs(labels_dir)
+                     for a in read_rows(labels_dir, slug).column("arch").to_pylist())
+
+
+def build_labeled(cfg: DatasetConfig) -> BuildSummary:
+    """:func:`trappm_ray.corpus.build.build` with what ``cfg`` asks of its label store
+    (``cfg.labels``): its keys (``keys_from="labels"``) or its architectures in the grid."""
+    tasks = label_tasks(cfg.labels, set(text_models.config_names())) if cfg.keys_from == "labels" else None
+    return build(cfg, tasks, labeled_architectures(cfg.labels) if cfg.labels else frozenset())
 
 
 def _timm_version(corpus: str) -> str:
@@ -146,4 +188,5 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
     return summary
 
 
-__all__ = ["UNJOINED_COLUMNS", "UNJOINED_FILE", "ZSTD_LEVEL", "extend_joined_graphs", "labeled_keys"]
+__all__ = ["UNJOINED_COLUMNS", "UNJOINED_FILE", "ZSTD_LEVEL", "extend_joined_graphs", "labeled_keys", "label_tasks",
+           "labeled_architectures", "build_labeled"]
