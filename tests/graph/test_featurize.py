@@ -272,6 +272,16 @@ def test_symbolic_spatial_dims_bound_by_resolution():
     assert g.in_shape[0].tolist() == [2, 3, 12, 12, 0, 0]
 
 
+def test_a_resolution_a_fixed_size_input_cannot_take_is_refused():
+    """A file exported at 8 px keeps its 8-px work whatever resolution is asked: the answer would
+    report one size with the cost of another, so it is refused in words instead."""
+    assert fz(B.cnn_model(hw=8), batch_size=2, resolution=8).static["resolution"] == 8
+    with pytest.raises(errors.UnsupportedConstruct, match="fixes its size.*resolution of 12"):
+        fz(B.cnn_model(hw=8), batch_size=2, resolution=12)
+    with pytest.raises(errors.UnsupportedConstruct, match="fixes its size"):
+        fz(B.gemm_model(), batch_size=2, resolution=12)  # no spatial dimensions at all
+
+
 # ----------------------------------------------------------------------------- > 6-D tensors
 def test_high_rank_folds_leading_dims():
     b = 3

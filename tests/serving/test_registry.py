@@ -8,6 +8,7 @@ from spec_builders import train_tiny
 from trappm_ray import devices, errors
 from trappm_ray.model.predictor import Predictor, PredictorError
 from trappm_ray.model.spec_model import SpecPredictor
+from trappm_ray.physics.roofline import roofline
 from trappm_ray.serving import api as P
 from trappm_ray.serving import registry as R
 
@@ -74,7 +75,8 @@ def test_predict_with_spec_device_and_json(tiny, gpu_json):
     assert p.memory_terms is not None and p.train_memory_mb.value > 0  # the CUDA memory model
     assert any("device specs alone" in n and "leave-one-device-out" in n for n in p.notes)
     fp32 = P.predict(B.cnn_model(), batch_size=8, device="h100-sxm5-80gb", precision="fp32")
-    assert fp32.options["precision"] == "fp32" and fp32.floors["train_step_ms"] > p.floors["train_step_ms"]
+    # the floor is the roofline's or, for a graph this small, the host's time to issue its kernels
+    assert fp32.options["precision"] == "fp32" and fp32.floors["train_step_ms"] >= p.floors["train_step_ms"]
     user = P.predict(B.cnn_model(), batch_size=8, device_spec=gpu_json)
     assert user.device["spec_source"] == "json" and user.to_dict()["notes"]
     with pytest.raises(errors.UnsupportedOption, match="adam"):
@@ -177,11 +179,14 @@ def test_a_transferred_step_below_the_reference_labels_is_rebuilt_as_the_referen
     inside its labels); the transfer is rebuilt too, so it never exceeds the RTX 3090's answer x
     the floor ratio (before: 25.1 ms at batch 64 against 7.1 x 2.4)."""
     R._LOADED.clear()
+    path, l4_spec = "data/sample/onnx/resnet10t@64.onnx", devices.from_json("data/sample/my_gpu.json")
     for b in (1, 64):
-        ref = P.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=b, device="rtx3090")
-        l4 = P.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=b, device_spec="data/sample/my_gpu.json")
-        for t in ("train_step_ms", "inference_ms"):
-            ratio = l4.floors[t] / ref.floors[t]
+        ref = P.predict(path, batch_size=b, device="rtx3090")
+        l4 = P.predict(path, batch_size=b, device_spec="data/sample/my_gpu.json")
+        graph = P.featurize_with(P.read_model(open(path, "rb").read()), P.PredictOptions(b), b)
+        for t, mode in (("train_step_ms", "train"), ("inference_ms", "infer")):
+            ratio = (roofline(graph, l4_spec, "amp-fp16", mode, "sgd-momentum").total_ms
+                     / roofline(graph, devices.get("rtx3090"), "amp-fp16", mode, "sgd-momentum").total_ms)
             assert getattr(l4, t).value <= getattr(ref, t).value * ratio, (b, t)
             assert any(n.startswith(f"{t} below the workloads") for n in l4.notes), (b, t)
 

@@ -296,10 +296,15 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
                       for x in m.data_inputs if x in shapes)
     kept = sum(b for op, b in zip(ops, obytes) if op not in VIEW_OPS)
     p, wb = float(params.sum()), float(wbytes.sum())
+    first = tuple(shapes.get(m.data_inputs[0], ())) if m.data_inputs else ()
     if resolution is None:  # the spatial size of an image-like first input; of token ids, their
         # sequence length (the corpus keys text models by it, so predictors were trained on it)
-        first = shapes.get(m.data_inputs[0], ())
         resolution = first[-1] if len(first) == 4 or token_ids_input(m) else 0
+    elif resolution not in first[1:]:  # the file fixes the size: the graph's work is not at it
+        raise errors.UnsupportedConstruct(
+            f"input {m.data_inputs[0]!r} has shape {list(first)}: the file fixes its size, so a resolution "
+            f"of {resolution} cannot be bound to it; export the model at {resolution} (or with dynamic "
+            f"spatial axes), or leave the resolution out")
     static = {
         "batch_size": batch_size, "resolution": resolution,
         "nodes": N, "edges": int(edge_index.shape[1]), "macs": float(macs.sum()), "params": p,

@@ -110,6 +110,11 @@ class RooflineEstimate:
     peak_tensor: float
     peak_vector: float
     bandwidth: float
+
+    @property
+    def kernels(self) -> int:
+        """The graph's kernels: nodes that do work (views and shape arithmetic launch none)."""
+        return int(((self.node_class > 0) & (self.bytes + self.flops > 0)).sum())
     mode: str
     precision: str
     device: str

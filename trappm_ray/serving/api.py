@@ -195,7 +195,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
             return None
         mean, std = float(row[t]), float(row[f"{t}_std"])
         if f"{t}_low" in row:  # a conformal band (spec predictor, roofline GNNs), widened in log space
-            low, high = (mean * (row[f"{t}_{e}"] / mean) ** domain["widen"] for e in ("low", "high"))
+            low, high = (mean * (row[f"{t}_{e}"] / mean) ** domain["widen"] if mean > 0 else row[f"{t}_{e}"]
+                         for e in ("low", "high"))
             floor = float(floors.get(t, 0.0))
             return Estimate(max(mean, floor), float(max(low, floor)), float(max(high, floor)), std, units[t])
         half = opts.interval_z * std * domain["widen"]

@@ -14,6 +14,7 @@ from trappm_ray import devices
 from trappm_ray.graph import features
 from trappm_ray.graph.featurize import VIEW_OPS, Graph
 from trappm_ray.model.domain import assess
+from trappm_ray.model.launch import LEAST_HOST_US_PER_KERNEL
 from trappm_ray.physics.memory import state_floor_bytes, training_memory
 from trappm_ray.physics.roofline import roofline
 
@@ -44,9 +45,11 @@ def memory_floor_mb(graph: Graph, precision: str | None, optimizer: str | None) 
 
 def time_floors_ms(graph: Graph, device: dict, precision: str | None,
                    optimizer: str | None, spec: devices.DeviceSpec | None = None) -> dict[str, float]:
-    """Roofline floors of a training step and an inference pass on the predictor's device (its
-    ``spec`` row of the device table, or ``spec`` itself: a user's GPU absent from the table);
-    empty where the device has no spec or no sourced peak (the project's own CPU VMs)."""
+    """Floors of a training step and an inference pass on the predictor's device (its ``spec``
+    row of the device table, or ``spec`` itself: a user's GPU absent from the table): the larger
+    of the roofline floor and the least host time to issue the graph's kernels
+    (:data:`~trappm_ray.model.launch.LEAST_HOST_US_PER_KERNEL`); empty where the device has no
+    spec or no sourced peak (the project's own CPU VMs)."""
     if spec is None:
         try:
             spec = devices.get(device.get("spec") or device.get("slug", ""))
@@ -54,11 +57,16 @@ def time_floors_ms(graph: Graph, device: dict, precision: str | None,
             return {}
     precision = precision or "amp-fp16"
     opt = optimizer or "sgd-momentum"
-    try:
-        return {"train_step_ms": roofline(graph, spec, precision, "train", opt).total_ms,
-                "inference_ms": roofline(graph, spec, precision, "infer", opt).total_ms}
-    except ValueError:  # a precision the device has no sourced peak for
-        return {}
+    out = {}
+    for target, mode in (("train_step_ms", "train"), ("inference_ms", "infer")):
+        try:
+            est = roofline(graph, spec, precision, mode, opt)
+        except ValueError:  # a precision the device has no sourced peak for
+            return {}
+        # the host issues every kernel, at least one a step (a graph of views still computes its
+        # loss, or copies its output): a step never takes less than that issue time either
+        out[target] = max(est.total_ms, max(est.kernels, 1) * LEAST_HOST_US_PER_KERNEL[target] / 1e3)
+    return out
 
 
 def gpu_memory_mb(graph: Graph, precision: str | None, optimizer: str | None) -> dict:
