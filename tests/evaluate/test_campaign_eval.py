@@ -1,0 +1,50 @@
+"""The campaign evaluation's arithmetic on rows whose 'measurements' are known multiples of the
+answers (so every figure it reports is known beforehand)."""
+import pyarrow as pa
+import pytest
+
+import onnx_builders as B
+from trappm_ray import devices, storage
+from trappm_ray.evaluate.campaign import evaluate, report
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.graph.rows import GRAPHS_FILE, graph_to_row
+from trappm_ray.labels import store
+from trappm_ray.model.spec_model import SpecModel, SpecPredictor
+from trappm_ray.physics.memory import training_memory
+
+SLUG, SPEC = "h100-sxm5-80gb-amp", "h100-sxm5-80gb"
+SETTING = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw"}
+
+
+def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
+    labels = str(tmp_path / "labels")
+    model = SpecModel.load()
+    predictor = SpecPredictor(model, devices.get(SPEC))
+    graphs, rows = [], []
+    for b in (2, 4, 8):
+        g = featurize(B.cnn_model(), batch_size=b)
+        graphs.append(graph_to_row(g, arch="cnn8", family="cnn"))
+        mem = training_memory(g, "amp-fp16", "sgd-momentum").to_mb()
+        step = predictor.predict_graphs([g], [SETTING])[0]["train_step_ms"]
+        base = {"device_slug": SLUG, "device_spec": SPEC, "arch": "cnn8", "resolution": int(g.static["resolution"]),
+                "batch_size": b, "status": "ok", "campaign_item": "gpu-v1/s000/cnn8@8", "recompute": "none",
+                "grad_accum": 1, "harness_version": "gpu-v1", "date": "2026-11-26", **SETTING}
+        rows.append({**base, "cuda_max_reserved_mb": mem["reserved"] * 1.25, "cuda_max_allocated_mb": mem["allocated"] * 0.8,
+                     "train_step_ms": step * 2})
+        rows.append({**base, "recompute": "full", "cuda_max_reserved_mb": mem["reserved"] * 2, "train_step_ms": step})
+    storage.write_table(pa.Table.from_pylist(graphs), storage.join(labels, GRAPHS_FILE))
+    store.write_rows(labels, SLUG, rows)
+    store.compact(labels, SLUG)
+
+    ev = evaluate(labels, SLUG, model)
+    assert (ev.rows, ev.rows_with_graph) == (6, 6)
+    plain, recompute = "amp-fp16/sgd-momentum/nchw", "amp-fp16/sgd-momentum/nchw/recompute-full"
+    assert ev.memory["reserved"][plain].median_signed_pct == pytest.approx(-20.0)
+    assert ev.memory["reserved"][recompute].median_signed_pct == pytest.approx(-50.0)
+    assert ev.memory["allocated"][plain].median_abs_pct == pytest.approx(25.0)
+    assert "device_used" not in ev.memory  # no NVML readings in these rows
+    assert ev.step_time[plain].median_signed_pct == pytest.approx(-50.0) and ev.step_time[plain].rows == 3
+    assert ev.batch_ratio[plain].p90_abs_pct == pytest.approx(0.0, abs=1e-9)  # the level is off, not the scaling
+    assert ev.not_answered == {recompute: 3}
+    text = report([ev])
+    assert "CUDA memory model `reserved`" in text and "Batch scaling" in text and "recompute-full 3" in text

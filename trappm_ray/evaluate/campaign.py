@@ -1,0 +1,197 @@
+"""How the physics answers hold on the GPU campaign's rows (``docs/gpu-campaign.md``).
+
+Two checks, on rows no part of either answer was fitted to:
+
+* the CUDA memory model (:func:`trappm_ray.physics.memory.training_memory`, whose constants are
+  assumptions, not fits) against the measured peaks: ``reserved`` against
+  ``cuda_max_reserved_mb``, ``allocated`` against ``cuda_max_allocated_mb``, ``device_used``
+  against ``nvml_used_mb``; per setting, since activation checkpointing and gradient
+  accumulation are not in the model (their rows say how far that leaves it);
+* the spec-based step time on the campaign's GPU, a device the spec model never trained on,
+  in the settings it answers: absolute error, and the error of each batch sweep's ratios
+  ``t(b) / t(b_max)`` (batch scaling alone, free of the level).
+
+Errors are ``predicted / measured - 1``; summaries give the median and p90 of their magnitude,
+the median signed error (the bias) and the worst row.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import asdict, dataclass, field
+
+import numpy as np
+
+from trappm_ray import devices, storage
+from trappm_ray.graph.featurize import Graph
+from trappm_ray.graph.rows import GRAPHS_FILE, row_to_graph
+from trappm_ray.labels.examples import GRAPH_KEY
+from trappm_ray.labels.store import ok_labels
+from trappm_ray.model.spec_model import SpecModel, SpecPredictor
+from trappm_ray.physics.memory import training_memory
+
+# the memory model's precision for a campaign precision (TF32 keeps fp32 tensors)
+MEMORY_PRECISION = {"tf32": "fp32"}
+MEMORY_PEAKS = {"reserved": "cuda_max_reserved_mb", "allocated": "cuda_max_allocated_mb",
+                "device_used": "nvml_used_mb"}
+
+
+@dataclass
+class ErrorSummary:
+    """Relative errors of one group of rows."""
+    rows: int
+    median_abs_pct: float
+    p90_abs_pct: float
+    median_signed_pct: float
+    worst_pct: float
+    worst_row: str
+
+    @classmethod
+    def of(cls, errors: list[tuple[float, str]]) -> ErrorSummary:
+        e = np.array([x for x, _ in errors])
+        worst = int(np.argmax(np.abs(e)))
+        return cls(len(e), float(np.median(np.abs(e)) * 100), float(np.percentile(np.abs(e), 90) * 100),
+                   float(np.median(e) * 100), float(e[worst] * 100), errors[worst][1])
+
+
+@dataclass
+class CampaignEvaluation:
+    """What :func:`evaluate` found for one campaign device folder."""
+    device: str
+    rows: int
+    rows_with_graph: int
+    memory: dict[str, dict[str, ErrorSummary]] = field(default_factory=dict)  # peak -> setting -> errors
+    step_time: dict[str, ErrorSummary] = field(default_factory=dict)  # setting -> errors
+    batch_ratio: dict[str, ErrorSummary] = field(default_factory=dict)  # setting -> t(b)/t(b_max) errors
+    not_answered: dict[str, int] = field(default_factory=dict)  # setting -> rows the spec model refuses
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def setting_name(row: dict) -> str:
+    parts = [row["precision"], row["optimizer"], row["memory_format"]]
+    parts += [f"recompute-{row['recompute']}"] if (row.get("recompute") or "none") != "none" else []
+    parts += [f"accum{row['grad_accum']}"] if (row.get("grad_accum") or 1) != 1 else []
+    return "/".join(map(str, parts))
+
+
+def joined_graphs(labels_dir: str, rows: list[dict]) -> dict[tuple, Graph]:
+    """The graphs of ``rows``' keys in ``<labels_dir>/graphs.parquet``."""
+    uri = storage.join(labels_dir, GRAPHS_FILE)
+    if not storage.exists(uri):
+        return {}
+    wanted = {tuple(r[k] for k in GRAPH_KEY) for r in rows}
+    out = {}
+    for g in storage.read_table(uri).to_pylist():
+        key = tuple(g[k] for k in GRAPH_KEY)
+        if key in wanted and key not in out:
+            out[key] = row_to_graph(g)
+    return out
+
+
+def memory_errors(rows: list[dict], graphs: dict[tuple, Graph]) -> dict[str, dict[str, ErrorSummary]]:
+    """The memory model against each measured peak, per setting (``all``: every row)."""
+    found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    for r in rows:
+        graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
+        if graph is None:
+            continue
+        est = training_memory(graph, MEMORY_PRECISION.get(r["precision"], r["precision"]), r["optimizer"]).to_mb()
+        for term, col in MEMORY_PEAKS.items():
+            if r.get(col):
+                err = (est[term] / r[col] - 1, f"{r['arch']}@{r['resolution']} b{r['batch_size']} {setting_name(r)}")
+                found[term][setting_name(r)].append(err)
+                found[term]["all"].append(err)
+    return {term: {s: ErrorSummary.of(e) for s, e in sorted(groups.items())} for term, groups in found.items()}
+
+
+def answered_by(manifest: dict, row: dict) -> bool:
+    """Whether the spec model was trained on the row's setting (one process, no recompute)."""
+    opts = manifest.get("options") or {}
+    return (row["precision"] in opts.get("precision", []) and row["optimizer"] in opts.get("optimizer", [])
+            and row["memory_format"] in opts.get("memory_format", ["nchw"])
+            and (row.get("recompute") or "none") == "none" and (row.get("grad_accum") or 1) == 1)
+
+
+def step_time_errors(rows: list[dict], graphs: dict[tuple, Graph], predictor: SpecPredictor
+                     ) -> tuple[dict[str, ErrorSummary], dict[str, ErrorSummary], dict[str, int]]:
+    """(absolute errors, batch-ratio errors, rows refused) of the spec-based training step time."""
+    found: list[tuple[dict, float]] = []
+    refused: dict[str, int] = defaultdict(int)
+    for r in rows:
+        graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
+        if graph is None or r.get("train_step_ms") is None:
+            continue
+        if not answered_by(predictor.manifest, r):
+            refused[setting_name(r)] += 1
+            continue
+        s = {"precision": r["precision"], "optimizer": r["optimizer"], "memory_format": r["memory_format"]}
+        found.append((r, predictor.predict_graphs([graph], [s])[0]["train_step_ms"]))
+    absolute: dict[str, list] = defaultdict(list)
+    ratio: dict[str, list] = defaultdict(list)
+    sweeps: dict[tuple, list] = defaultdict(list)
+    for r, pred in found:
+        name = f"{r['arch']}@{r['resolution']} b{r['batch_size']}"
+        for group in (setting_name(r), "all"):
+            absolute[group].append((pred / r["train_step_ms"] - 1, name))
+        sweeps[(r["arch"], r["resolution"], setting_name(r))].append((r["batch_size"], pred, r["train_step_ms"]))
+    for (arch, res, setting), points in sweeps.items():
+        top = max(points)
+        for b, pred, measured in points:
+            if b != top[0]:
+                err = (pred / top[1]) / (measured / top[2]) - 1
+                for group in (setting, "all"):
+                    ratio[group].append((err, f"{arch}@{res} b{b} vs b{top[0]}"))
+    summary = {g: ErrorSummary.of(e) for g, e in sorted(absolute.items())}
+    return summary, {g: ErrorSummary.of(e) for g, e in sorted(ratio.items())}, dict(refused)
+
+
+def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None) -> CampaignEvaluation:
+    """Both checks on the ok rows of the campaign device folder ``slug``.
+
+    Args:
+        labels_dir: the label store (``data/labels``), with its joined graphs.
+        slug: a campaign folder (``h100-sxm5-80gb-amp-bf16``).
+        spec_model: the spec-based model (None: the shipped one).
+    """
+    rows = [r for r in ok_labels(labels_dir, slug).to_pylist() if r.get("campaign_item")]
+    graphs = joined_graphs(labels_dir, rows)
+    out = CampaignEvaluation(slug, len(rows), sum(tuple(r[k] for k in GRAPH_KEY) in graphs for r in rows))
+    out.memory = memory_errors(rows, graphs)
+    if rows:
+        predictor = SpecPredictor(spec_model or SpecModel.load(), devices.get(rows[0]["device_spec"]))
+        out.step_time, out.batch_ratio, out.not_answered = step_time_errors(rows, graphs, predictor)
+    return out
+
+
+def report(evaluations: list[CampaignEvaluation]) -> str:
+    """Markdown tables of :func:`evaluate`'s figures."""
+    lines = ["# The GPU campaign's rows against the physics answers", "",
+             "Generated by `python jobs/evaluate_campaign.py` (`trappm_ray/evaluate/campaign.py`). Errors are "
+             "predicted / measured - 1, in %; |e| median and p90, the median signed error (bias) and the worst row.",
+             ""]
+
+    def table(title: str, groups: dict[str, ErrorSummary]) -> list[str]:
+        out = [f"### {title}", "", "| setting | rows | median abs % | p90 abs % | bias % | worst % | worst row |",
+               "|---|---|---|---|---|---|---|"]
+        out += [f"| {g} | {s.rows} | {s.median_abs_pct:.1f} | {s.p90_abs_pct:.1f} | {s.median_signed_pct:+.1f} | "
+                f"{s.worst_pct:+.1f} | {s.worst_row} |" for g, s in groups.items()]
+        return out + [""]
+
+    for ev in evaluations:
+        lines += [f"## `{ev.device}`: {ev.rows} ok rows, {ev.rows_with_graph} with a joined graph", ""]
+        for term, col in MEMORY_PEAKS.items():
+            if term in ev.memory:
+                lines += table(f"CUDA memory model `{term}` against `{col}`", ev.memory[term])
+        if ev.step_time:
+            lines += table("Spec-based training step time (an unseen GPU)", ev.step_time)
+        if ev.batch_ratio:
+            lines += table("Batch scaling: t(b) / t(b_max) of each sweep", ev.batch_ratio)
+        if ev.not_answered:
+            lines += ["Rows in settings the spec-based model refuses: "
+                      + ", ".join(f"{s} {n}" for s, n in sorted(ev.not_answered.items())), ""]
+    return "\n".join(lines).rstrip() + "\n"
+
+
+__all__ = ["MEMORY_PRECISION", "MEMORY_PEAKS", "ErrorSummary", "CampaignEvaluation", "setting_name", "joined_graphs",
+           "memory_errors", "answered_by", "step_time_errors", "evaluate", "report"]
