@@ -57,6 +57,8 @@ class Graph:
         attrs: ``[N, 3]`` kernel size (product), stride (product), groups.
         static: graph totals and settings (batch size, resolution, ...).
         meta: provenance and diagnostics (opset, producer, unresolved shapes, ...).
+        derived: what later stages compute from the arrays once per graph (the memory model's
+            walk), kept here so that one prediction's many passes share it; never stored.
     """
 
     ops: list[str]
@@ -74,6 +76,7 @@ class Graph:
     attrs: np.ndarray
     static: dict = field(default_factory=dict)
     meta: dict = field(default_factory=dict)
+    derived: dict = field(default_factory=dict, repr=False, compare=False)
 
     @property
     def num_nodes(self) -> int:

@@ -203,8 +203,19 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
 
     Args:
         graph: a featurized :class:`~trappm_ray.graph.featurize.Graph`.
-        folded_norm: per node, True where a Conv carries a folded BatchNorm (None: none).
+        folded_norm: per node, True where a Conv carries a folded BatchNorm (None: none; this
+            walk is computed once per graph and kept in ``graph.derived``).
     """
+    memo = getattr(graph, "derived", None) if folded_norm is None else None
+    if memo is not None and "walk" in memo:
+        return memo["walk"]
+    found = _walk(graph, folded_norm)
+    if memo is not None:
+        memo["walk"] = found
+    return found
+
+
+def _walk(graph, folded_norm: np.ndarray | None) -> Walk:
     n, ops = graph.num_nodes, graph.ops
     raw = _pred_lists(graph)
     outdeg = np.bincount(graph.edge_index[0], minlength=n) if graph.num_edges else np.zeros(n, int)

@@ -7,6 +7,7 @@ spec-based predictor for any other GPU of the spec table or a user's ``--device-
 """
 from __future__ import annotations
 
+import functools
 import json
 import os
 from pathlib import Path
@@ -27,7 +28,15 @@ SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (
 
 
 def _manifest(path: Path) -> dict:
-    return json.loads((path / "manifest.json").read_text())
+    """A shipped predictor's manifest, read once per version of the file (routing reads each
+    manifest several times per prediction)."""
+    file = path / "manifest.json"
+    return _manifest_at(str(file), file.stat().st_mtime_ns)
+
+
+@functools.lru_cache(maxsize=64)
+def _manifest_at(file: str, mtime_ns: int) -> dict:
+    return json.loads(Path(file).read_text())
 
 
 def _spec_manifest() -> dict | None:
