@@ -303,21 +303,23 @@ def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
     assert answered == pytest.approx(alone)
 
 
-def test_a_model_the_rtx3090_measured_is_answered_from_that_measurement_on_a_gpu_without_labels():
+def test_a_model_the_rtx3090_measured_is_answered_from_that_measurement_on_a_gpu_without_labels(tmp_path):
     """The shipped RTX 3090 predictor carries its measurements: resnet10t at 176 px, batch 512,
     is one of them, so on an H100 the step is that measurement's ratio to its floor times the
     H100's floor; 16x off the measured batch the predictor answers."""
+    from trappm_ray.corpus.zoo import export_skeleton
     from trappm_ray.model.anchors import MeasuredAnchors
 
     R._LOADED.clear()
     anchors = MeasuredAnchors.load(R.reference_path(devices.get("h100-sxm5-80gb")))
-    proto = P.read_model(open("data/sample/onnx/resnet10t@64.onnx", "rb").read())
-    graph = P.featurize_with(proto, P.PredictOptions(batch_size=512, resolution=176))
+    path = tmp_path / "resnet10t@176.onnx"
+    path.write_bytes(export_skeleton("resnet10t", 176).onnx_bytes)
+    graph = P.featurize_with(P.read_model(path.read_bytes()), P.PredictOptions(batch_size=512))
     setting = {"precision": "amp-fp16", "memory_format": "nchw", "optimizer": "sgd-momentum"}
     measured = anchors.lookup(graph, "train_step_ms", setting)
     assert measured["arch"] == "resnet10t" and measured["batch_size"] == 512
-    got = P.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=512, resolution=176, device="h100-sxm5-80gb")
+    got = P.predict(str(path), batch_size=512, device="h100-sxm5-80gb")
     assert got.train_step_ms.value == pytest.approx(measured["ratio"] * got.floors["train_step_ms"], rel=1e-6)
     assert any("measured on rtx3090-amp at batch 512" in n for n in got.notes)
-    far = P.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=32, resolution=176, device="h100-sxm5-80gb")
+    far = P.predict(str(path), batch_size=32, device="h100-sxm5-80gb")
     assert not any("measured on" in n for n in far.notes)
