@@ -92,7 +92,8 @@ def test_cycle_finder_finds_a_cycle():
 def test_no_private_names_imported_across_modules():
     modules = _modules()
     offenders = []
-    for path in [*modules.values(), *ROOT.glob("jobs/*.py"), *ROOT.glob("benchmarks/*.py")]:
+    for path in [*modules.values(), *ROOT.glob("jobs/*.py"), *ROOT.glob("benchmarks/*.py"),
+                 *ROOT.glob("experiments/*.py")]:
         for mod, names in _imports(path, modules):
             offenders += [f"{path.relative_to(ROOT)}: {mod}.{n}" for n in names if n.startswith("_")]
     assert offenders == []

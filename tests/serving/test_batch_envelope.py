@@ -98,7 +98,7 @@ def test_anchor_answers_predicts_every_anchor_in_one_pass_and_skips_batches_that
 
 
 def test_shipped_gpu_answers_never_get_cheaper_with_batch():
-    """The raw RTX 3090 predictor falls with batch on this model (benchmarks/batch_consistency.py);
+    """The raw RTX 3090 predictor falls with batch on this model (experiments/batch_consistency.py);
     the API's answers must not, from batch 1 into the labeled batches."""
     predictor = api.load_predictor(None, "rtx3090", None)
     data, label = api.model_bytes(SAMPLE)

@@ -16,7 +16,7 @@ MODEL_NOTES = {
                         "L2-normalised per node and a -logsigmoid output as in the published "
                         "code, raw target + MSE, static features z-scored within each graph, "
                         "v1-pretrained encoder (this evaluation's batch size and epoch choice; "
-                        "benchmarks/published_recipe.py runs batch 1, epoch by training loss)",
+                        "experiments/published_recipe.py runs batch 1, epoch by training loss)",
     "nnlqp": "NNLQP-style supervised GNN: trappm-ray without the pretrained embedding",
     "random-encoder": "ablation: trappm-ray with a frozen randomly initialised encoder",
     "mlp": "MLP on the 9 static features (log target)",

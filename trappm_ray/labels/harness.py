@@ -172,7 +172,7 @@ def _cpu_baseline(spec: MeasureSpec, torch) -> float:
 def _reference_step_ms(spec: MeasureSpec, torch) -> float:
     """Median train step (ms) of one fixed small CNN (batch 8, 3x64x64, Adam, float32), timed
     in the measuring process right after the model: how fast the machine ran at that moment
-    (and, by 18-30 ms across models, what state the model left; benchmarks/label_reference.py).
+    (and, by 18-30 ms across models, what state the model left; experiments/label_reference.py).
 
     A VM of the same CPU model, or other work on a neighbouring core, shifts every timing by
     ~20% here (docs/labels.md): when two rows of one configuration have different references,

@@ -5,7 +5,7 @@ then the measurement itself says how far above its roofline floor the graph runs
 regressor error. Reference transfer (:mod:`trappm_ray.model.transfer`) moves that measured / floor
 ratio, at the labeled batch nearest the request, to the asked GPU. The RTX 4090 given as an unseen
 GPU: its 2,841 eager inference rows 13.4% MAPE from the RTX 3090 with these anchors, 19.1% from the
-RTX 3090 predictor's answers alone (``benchmarks/unseen_gpu.py``, ``docs/devices.md``).
+RTX 3090 predictor's answers alone (``experiments/unseen_gpu.py``, ``docs/devices.md``).
 
 A graph is recognized by :func:`fingerprint`: its operators, edges and per-node parameter counts,
 which the batch size and the input resolution leave unchanged; the resolution is part of the key.
@@ -106,7 +106,7 @@ def from_examples(ex: list[dict], index: dict, device: str, run: dict[str, dict]
             A measurement in another setting moves badly: RTX 3090 inference times moved to the
             RTX 4090's eager rows by the floor ratio miss by 40.8% MAPE where the RTX 3090 row was
             PyTorch 1 only (78 keys), 15.4% where its time averages PyTorch 1 and 2, 8.8% where
-            PyTorch 2 only (200 keys each; ``benchmarks/floor_ratio.py --any-torch --pairs 200``).
+            PyTorch 2 only (200 keys each; ``experiments/floor_ratio.py --any-torch --pairs 200``).
     """
     prints: dict[tuple, str] = {}
     rows = []

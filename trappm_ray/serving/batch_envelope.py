@@ -9,7 +9,7 @@ model at batches b and 2b) the time fell with batch in 13 pairs (noise) and more
 super-linear more often, so on CPUs the envelope stops there. A learned predictor does not know
 this: the GPU labels are each model's largest batch (timm's benchmarks: 64-1024), and far below
 it the raw predictions of the shipped RTX 3090 predictor fell with batch in 51 of 160 adjacent
-batch pairs of the sample models (``python benchmarks/batch_consistency.py``).
+batch pairs of the sample models (``python experiments/batch_consistency.py``).
 
 The answer at batch ``b`` is therefore held to the envelope of the predictions at ``2b, 4b, ...``
 up to a top batch inside the device's labeled range: from the top down, each value is clipped to

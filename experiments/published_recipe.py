@@ -1,6 +1,6 @@
 """The published TraPPM regressor recipe on the RTX 3090 training-step labels, and why it fails.
 
-    .venv/bin/python benchmarks/published_recipe.py [--epochs 100] [--seed 1337] [--max-train 0]
+    .venv/bin/python experiments/published_recipe.py [--epochs 100] [--seed 1337] [--max-train 0]
                                                     [--json PATH] [--plot PATH]
 
 The recipe as the paper's public code trains it: trappm-v1 node features (unscaled), the six

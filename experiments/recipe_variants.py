@@ -1,6 +1,6 @@
 """Test MAPE of variants of the shipped regressor recipe against the recipe itself, same splits.
 
-    .venv/bin/python benchmarks/recipe_variants.py [--target train_step_ms] [--seeds 1337,1338]
+    .venv/bin/python experiments/recipe_variants.py [--target train_step_ms] [--seeds 1337,1338]
         [--split random] [--variants "hidden=128,fc=256;huber_delta=0.2"] [--ensemble 1]
         [--by-load] [--json PATH]
 

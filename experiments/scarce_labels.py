@@ -1,6 +1,6 @@
 """Does the GAE pretraining earn its place where a device has few labels? Held-out families.
 
-    .venv/bin/python benchmarks/scarce_labels.py [--device rtx3090-amp] [--target train_step_ms]
+    .venv/bin/python experiments/scarce_labels.py [--device rtx3090-amp] [--target train_step_ms]
         [--sizes 25,50,100] [--seeds 1337,1338,1339] [--encoder /tmp/enc/encoder.pt]
         [--json PATH]
 

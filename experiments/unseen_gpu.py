@@ -1,6 +1,6 @@
 """The product's answer for a GPU it has no labels of, against that GPU's measurements.
 
-    .venv/bin/python benchmarks/unseen_gpu.py [--target rtx4090-amp] [--max-rows 0] [--json PATH]
+    .venv/bin/python experiments/unseen_gpu.py [--target rtx4090-amp] [--max-rows 0] [--json PATH]
 
 The RTX 4090 is given as a user's spec (``--device-spec``: every target goes through reference
 transfer from the shipped RTX 3090 predictor, none of the RTX 4090's labels is used for a value),

@@ -1,7 +1,7 @@
 """Compare the graph memory model with PyTorch's own accounting on fake CUDA tensors (no GPU).
 
-    .venv/bin/python benchmarks/memory_vs_torch.py [--archs resnet18,resnet50,...] [--batch 32]
-    .venv/bin/python benchmarks/memory_vs_torch.py --cpu-labels
+    .venv/bin/python experiments/memory_vs_torch.py [--archs resnet18,resnet50,...] [--batch 32]
+    .venv/bin/python experiments/memory_vs_torch.py --cpu-labels
 
 PyTorch side: the timm model's parameters are ``FakeTensor``s on device ``cuda`` (no memory,
 no GPU needed), autocast float16 is switched on through the low-level API (``torch.autocast``

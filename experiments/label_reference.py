@@ -1,6 +1,6 @@
 """Does the harness's reference step (``ref_step_ms``) track what load does to a label?
 
-    taskset -c 1 .venv/bin/python benchmarks/label_reference.py [--n 12] [--seed 0] [--json PATH]
+    taskset -c 1 .venv/bin/python experiments/label_reference.py [--n 12] [--seed 0] [--json PATH]
 
 Run it alone on a 2-core machine. For ``--n`` stored t1 configurations (seeded sample of ok
 rows at 64 px whose stored step is under 1.5 s), it measures each one twice in fresh processes,

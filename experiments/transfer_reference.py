@@ -1,6 +1,6 @@
 """Which regressor should the reference GPU's times come from, for a GPU without labels?
 
-    .venv/bin/python benchmarks/transfer_reference.py [--folds 3] [--seed 1337]
+    .venv/bin/python experiments/transfer_reference.py [--folds 3] [--seed 1337]
         [--json PATH]
 
 Leave one device out on timm's inference rows (RTX 3090 and RTX 4090): the held-out GPU's rows are

@@ -1,6 +1,6 @@
 """Test MAPE of the shipped recipe on two label sets of one device, restricted to the same keys.
 
-    .venv/bin/python benchmarks/label_sets.py [--old data/labels-2026-11-22] [--new data/labels]
+    .venv/bin/python experiments/label_sets.py [--old data/labels-2026-11-22] [--new data/labels]
         [--target train_step_ms] [--seeds 1337,1338,1339] [--work artifacts/label-sets]
 
 Keeps the (arch, resolution, batch size) keys that are ok in both sets of the device with the

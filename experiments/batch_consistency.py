@@ -1,6 +1,6 @@
 """Batch consistency of predictions: how often an answer gets cheaper as the batch doubles.
 
-    .venv/bin/python benchmarks/batch_consistency.py [--devices rtx3090,a100-sxm4-40gb,cpu]
+    .venv/bin/python experiments/batch_consistency.py [--devices rtx3090,a100-sxm4-40gb,cpu]
                                                      [--files 'data/sample/onnx/*.onnx']
                                                      [--max-batch 256] [--json PATH]
 

@@ -1,6 +1,6 @@
 """How well does the ratio of two GPUs' roofline floors predict the ratio of their measured times?
 
-    .venv/bin/python benchmarks/floor_ratio.py [--target rtx4090-amp] [--reference rtx3090-amp]
+    .venv/bin/python experiments/floor_ratio.py [--target rtx4090-amp] [--reference rtx3090-amp]
         [--pairs 400] [--seed 0] [--l2-speedup 4] [--any-torch]
 
 Reference transfer (``trappm_ray.model.transfer``) moves a time measured or predicted on one GPU to
