@@ -23,7 +23,7 @@ import time
 
 from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.serving import api
-from trappm_ray.serving.registry import settled
+from trappm_ray.serving.routing import settled
 
 TARGETS = ("train_step_ms", "inference_ms")
 

@@ -3,7 +3,7 @@
     .venv/bin/python experiments/floor_ratio.py [--target rtx4090-amp] [--reference rtx3090-amp]
         [--pairs 400] [--seed 0] [--l2-speedup 4] [--any-torch]
 
-Reference transfer (``trappm_ray.model.transfer``) moves a time measured or predicted on one GPU to
+Reference transfer (``trappm_ray.model.floor_ratio``) moves a time measured or predicted on one GPU to
 another by floor(target) / floor(reference). This takes timm inference rows both GPUs measured at
 the same architecture, resolution, batch and memory format (eager, PyTorch 2.4 on both sides),
 samples ``--pairs`` of them, and prints the transfer's error (measured target time against the

@@ -4,7 +4,7 @@
         [--json PATH]
 
 Leave one device out on timm's inference rows (RTX 3090 and RTX 4090): the held-out GPU's rows are
-predicted by reference transfer from the other (``trappm_ray.evaluate.gpu_transfer``: the
+predicted by reference transfer from the other (``trappm_ray.evaluate.gpu_floor_ratio``: the
 reference's predicted time x floor(held-out) / floor(reference)), with the reference's time from
 
 * ``xgboost`` - XGBoost on the device-aware vector (the evaluation's reference regressor): the
@@ -26,7 +26,7 @@ import time
 import numpy as np
 import torch
 
-from trappm_ray.evaluate.gpu_transfer import transfer_predict
+from trappm_ray.evaluate.gpu_floor_ratio import transfer_predict
 from trappm_ray.train.gpu_examples import examples, graph_index
 
 TIMM = ("rtx3090-amp", "rtx4090-amp")

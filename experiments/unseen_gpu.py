@@ -34,7 +34,7 @@ from trappm_ray.graph.rows import GRAPH_COLUMNS, row_to_graph
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.spec_model import SpecPredictor
-from trappm_ray.serving import registry
+from trappm_ray.serving import routing
 
 CHUNK = 100  # graph rows in memory at once (the whole graph file takes ~10 GB)
 
@@ -56,10 +56,10 @@ def main() -> None:
     t0 = time.perf_counter()
     rows = eager_rows(args.labels, args.target, args.max_rows)
     spec = devices.get(rows[0]["device_spec"])
-    ref_path = registry.reference_path(spec)
-    ref = registry.load_predictor(str(ref_path))
+    ref_path = routing.reference_path(spec)
+    ref = routing.load_predictor(str(ref_path))
     anchors = MeasuredAnchors.load(ref_path)
-    model = registry.spec_model()
+    model = routing.spec_model()
     variants = {"reference": SpecPredictor(model, spec, user_spec=True, reference=ref),
                 "anchored": SpecPredictor(model, spec, user_spec=True, reference=ref, anchors=anchors)}
     keys = sorted({(r["arch"], r["resolution"], r["batch_size"]) for r in rows})

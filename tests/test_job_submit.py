@@ -39,7 +39,7 @@ TINY = {
                                  "--seeds", "1337", "--max-epochs", "1"],
     # No second device here: the committed CPU labels stand in for the new device's
     # (NEW_DEVICE is set to their slug below).
-    "jobs/transfer_predictor.py": ["--labels", "data/labels", "--epochs", "1"],
+    "jobs/finetune_predictor.py": ["--labels", "data/labels", "--epochs", "1"],
 }
 
 
@@ -252,7 +252,7 @@ def test_cluster_journey_on_local_head(head, s3_prefix):
             result = _last_json(out)
             assert result["uri"].startswith(f"{s3_prefix}/predictors/"), result
             env["PREDICTOR"] = result["uri"]  # what the README tells users to set
-        elif job == "jobs/transfer_predictor.py":
+        elif job == "jobs/finetune_predictor.py":
             result = _last_json(out)
             assert result["uri"].startswith(f"{s3_prefix}/predictors/"), result
             assert result["source"]["source"] == env["PREDICTOR"], result

@@ -185,7 +185,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     from trappm_ray import devices
     from trappm_ray.model.spec_model import SPEC_DIR
-    from trappm_ray.serving.registry import device_catalog
+    from trappm_ray.serving.routing import device_catalog
 
     catalog = device_catalog()
     shipped = [d for d in catalog if d["predictor"] != "gpu-spec"]

@@ -11,7 +11,7 @@ import trappm_ray
 from predictor_builders import random_predictor
 from trappm_ray import errors
 from trappm_ray.serving import api as P
-from trappm_ray.serving import registry as R
+from trappm_ray.serving import routing as R
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.predictor import PredictorError
 

@@ -3,12 +3,11 @@ job works for every device `trappm-ray devices` lists."""
 import os
 
 import pyarrow.parquet as pq
-import pytest
 
 from trappm_ray import storage
 from trappm_ray.model.estimator import Estimator
-from trappm_ray.model.transfer import OptionTransfer, TargetFill
-from trappm_ray.serving import registry as R
+from trappm_ray.model.compositions import SettingRatio, TargetFill
+from trappm_ray.serving import routing as R
 from trappm_ray.serving.batch import BatchPredictConfig, run
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -29,7 +28,7 @@ def test_every_listed_device_routes_to_an_estimator_that_moves():
 def test_the_compositions_are_estimators_too():
     rtx3090 = R.load_predictor(None, "rtx3090")
     moved, setting = R.settled({"precision": "fp32"}, rtx3090)
-    assert isinstance(moved, OptionTransfer) and isinstance(moved, Estimator)
+    assert isinstance(moved, SettingRatio) and isinstance(moved, Estimator)
     assert moved.to("cpu") is moved and setting["precision"] == "fp32"
     assert isinstance(R.load_predictor(None, "rtx4090"), TargetFill)
 

@@ -25,7 +25,7 @@ import numpy as np
 
 from trappm_ray.evaluate.baselines import fit_mlp, fit_xgboost
 from trappm_ray.evaluate.gpu_report import markdown
-from trappm_ray.evaluate.gpu_transfer import anchored_transfer, measured_transfer_predict, transfer_predict
+from trappm_ray.evaluate.gpu_floor_ratio import anchored_transfer, measured_transfer_predict, transfer_predict
 from trappm_ray.model.spec_model import design
 from trappm_ray.model.static_mlp import GNN_SHARE
 from trappm_ray.train.gpu_examples import examples, graph_index
@@ -243,13 +243,13 @@ def evaluate_lodo(ex: list[dict], cfg: GpuEvalConfig, index: dict | None = None)
     """Leave one device out, inference: train on every other device's rows, test on its rows;
     where some of them ran in settings no training row of that kind has, the rows in seen
     settings are also scored alone (key ``<device> (settings seen)``). With the graph ``index``,
-    also :func:`~trappm_ray.evaluate.gpu_transfer.transfer_predict` (key ``<device> (reference
+    also :func:`~trappm_ray.evaluate.gpu_floor_ratio.transfer_predict` (key ``<device> (reference
     <ref>)``: every model scored on the rows the transfer covers, among them ``transfer``, whose
     reference regressor never saw the test row's architecture, and ``transfer-seen``, fitted on
     all the reference's rows as the other models see every architecture on the other devices); and
     on the rows whose architecture, resolution and setting the reference measured (key ``<device>
     (reference <ref>, key measured there)``), ``transfer-measured``: that measurement moved, the
-    device change alone (:func:`~trappm_ray.evaluate.gpu_transfer.measured_transfer_predict`)."""
+    device change alone (:func:`~trappm_ray.evaluate.gpu_floor_ratio.measured_transfer_predict`)."""
     counts = defaultdict(int)
     for e in ex:
         counts[e["spec"]] += 1

@@ -24,7 +24,7 @@ def markdown(report: dict) -> str:
            "instead of absolute spec figures, `trappm_ray/model/spec_model.py`); `ensemble` = per row the geometric mean "
            "of the learned models (xgboost, xgboost-rel, mlp, gnn where run) within a factor 2 of their median "
            "(a member extrapolating far off sits that row out), banded from its own validation "
-           "residuals, `ensemble-median` their median (log space); `transfer` (leave-one-device-out) = reference transfer (`trappm_ray/evaluate/gpu_transfer.py`), "
+           "residuals, `ensemble-median` their median (log space); `transfer` (leave-one-device-out) = reference transfer (`trappm_ray/evaluate/gpu_floor_ratio.py`), "
            "its reference regressor cross-fitted so that no test architecture is among its rows (a model new "
            "to every device); `transfer-seen` = the same fitted on all the reference's rows, as every other "
            "model of a leave-one-device-out split sees each architecture on the other devices; `transfer-measured` = "

@@ -153,7 +153,7 @@ def evaluate(cfg: EvalConfig) -> dict:
         "results": results,
     }
     if cfg.transfer_to:
-        from trappm_ray.train.transfer import transfer_markdown, transfer_table
+        from trappm_ray.train.finetune import transfer_markdown, transfer_table
 
         source = P.Predictor.load(cfg.transfer_predictor)
         table = transfer_table(source, cfg.labels, cfg.transfer_to)

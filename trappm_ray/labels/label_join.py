@@ -181,8 +181,8 @@ def extend_joined_graphs(labels_dir: str, corpus: str, dry_run: bool = False) ->
         text = io.StringIO()
         writer = csv.writer(text, lineterminator="\n")
         writer.writerow(UNJOINED_COLUMNS)
-        for reason, keys in sorted(missing.items()):
-            writer.writerows((*k, reason, errors[k]) for k in keys)
+        for reason, missed in sorted(missing.items()):
+            writer.writerows((*k, reason, errors[k]) for k in missed)
         storage.write_bytes(storage.join(labels_dir, UNJOINED_FILE), text.getvalue().encode())
     log.info("joined graphs: %s", {k: v for k, v in summary.items() if k != "missing"})
     return summary

@@ -2,7 +2,7 @@
 
 A user's model is often one a reference GPU's labels measured (a timm or torchvision network):
 then the measurement itself says how far above its roofline floor the graph runs there, with no
-regressor error. Reference transfer (:mod:`trappm_ray.model.transfer`) moves that measured / floor
+regressor error. Reference transfer (:mod:`trappm_ray.model.floor_ratio`) moves that measured / floor
 ratio, at the labeled batch nearest the request, to the asked GPU. The RTX 4090 given as an unseen
 GPU: its 2,841 eager inference rows 13.4% MAPE from the RTX 3090 with these anchors, 19.1% from the
 RTX 3090 predictor's answers alone (``experiments/unseen_gpu.py``, ``docs/devices.md``).

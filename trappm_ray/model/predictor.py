@@ -32,7 +32,7 @@ from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, po
 from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM, node_data, static_input, with_static
 from trappm_ray.model.static_mlp import StaticMLP
 from trappm_ray.model.intervals import quantile_offsets
-from trappm_ray.model.transfer import TARGET_MODES
+from trappm_ray.model.floor_ratio import TARGET_MODES
 
 FORMAT_VERSION = 1
 DEFAULT_DIR = Path(__file__).parents[1] / "predictors" / "default"

@@ -32,7 +32,7 @@ from trappm_ray.model import launch
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.device_features import KERNELS_COL, feature_names
 from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
-from trappm_ray.model.transfer import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
+from trappm_ray.model.floor_ratio import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
 from trappm_ray.physics.roofline import device_rates
 
 log = logging.getLogger(__name__)
@@ -179,7 +179,7 @@ class SpecPredictor:
         spec: the device (a row of the spec table, or a user's ``--device-spec`` JSON).
         user_spec: the spec came from a user's file (its name proves nothing about labels).
         reference: a shipped GPU predictor whose answers transfer to this device
-            (:mod:`trappm_ray.model.transfer`), for the targets the device has few rows of.
+            (:mod:`trappm_ray.model.floor_ratio`), for the targets the device has few rows of.
         anchors: the reference device's measurements by graph (:mod:`trappm_ray.model.anchors`),
             moved instead of the reference's answer for a graph they hold.
     """
@@ -233,7 +233,7 @@ class SpecPredictor:
         """One row per graph: per target the prediction (>= the floor), ``_low``/``_high`` (the
         conformal interval at the setting's ``interval_z``), ``_std`` (its log half-width x value),
         ``_floor`` and ``_kernels`` (the graph's kernel count); for a transferred target also
-        ``_edge_us`` (:func:`~trappm_ray.model.transfer.transferred_ms`).
+        ``_edge_us`` (:func:`~trappm_ray.model.floor_ratio.transferred_ms`).
 
         Args:
             graphs: featurized graphs at their batch sizes.

@@ -9,7 +9,7 @@ Every estimate is the mean of the predictor's seed ensemble with an interval of
 measurement noise of the labels. Results name the predictor's device (from its manifest); a CPU
 predictor predicts CPU costs, and the GPU/MIG fit then only applies its memory to GPU profiles.
 ``device=`` picks a shipped predictor, else for any other GPU (a spec-table row, or a user's
-``device_spec`` file) the spec-based one (:mod:`trappm_ray.serving.registry`), whose intervals are
+``device_spec`` file) the spec-based one (:mod:`trappm_ray.serving.routing`), whose intervals are
 split-conformal on its leave-one-device-out errors rather than the seeds' spread.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ from trappm_ray.serving import batch_envelope
 from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
                                        time_floors_ms)
 from trappm_ray.serving.model_input import model_bytes
-from trappm_ray.serving.registry import device_catalog, for_text, load_predictor, predictor_for, settled
+from trappm_ray.serving.routing import device_catalog, for_text, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 

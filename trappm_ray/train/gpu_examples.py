@@ -18,7 +18,7 @@ from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.model.device_features import (SETTING_COLS, feature_vector, optimizer_of, roofline_features,
                                               settings_of)
-from trappm_ray.model.transfer import TARGET_MODES
+from trappm_ray.model.floor_ratio import TARGET_MODES
 
 log = logging.getLogger(__name__)
 

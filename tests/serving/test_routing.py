@@ -10,7 +10,7 @@ from trappm_ray.model.predictor import Predictor, PredictorError
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.physics.roofline import roofline
 from trappm_ray.serving import api as P
-from trappm_ray.serving import registry as R
+from trappm_ray.serving import routing as R
 
 
 @pytest.fixture(scope="module")
@@ -117,7 +117,7 @@ def test_gpus_without_labels_take_the_reference_transfer():
     import math
 
     from trappm_ray.model.device_features import KERNELS_COL, roofline_features, settings
-    from trappm_ray.model.transfer import transfer_ms
+    from trappm_ray.model.floor_ratio import transfer_ms
 
     R._LOADED.clear()
     ref, h100, rtx4090 = (R.load_predictor(None, d) for d in ("rtx3090", "h100-sxm5-80gb", "rtx4090"))
@@ -149,7 +149,7 @@ def test_a_graph_the_reference_measured_moves_that_measurement():
 
     from trappm_ray.model.anchors import MeasuredAnchors, fingerprint
     from trappm_ray.model.device_features import KERNELS_COL, roofline_features, settings
-    from trappm_ray.model.transfer import transfer_ms
+    from trappm_ray.model.floor_ratio import transfer_ms
 
     R._LOADED.clear()
     ref = R.load_predictor(None, "rtx3090")
@@ -242,7 +242,7 @@ class _Stub:
 
 
 def test_target_fill_completes_a_shipped_predictor_with_the_spec_answer():
-    from trappm_ray.model.transfer import TargetFill
+    from trappm_ray.model.compositions import TargetFill
 
     both = TargetFill(_Stub(["inference_ms"], 2.0, "gpu-x"), _Stub(["train_step_ms", "inference_ms"], 5.0, "gpu-spec"))
     assert both.targets == ("inference_ms", "train_step_ms") and both.manifest["targets"] == list(both.targets)
@@ -283,7 +283,7 @@ def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
     """The RTX 3090 / 4090 predictors' labels are timm's (image models only); a text model is
     answered by the spec-based predictor of the device, whose rows include transformer LMs, and
     the RTX 4090's training step is not transferred from the RTX 3090's image predictor."""
-    from trappm_ray.model.transfer import image_only
+    from trappm_ray.model.floor_ratio import image_only
     R._LOADED.clear()
     rtx3090 = P.load_predictor(None, "rtx3090", None)
     assert image_only(rtx3090.manifest) and not image_only(R.spec_predictor("rtx3090").manifest)

@@ -8,7 +8,7 @@ from trappm_ray.model.networks import GraphEncoder
 from trappm_ray.model.predictor import Predictor, register
 from trappm_ray.train.regressors import embed, fit, prepare, recipe_with
 from trappm_ray.train.splits import split
-from trappm_ray.train.transfer import (TransferConfig, transfer_markdown, transfer_predictor,
+from trappm_ray.train.finetune import (TransferConfig, transfer_markdown, transfer_predictor,
                                  transfer_table)
 
 RECIPE = recipe_with("trappm-ray", max_epochs=40, patience=40, hidden=16, fc=32)

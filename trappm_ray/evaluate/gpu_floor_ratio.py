@@ -2,7 +2,7 @@
 
 For a device with no labels, predict the graph's time on a *reference* device that has labels (a
 regressor fitted on that device's rows alone), then move it as the product does
-(:func:`trappm_ray.model.transfer.transfer_ms`: times ``floor(target) / floor(reference)``, the ratio
+(:func:`trappm_ray.model.floor_ratio.transfer_ms`: times ``floor(target) / floor(reference)``, the ratio
 of the two devices' roofline floors for the same graph and run settings, never below the host's
 kernel-launch time). Whatever the reference's regressor learned about overheads
 the roofline does not model (launches, framework, fusion) carries over; what differs between the
@@ -25,7 +25,7 @@ from trappm_ray.evaluate.baselines import fit_xgboost
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model.device_features import KERNELS_COL, SETTING_COLS, feature_vector, roofline_features
 from trappm_ray.model.anchors import nearest_batch
-from trappm_ray.model.transfer import transfer_ms
+from trappm_ray.model.floor_ratio import transfer_ms
 
 FOLDS = 5
 

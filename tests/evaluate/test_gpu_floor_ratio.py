@@ -6,10 +6,10 @@ import pytest
 
 import onnx_builders as B
 from trappm_ray import devices
-from trappm_ray.evaluate.gpu_transfer import reference_device, transfer_predict
+from trappm_ray.evaluate.gpu_floor_ratio import reference_device, transfer_predict
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import graph_to_row, row_to_graph
-from trappm_ray.model import transfer
+from trappm_ray.model import floor_ratio as transfer
 from trappm_ray.model.device_features import SETTING_COLS, feature_vector, roofline_features, settings
 
 
@@ -63,7 +63,7 @@ def test_a_gnn_reference_transfers_too(monkeypatch):
 
 
 def test_without_cross_fitting_the_reference_is_fitted_once_on_all_its_rows(monkeypatch):
-    import trappm_ray.evaluate.gpu_transfer as T
+    import trappm_ray.evaluate.gpu_floor_ratio as T
 
     fits = []
     real = T.reference_fitter
@@ -91,7 +91,7 @@ def test_a_measured_reference_moves_each_architectures_own_time(monkeypatch):
     """Each architecture runs 1 + 0.01 a above its floor on both devices: the reference's
     measurement of the same architecture (at the nearest batch where the exact one is missing)
     moved by the floor ratio recovers it, which no regressor on identical graphs can."""
-    from trappm_ray.evaluate.gpu_transfer import measured_transfer_predict
+    from trappm_ray.evaluate.gpu_floor_ratio import measured_transfer_predict
 
     monkeypatch.setattr(transfer, "LEAST_HOST_US_PER_KERNEL", {"train_step_ms": 0.0, "inference_ms": 0.0})
     ex, index = examples({"rtx3090": 3.0, "rtx4090": 3.0})
@@ -128,7 +128,7 @@ def test_a_faster_device_never_beats_the_host_launch_time():
 
 
 def test_anchored_transfer_takes_the_measurement_where_the_reference_has_one():
-    from trappm_ray.evaluate.gpu_transfer import anchored_transfer
+    from trappm_ray.evaluate.gpu_floor_ratio import anchored_transfer
 
     moved = {"reference": "rtx3090", "rows": np.array([4, 7, 9]), **{k: np.array([1.0, 2.0, 3.0]) for k in
                                                                       ("raw", "pred", "lo", "hi")}}

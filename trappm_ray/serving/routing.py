@@ -19,7 +19,8 @@ from trappm_ray.model.estimator import Estimator, device_of, model_version, name
 from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.transfer import OWN_ROWS, OptionTransfer, TargetFill, image_only, own_rows
+from trappm_ray.model.floor_ratio import OWN_ROWS, image_only, own_rows
+from trappm_ray.model.compositions import SettingRatio, TargetFill
 
 _LOADED: dict[str, Any] = {}  # URI or key -> a loaded predictor, model or anchors
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
@@ -60,7 +61,7 @@ def spec_model(uri: str | Path | None = None) -> SpecModel:
 
 
 def reference_path(spec: devices.DeviceSpec) -> Path | None:
-    """The shipped predictor whose answers transfer to ``spec`` (:mod:`trappm_ray.model.transfer`):
+    """The shipped predictor whose answers transfer to ``spec`` (:mod:`trappm_ray.model.floor_ratio`):
     of another GPU of the same kind (same vendor software stack) in the spec table, the one with
     the most targets (then the first by name)."""
     found = [(-len(m.get("targets") or []), path) for path in shipped()
@@ -210,7 +211,7 @@ def predictor_for(device: str | None, predictor: Estimator) -> Estimator:
 def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
     """(predictor, resolved setting) for the ``requested`` options. A shipped GPU predictor never
     trained on a requested option answers through the spec-based predictor when that one was
-    trained on rows of the same device (the RTX 3090's channels-last runs; :class:`OptionTransfer`);
+    trained on rows of the same device (the RTX 3090's channels-last runs; :class:`SettingRatio`);
     otherwise the option is refused.
 
     Raises:
@@ -228,7 +229,7 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
             alt = None
         if alt is None or alt.manifest["device"]["spec_only"]:
             raise
-        both = OptionTransfer(chosen, alt)
+        both = SettingRatio(chosen, alt)
         return both, resolve_options(requested, both.manifest)
 
 
