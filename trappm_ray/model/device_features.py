@@ -73,12 +73,11 @@ def roofline_features(graph, spec: devices.DeviceSpec, precision: str, mode: str
                        compiled=bool(setting["compiled"]))
     except ValueError:
         return None
-    kernels = est.kernels
     # A graph of views alone (Flatten, Transpose) has a zero floor: its log terms sit at the
     # smallest time the features know, as the compute and memory terms below do.
-    roof = [math.log(est.total_ms + 1e-9), math.log(est.forward_ms + 1e-9), math.log1p(est.optimizer_ms),
+    roof = [math.log(max(est.total_ms, 1e-9)), math.log(max(est.forward_ms, 1e-9)), math.log1p(est.optimizer_ms),
             est.compute_bound_share, math.log(est.compute_ms.sum() + 1e-9),
-            math.log(est.memory_ms.sum() + 1e-9), math.log(max(kernels, 1))]
+            math.log(est.memory_ms.sum() + 1e-9), math.log(max(est.kernels, 1))]
     return est.total_ms, np.concatenate([features.static_features(graph, "v2"), roof])
 
 
