@@ -22,9 +22,8 @@ def test_time_floor_is_the_roofline_or_the_host_issue_time_whichever_is_larger()
 
     from trappm_ray import devices
     from trappm_ray.graph.featurize import featurize
-    from trappm_ray.model.launch import LEAST_HOST_US_PER_KERNEL
+    from trappm_ray.physics.floors import LEAST_HOST_US_PER_KERNEL, time_floors_ms
     from trappm_ray.physics.roofline import roofline
-    from trappm_ray.serving.checks import time_floors_ms
 
     spec = devices.get("h100-sxm5-80gb")
     which = set()

@@ -12,7 +12,7 @@ format), and text models only where the reference's labels hold some; anything e
 spec model, as do targets the spec model has many rows of
 the device for (``OWN_ROWS``: the RTX 4090's inference). On a much faster GPU a small workload
 cannot finish before the host has issued its kernels: the transferred time is never below the
-host's time to issue them (:data:`trappm_ray.model.launch.LEAST_HOST_US_PER_KERNEL`), capped at
+host's time to issue them (:data:`trappm_ray.physics.floors.LEAST_HOST_US_PER_KERNEL`), capped at
 the reference's own answer. Below the reference's labeled workloads (its launch profile's edge) the
 reference's raw answer is an extrapolation its own predictions never give: each transferred row
 carries that edge in this device's units (``<target>_edge_us``, the reference's edge x the floor
@@ -30,7 +30,7 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.device_features import KERNELS_COL
-from trappm_ray.model.launch import LEAST_HOST_US_PER_KERNEL
+from trappm_ray.physics.floors import LEAST_HOST_US_PER_KERNEL
 from trappm_ray.model.options import trained_options
 from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
 

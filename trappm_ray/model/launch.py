@@ -37,11 +37,6 @@ EDGE_QUANTILE = 0.05
 # training step, 30 us for inference, at efficientnet_cc batch 1; ryujaehun's batch-12 rows on
 # six GPUs read 112-220 / 31-70 us): the host-bound level of a step of unknown host.
 HOST_US_PER_KERNEL = {"train_step_ms": 130.0, "inference_ms": 30.0}
-# The least host time per graph kernel assumed anywhere (a floor, not a level): eager dispatch +
-# launch of the order commonly measured, 5-20 us per launched kernel, taken as 10 us, a training
-# step launching three per graph kernel (forward, input gradient, weight gradient). The labels
-# bound it from above only (16 us for RTX 4090 inference, test_vit at batch 512).
-LEAST_HOST_US_PER_KERNEL = {"train_step_ms": 30.0, "inference_ms": 10.0}
 
 
 def profile(rows: list[dict]) -> dict[str, float | int | list]:
@@ -117,5 +112,5 @@ def extrapolate(anchor_ms: float, anchor_floor_ms: float, floor_ms: float, kerne
     return host + (anchor_ms - host) * min(floor_ms / anchor_floor_ms, 1.0)
 
 
-__all__ = ["EDGE_QUANTILE", "HOST_US_PER_KERNEL", "LEAST_HOST_US_PER_KERNEL", "host_base_ms", "profile", "profiles", "below_edge",
+__all__ = ["EDGE_QUANTILE", "HOST_US_PER_KERNEL", "host_base_ms", "profile", "profiles", "below_edge",
            "anchor_batch", "extrapolate"]

@@ -14,7 +14,10 @@ OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "none")
 MEMORY_FORMATS = ("nchw", "nhwc")
 FIELDS = ("precision", "optimizer", "gpus", "memory_format")
 # Predictors registered before manifests listed their options: the CPU harness's only setting.
-LEGACY_CPU = {"precision": ["fp32"], "optimizer": ["adam"], "gpus": [1]}
+LEGACY_CPU: dict[str, list] = {"precision": ["fp32"], "optimizer": ["adam"], "gpus": [1]}
+# The one place a setting gets a value nobody gave: a predictor whose labels do not name a field
+# answers for PyTorch's defaults (fp32 tensors; Adam, the paper's optimizer).
+DEFAULTS = {"precision": "fp32", "optimizer": "adam"}
 _DTYPE_PRECISION = {"float32": "fp32", "float16": "amp-fp16", "bfloat16": "amp-bf16"}
 
 
@@ -26,7 +29,7 @@ def label_options(rows: list[dict]) -> dict[str, list]:
         for r in rows:
             value = r.get(field)
             if field == "precision" and value is None:
-                value = _DTYPE_PRECISION.get(r.get("dtype"))
+                value = _DTYPE_PRECISION.get(r.get("dtype") or "")
             if field == "gpus" and value is None:
                 value = 1
             if value is not None:
@@ -60,9 +63,9 @@ def resolve(requested: dict, manifest: dict) -> dict:
                 f"{field} {', '.join(map(str, seen))}, not {value!r}")
         if value is not None and seen is None:
             raise errors.UnsupportedOption(f"the predictor's labels do not vary {field}; leave it unset")
-        out[field] = value if value is not None else (seen[0] if seen else None)
+        out[field] = value if value is not None else (seen[0] if seen else DEFAULTS.get(field))
     return out
 
 
-__all__ = ["PRECISIONS", "OPTIMIZERS", "MEMORY_FORMATS", "FIELDS", "label_options",
+__all__ = ["PRECISIONS", "OPTIMIZERS", "MEMORY_FORMATS", "FIELDS", "DEFAULTS", "label_options",
            "trained_options", "resolve"]

@@ -29,8 +29,8 @@ from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.estimator import Estimator, device_of, model_version
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.serving import batch_envelope
-from trappm_ray.serving.checks import (absurdities, domain_of, gpu_memory_mb, memory_floor_mb,
-                                       time_floors_ms)
+from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
+from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.model_input import model_bytes
 from trappm_ray.serving.routing import device_catalog, for_text, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
