@@ -194,3 +194,24 @@ def test_import_makes_label_rows_with_provenance(dry_run, tmp_path):
     # importing again replaces rows by key instead of adding them
     import_run(str(dry_run), str(tmp_path))
     assert store.compact_labels(str(tmp_path), slug).num_rows == len(rows)
+
+
+def test_nvml_sampler_reads_power_memory_clock_and_energy(monkeypatch):
+    """The GPU-only instrument, against a stand-in NVML (unit test): at least one reading even
+    when stopped at once, the energy counter's difference in joules, MiB of device memory."""
+    import types
+
+    counter = iter([1_000_000.0, 1_250_000.0])  # mJ at start and at stop
+    fake = types.SimpleNamespace(
+        NVML_CLOCK_SM=0, NVMLError=RuntimeError, nvmlInit=lambda: None,
+        nvmlDeviceGetHandleByIndex=lambda i: "gpu0",
+        nvmlDeviceGetTotalEnergyConsumption=lambda h: next(counter),
+        nvmlDeviceGetPowerUsage=lambda h: 350_000,  # mW
+        nvmlDeviceGetClockInfo=lambda h, kind: 1980,
+        nvmlDeviceGetMemoryInfo=lambda h: types.SimpleNamespace(used=3 * 2**30))
+    monkeypatch.setitem(sys.modules, "pynvml", fake)
+    sampler = campaign_instruments.NvmlSampler()
+    sampler.start()
+    got = sampler.stop()
+    assert got["power_samples"] >= 1 and got["power_w_mean"] == got["power_w_max"] == 350.0
+    assert got["sm_clock_mhz"] == 1980 and got["nvml_used_mb"] == 3 * 1024 and got["energy_j"] == 250.0

@@ -79,11 +79,12 @@ class NvmlSampler(threading.Thread):
             return None
 
     def run(self) -> None:
-        while not self.done.is_set():
+        while True:  # at least one reading, even when the steps end before this thread first runs
             self.power.append(self.nvml.nvmlDeviceGetPowerUsage(self.handle) / 1000.0)  # mW -> W
             self.clock.append(float(self.nvml.nvmlDeviceGetClockInfo(self.handle, self.nvml.NVML_CLOCK_SM)))
             self.used = max(self.used, self.nvml.nvmlDeviceGetMemoryInfo(self.handle).used)
-            self.done.wait(self.interval)
+            if self.done.wait(self.interval):
+                return
 
     def stop(self) -> dict:
         self.done.set()
