@@ -21,13 +21,14 @@ from dataclasses import asdict, dataclass, field
 
 import numpy as np
 
-from trappm_ray import devices, storage
+from trappm_ray import devices
 from trappm_ray.graph.featurize import Graph
-from trappm_ray.graph.rows import GRAPHS_FILE, row_to_graph
+from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
+from trappm_ray.train.gpu_examples import graph_index
 
 # the memory model's precision for a campaign precision (TF32 keeps fp32 tensors)
 MEMORY_PRECISION = {"tf32": "fp32"}
@@ -76,17 +77,10 @@ def setting_name(row: dict) -> str:
 
 
 def joined_graphs(labels_dir: str, rows: list[dict]) -> dict[tuple, Graph]:
-    """The graphs of ``rows``' keys in ``<labels_dir>/graphs.parquet``."""
-    uri = storage.join(labels_dir, GRAPHS_FILE)
-    if not storage.exists(uri):
-        return {}
+    """The graphs of ``rows``' keys in ``<labels_dir>/graphs.parquet`` (the label join the GPU
+    predictors train from, :func:`trappm_ray.train.gpu_examples.graph_index`)."""
     wanted = {tuple(r[k] for k in GRAPH_KEY) for r in rows}
-    out = {}
-    for g in storage.read_table(uri).to_pylist():
-        key = tuple(g[k] for k in GRAPH_KEY)
-        if key in wanted and key not in out:
-            out[key] = row_to_graph(g)
-    return out
+    return {key: row_to_graph(g) for key, g in graph_index(labels_dir, ()).items() if key in wanted}
 
 
 def memory_errors(rows: list[dict], graphs: dict[tuple, Graph]) -> dict[str, dict[str, ErrorSummary]]:

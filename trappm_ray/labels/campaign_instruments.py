@@ -1,19 +1,20 @@
 """The GPU campaign's instruments: the machine's identity, NVML readings, step clocks and the
 rows file (``rows.jsonl``: one JSON row per line, flushed as each is measured).
 
-Runs on the GPU slot's machine: torch and nvidia-ml-py only, imported where they are read.
+Runs on the GPU slot's machine: torch and nvidia-ml-py only, imported where they are read; the step
+statistics and the host clock are the CPU harness's (:mod:`trappm_ray.labels.harness`).
 """
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import importlib.metadata
 import json
 import os
-import platform
 import statistics
 import threading
-import time
+
+from trappm_ray.labels.harness import WallEvent, spread
+from trappm_ray.labels.machine import device_info, nvml_handle
 
 ROWS_FILE = "rows.jsonl"
 # What a row measures: every row has every one of these (None where the machine has no such reading:
@@ -24,35 +25,16 @@ MEASURED = (
     "train_samples_per_s", "inference_samples_per_s", "cuda_max_allocated_mb", "cuda_max_reserved_mb",
     "nvml_used_mb", "leftover_mb", "power_w_mean", "power_w_max", "power_samples", "power_window_s",
     "energy_j", "inference_power_w_mean", "sm_clock_mhz", "wall_s")
-def versions() -> dict:
-    """Library versions of this machine (None where a library is missing)."""
-    out: dict[str, str | None] = {}
-    for name in ("torch", "timm", "transformers", "nvidia-ml-py"):
-        try:
-            out[name] = importlib.metadata.version(name)
-        except importlib.metadata.PackageNotFoundError:
-            out[name] = None
-    return out
 
 
 def machine_info(device: str) -> dict:
-    """GPU name, driver, CUDA and library versions, without creating a CUDA context here."""
-    v = versions()
-    info = {"device": device, "device_name": platform.processor() or platform.machine(), "driver": None,
-            "cuda": None, "torch_version": v["torch"], "timm_version": v["timm"],
-            "transformers_version": v["transformers"],
-            "machine_id": hashlib.sha256(platform.node().encode()).hexdigest()[:12]}
-    if device == "cuda":
-        import pynvml
-        import torch
-
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        name = pynvml.nvmlDeviceGetName(handle)
-        info.update(device_name=name.decode() if isinstance(name, bytes) else name,
-                    driver=str(pynvml.nvmlSystemGetDriverVersion()), cuda=str(torch.version.cuda))
-        pynvml.nvmlShutdown()
-    return info
+    """The measuring machine (:func:`trappm_ray.labels.machine.device_info`: GPU name, driver, CUDA,
+    torch and timm versions, hashed ids) and the transformers version; no CUDA context is made."""
+    try:
+        transformers = importlib.metadata.version("transformers")
+    except importlib.metadata.PackageNotFoundError:
+        transformers = None
+    return {**device_info(device), "transformers_version": transformers}
 
 
 class NvmlSampler(threading.Thread):
@@ -65,7 +47,7 @@ class NvmlSampler(threading.Thread):
         super().__init__(daemon=True)
         self.nvml, self.interval = pynvml, interval
         pynvml.nvmlInit()  # per process (a forked child inherits no NVML session); reference-counted
-        self.handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        self.handle = nvml_handle(pynvml)
         self.power: list[float] = []
         self.clock: list[float] = []
         self.used = 0
@@ -95,32 +77,6 @@ class NvmlSampler(threading.Thread):
                 "power_w_max": max(self.power, default=None), "power_samples": len(self.power),
                 "sm_clock_mhz": statistics.fmean(self.clock) if self.clock else None,
                 "nvml_used_mb": self.used / 2**20, "energy_j": energy}
-
-
-class WallEvent:
-    """Host-clock stand-in for ``torch.cuda.Event`` on the CPU (where work is synchronous)."""
-
-    def __init__(self, **_) -> None:
-        self.t = 0.0
-
-    def record(self) -> None:
-        self.t = time.perf_counter()
-
-    def elapsed_time(self, end: WallEvent) -> float:
-        return (end.t - self.t) * 1e3
-
-
-def spread(prefix: str, xs: list[float]) -> dict:
-    """Median, p10, p90 (linear interpolation), min and max."""
-    xs = sorted(xs)
-
-    def pct(q: float) -> float:
-        pos = q * (len(xs) - 1)
-        lo = int(pos)
-        return xs[lo] + (xs[min(lo + 1, len(xs) - 1)] - xs[lo]) * (pos - lo)
-
-    return {prefix: pct(0.5), f"{prefix}_p10": pct(0.1), f"{prefix}_p90": pct(0.9),
-            f"{prefix}_min": xs[0], f"{prefix}_max": xs[-1]}
 
 
 def emit(path: str, row: dict) -> None:
@@ -162,6 +118,5 @@ def read_rows(out_dir: str) -> list[dict]:
     return [r for r in rows if isinstance(r, dict)]
 
 
-
-__all__ = ["ROWS_FILE", "MEASURED", "versions", "machine_info", "NvmlSampler", "WallEvent", "spread", "emit",
-           "sampled", "count_rows", "read_rows"]
+__all__ = ["ROWS_FILE", "MEASURED", "machine_info", "NvmlSampler", "WallEvent", "spread", "emit", "sampled",
+           "count_rows", "read_rows"]

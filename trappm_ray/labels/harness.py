@@ -78,7 +78,7 @@ def _status_mb(field: str) -> float:
     return int(line.split()[1]) / 1024
 
 
-def _spread(prefix: str, times_ms: list[float]) -> dict:
+def spread(prefix: str, times_ms: list[float]) -> dict:
     """Median, p10, p90, min and max of step times (linearly interpolated percentiles)."""
     xs = sorted(times_ms)
 
@@ -114,13 +114,13 @@ class _NvmlSampler(threading.Thread):
                 "power_w_mean": sum(self.power) / len(self.power) if self.power else None}
 
 
-class _WallEvent:
+class WallEvent:
     """perf_counter stand-in for ``torch.cuda.Event``, so CPU and GPU share one timing loop."""
 
     def record(self) -> None:
         self.t = time.perf_counter()
 
-    def elapsed_time(self, end: _WallEvent) -> float:
+    def elapsed_time(self, end: WallEvent) -> float:
         return (end.t - self.t) * 1e3
 
 
@@ -128,7 +128,7 @@ def _time_steps(step, spec: MeasureSpec, torch, sampler=None) -> list[float]:
     """Warm-up, then timed steps; per-step ms. CUDA events are recorded without a per-step sync,
     so they time each step's GPU work with steps queued back to back, as in real training."""
     cuda = spec.device == "cuda"
-    new_event = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else _WallEvent
+    new_event = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else WallEvent
     sync = torch.cuda.synchronize if cuda else (lambda: None)
     for _ in range(spec.warmup):
         step()
@@ -244,7 +244,7 @@ def _measure_in_child(spec: MeasureSpec) -> dict:
             scaler.update()
 
     times = _time_steps(train_step, spec, torch, sampler)
-    out.update(_spread("train_step_ms", times), train_steps_timed=len(times))
+    out.update(spread("train_step_ms", times), train_steps_timed=len(times))
     if cuda:
         out.update(sampler.stop(), cuda_max_allocated_mb=torch.cuda.max_memory_allocated() / 2**20,
                    cuda_max_reserved_mb=torch.cuda.max_memory_reserved() / 2**20)
@@ -254,7 +254,7 @@ def _measure_in_child(spec: MeasureSpec) -> dict:
     model.eval()
     with torch.no_grad(), amp():
         times = _time_steps(logits, spec, torch)
-    out.update(_spread("inference_ms", times), inference_steps_timed=len(times))
+    out.update(spread("inference_ms", times), inference_steps_timed=len(times))
     try:  # last: it must not touch the memory peaks; a failure here must not lose the row
         out["ref_step_ms"] = _reference_step_ms(spec, torch)
     except Exception:  # noqa: BLE001 - e.g. out of memory beside what the model left behind
@@ -392,5 +392,5 @@ def sweep(arch: str, resolution: int, batch_sizes, *, max_step_s: float | None =
     return rows
 
 
-__all__ = ["MeasureSpec", "HARNESS_VERSION", "CPU_DEFAULTS",
+__all__ = ["MeasureSpec", "HARNESS_VERSION", "CPU_DEFAULTS", "spread", "WallEvent",
            "CUDA_DEFAULTS", "base_row", "measure", "sweep"]
