@@ -290,7 +290,7 @@ def run(todo: list[tuple[Shard, Job]], out_dir: str, budget_s: float, device: st
     """
     os.makedirs(out_dir, exist_ok=True)
     path = os.path.join(out_dir, ROWS_FILE)
-    start = time.monotonic()
+    start, before = time.monotonic(), count_rows(path)  # an earlier run's rows in the same folder
     info = machine_info(device)
     ctx = multiprocessing.get_context("forkserver")
     ctx.set_forkserver_preload(_PRELOAD)
@@ -313,7 +313,7 @@ def run(todo: list[tuple[Shard, Job]], out_dir: str, budget_s: float, device: st
                  | {"status": "crashed", "error": why})
         done.append(item_id(shard, job))
         log.info("%s done (%.0f s of %.0f used)", item_id(shard, job), time.monotonic() - start, budget_s)
-    rows = count_rows(path)
+    rows = count_rows(path) - before
     wall = time.monotonic() - start
     summary = {"campaign": CAMPAIGN, "device": info, "jobs_done": done, "next_not_started": skipped,
                "rows": rows, "wall_s": wall, "rows_per_min": rows / (wall / 60) if wall else None,
