@@ -85,9 +85,9 @@ def test_units_plausible():
         if spec.boost_clock_mhz:
             assert 500 <= spec.boost_clock_mhz <= 5000, spec.slug
         if spec.sm_count and fp32 and spec.kind == "cuda" and spec.boost_clock_mhz:
-            # FP32 peak = SMs x 64 or 128 lanes x 2 FLOP x clock, within 10%
+            # FP32 peak = SMs x 64 or 128 lanes (192 on Kepler's SMX) x 2 FLOP x clock, within 10%
             lanes = fp32 * 1e6 / (2 * spec.sm_count * spec.boost_clock_mhz)
-            assert min(abs(lanes / 64 - 1), abs(lanes / 128 - 1)) < 0.1, (spec.slug, lanes)
+            assert min(abs(lanes / n - 1) for n in (64, 128, 192)) < 0.1, (spec.slug, lanes)
     for slug in COMMON:
         assert slug in specs, slug
     assert "GCD" in specs["mi250"].notes and specs["mi250"].memory_gb == 64

@@ -41,22 +41,15 @@ def test_profiles_of_examples_skip_cpu_rows_and_split_by_target():
     assert found["train_step_ms"]["rows"] == 1 and found["train_step_ms"]["batch_max"] == 8
 
 
-def test_anchor_doubles_until_the_floor_reaches_the_edge_and_stays_inside_the_labeled_batches():
-    prof = {"floor_us_per_kernel_p05": 100.0, "batch_max": 1024}
-    # floor 0.2 ms + 0.1 ms a sample over 10 kernels: the edge (1 ms) is reached at batch 8 (batch 4: 0.6)
-    assert launch.anchor_batch(1, 0.3, 0.4, 10, prof) == 8
-    assert launch.below_edge(0.3, 10, prof) and not launch.below_edge(1.0, 10, prof)
-    assert launch.anchor_batch(1, 0.001, 0.002, 10, prof) == 1024  # never beyond the labels
-    assert launch.anchor_batch(4, 0.3, 0.3, 10, prof) == 1024  # a flat floor never reaches it
-    assert not launch.below_edge(0.3, 10, {})
+def test_anchor_is_the_largest_power_of_two_that_fits_and_the_labels_measured():
+    profiles = {"train_step_ms": {"batch_max": 512}, "inference_ms": {"batch_max": 1024}}
+    assert launch.anchor_batch(1, 300, profiles) == 256
+    assert launch.anchor_batch(8, 4096, profiles) == 512  # never beyond the labeled batches
+    assert launch.anchor_batch(64, 40, profiles) == 64  # not above the batch asked: no anchor
+    assert launch.anchor_batch(1, 0, profiles) == 1  # batch 1 does not fit: the answer as predicted
 
 
-def test_extrapolate_keeps_the_host_share_and_scales_the_rest_with_the_floor():
-    # anchor 50 ms at floor 20 ms; 100 kernels x 40 us = 4 ms of host time
-    at = lambda floor: launch.extrapolate(50.0, 20.0, floor, 100, 40.0)  # noqa: E731
-    assert at(20.0) == pytest.approx(50.0)
-    assert at(2.0) == pytest.approx(4.0 + 46.0 * 0.1)
-    assert at(0.0) == pytest.approx(4.0)
-    series = [at(f) for f in (0.5, 1.0, 2.0, 4.0, 8.0, 16.0)]
-    assert all(a <= b <= 2 * a for a, b in zip(series, series[1:]))  # monotone, never more than doubling
-    assert launch.extrapolate(3.0, 20.0, 1.0, 100, 40.0) == pytest.approx(3.0)  # host share <= anchor
+def test_step_host_us_splits_the_profiles_training_figure_into_forward_and_backward():
+    assert launch.step_host_us({"train_step_ms": {"host_us_per_kernel": 120.0},
+                                "inference_ms": {"host_us_per_kernel": 20.0}}) == {"forward": 20.0, "backward": 100.0}
+    assert launch.step_host_us({}) == launch.HOST_US

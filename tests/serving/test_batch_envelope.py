@@ -3,19 +3,19 @@ from __future__ import annotations
 
 import pytest
 
+import numpy as np
+
 from trappm_ray import errors
+from trappm_ray.physics.step_model import StepEstimate, queue_ms
 from trappm_ray.serving import api
 from trappm_ray.serving import batch_envelope as E
 
 SAMPLE = "data/sample/onnx/resnet10t@64.onnx"
 
 
-def test_ladder_climbs_to_the_device_kinds_top():
-    assert E.ladder(1, "cuda") == [2, 4, 8, 16, 32, 64, 128]
-    assert E.ladder(3, "cuda") == [6, 12, 24, 48, 96, 192]
-    assert E.ladder(128, "cuda") == [] and E.ladder(500, "rocm") == []
-    assert E.ladder(1, "cpu") == [2, 4] and E.ladder(4, "cpu") == []
-    assert E.ladder(1, "unknown") == []
+def test_ladder_climbs_to_the_cpu_top_and_gpus_take_the_step_model():
+    assert E.ladder(1, "cpu") == [2, 4] and E.ladder(3, "cpu") == [6] and E.ladder(4, "cpu") == []
+    assert E.ladder(1, "cuda") == [] and E.ladder(1, "unknown") == []
 
 
 def test_hold_clips_from_the_top_down_and_moves_the_interval_along():
@@ -39,62 +39,31 @@ def test_hold_leaves_consistent_rows_and_targets_missing_above():
     assert E.hold(dict(row), []) == {}
 
 
-PROFILES = {"train_step_ms": {"host_us_per_kernel": 100.0, "host_row": ["gpu", "m", 224, 1],
-                               "floor_us_per_kernel_p05": 200.0, "batch_max": 1024, "rows": 9}}
+def _step(host_us: float, device_us: list[float]) -> StepEstimate:
+    """A step of len(device_us) kernels, each issued after host_us of host time."""
+    host, dev = np.full(len(device_us), host_us), np.asarray(device_us, float)
+    return StepEstimate(queue_ms(host, dev), dev.sum() / 1e3, host.sum() / 1e3, 0.0, 0.0, 0.0, len(dev), 1.0,
+                        host, dev)
 
 
-def test_anchors_only_for_targets_below_the_edge():
-    # 10 kernels at 0.5 ms: 50 us per kernel, below 200; the floor doubles with the batch
-    row = {"train_step_ms": 30.0, "train_step_ms_floor": 0.5, "train_step_ms_kernels": 10,
-           "inference_ms": 1.0, "inference_ms_floor": 0.1, "inference_ms_kernels": 10}
-    assert E.anchors(1, row, {"train_step_ms_floor": 1.0}, PROFILES) == {"train_step_ms": 4}
-    assert E.anchors(1, row, None, {}) == {}
-    assert E.anchors(4, {**row, "train_step_ms_floor": 2.0}, None, PROFILES) == {}
-    # a transferred row carries its reference's edge in its own units: 40 us, above 50 us a kernel
-    assert E.row_profile({"train_step_ms_edge_us": 40.0}, "train_step_ms", PROFILES["train_step_ms"]
-                         )["floor_us_per_kernel_p05"] == 40.0
-    assert E.anchors(1, {**row, "train_step_ms_edge_us": 40.0}, None, PROFILES) == {}
-    assert E.anchors(1, {**row, "train_step_ms_edge_us": 400.0}, {"train_step_ms_floor": 1.0},
-                     PROFILES) == {"train_step_ms": 8}
-
-
-def test_rebuild_moves_rows_below_the_edge_to_the_host_level_plus_the_scaled_anchor():
-    rows = [{"train_step_ms": 30.0, "train_step_ms_low": 15.0, "train_step_ms_floor": 0.5, "train_step_ms_kernels": 10},
-            {"train_step_ms": 31.0, "train_step_ms_floor": 1.0, "train_step_ms_kernels": 10},
-            {"train_step_ms": 9.0, "train_step_ms_floor": 3.0, "train_step_ms_kernels": 10}]  # above the edge
-    anchor = {"train_step_ms": 5.0, "train_step_ms_floor": 2.0}
-    note = E.rebuild(rows, {"train_step_ms": (4, anchor)}, PROFILES)
-    # host 10 x 100 us = 1 ms; the rest (4 ms) x 0.5 / 2
-    assert rows[0]["train_step_ms"] == pytest.approx(2.0) and rows[0]["train_step_ms_low"] == pytest.approx(1.0)
-    assert rows[1]["train_step_ms"] == pytest.approx(3.0) and rows[2]["train_step_ms"] == 9.0
-    assert len(note) == 1 and "10 kernels x 100 us" in note[0] and "batch 4" in note[0] and "30 -> 2" in note[0]
-
-
-class _Doubling:
-    """A predictor whose answer and floor double with the batch (unit test of anchor_answers)."""
-
-    def __init__(self):
-        self.calls = []
-
-    def predict_graphs(self, graphs, settings):
-        self.calls.append((list(graphs), list(settings)))
-        return [{"train_step_ms": 10.0 * g, "train_step_ms_floor": 0.5 * g} for g in graphs]
-
-
-def test_anchor_answers_predicts_every_anchor_in_one_pass_and_skips_batches_that_cannot_be_built():
-    def graph_at(i, b):
-        if i == 2:
-            raise errors.ModelError("fixed_batch: the batch is baked in")
-        return b  # the "graph" is its batch
-    row = {"train_step_ms": 30.0, "train_step_ms_floor": 0.5, "train_step_ms_kernels": 10}
-    ladders = {0: (1, [row, {"train_step_ms_floor": 1.0}]), 1: (512, [{**row, "train_step_ms_floor": 5.0}]),
-               2: (1, [row])}
-    p = _Doubling()
-    found = E.anchor_answers(ladders, PROFILES, graph_at, lambda i: {"item": i}, p)
-    assert list(found) == [0] and found[0]["train_step_ms"][0] == 4
-    assert found[0]["train_step_ms"][1]["train_step_ms_floor"] == 2.0
-    assert p.calls == [([4], [{"item": 0}])]
-    assert E.anchor_answers({1: ladders[1]}, PROFILES, graph_at, lambda i: {}, p) == {} and len(p.calls) == 1
+def test_moved_scales_the_gpus_kernels_to_the_anchors_answer_and_keeps_the_host():
+    # batch 64: 10 kernels of 2 ms (device-bound, 20 ms); batch 1: 10 kernels of 0.1 ms behind
+    # 10 x 0.5 ms of host time (host-bound, 5.1 ms)
+    steps = {64: _step(500.0, [2000.0] * 10), 1: _step(500.0, [100.0] * 10)}
+    row = {"train_step_ms": 30.0, "train_step_ms_low": 15.0, "train_step_ms_floor": 0.5}
+    anchor = {"train_step_ms": 40.0, "train_step_ms_low": 32.0, "train_step_ms_high": 80.0}
+    notes = E.moved(row, anchor, 1, 64, lambda b, t: steps[b])
+    # the anchor's 40 ms is the GPU's kernels x ~2; at batch 1 that leaves the host's 5 ms + the last kernel
+    assert row["train_step_ms"] == pytest.approx(5.0 + 0.2, rel=0.02)
+    assert row["train_step_ms_low"] == pytest.approx(row["train_step_ms"] * 0.8)  # the anchor's relative band
+    assert "train_step_ms_high" not in row and row["train_step_ms_floor"] == 0.5  # only what the row had
+    assert len(notes) == 1 and "batch 64" in notes[0] and "x 1.97" in notes[0]
+    floored = {"train_step_ms": 3.0, "train_step_ms_floor": 9.0}
+    E.moved(floored, anchor, 1, 64, lambda b, t: steps[b])
+    assert floored["train_step_ms"] == 9.0  # never below the floor
+    absurd = {"train_step_ms": 3.0}  # an anchor answer 100x the step model: the correction stops at its bound
+    E.moved(absurd, {"train_step_ms": 2000.0}, 1, 64, lambda b, t: steps[b])
+    assert absurd["train_step_ms"] == pytest.approx(steps[1].with_device_scale(E.DEVICE_SCALE[1]))
 
 
 def test_shipped_gpu_answers_never_get_cheaper_with_batch():
@@ -107,7 +76,7 @@ def test_shipped_gpu_answers_never_get_cheaper_with_batch():
     for t in ("train_step_ms", "inference_ms"):
         series = [getattr(a, t).value for a in answers]
         assert all(a <= c * (1 + 1e-9) and c <= 2 * a * (1 + 1e-9) for a, c in zip(series, series[1:])), (t, series)
-    assert any("below the workloads of the labels" in n for n in answers[0].notes)
+    assert any("the largest that fits this GPU" in n for n in answers[0].notes)
     single = api.predict(SAMPLE, 1, predictor=predictor)
     assert single.train_step_ms.value == pytest.approx(answers[0].train_step_ms.value)
 

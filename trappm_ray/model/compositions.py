@@ -1,13 +1,36 @@
-"""Predictors composed of two: what a shipped GPU predictor lacks, answered with the spec model's help.
+"""Predictors composed of others: what a GPU predictor lacks, answered with another's help.
 
 * :class:`SettingRatio`: a setting the shipped predictor was never trained on, as its answer times
-  the spec model's ratio between that setting and the shipped one on the same device;
+  the spec model's ratio between that setting and the shipped one on the same device (where the
+  spec model was trained on that device's rows in the setting);
+* :class:`SettingMove`: a setting no label of the device holds (AdamW, bf16, TF32, recompute on
+  an RTX 3090 whose labels are AMP fp16 + SGD): the answer in the nearest setting the labels
+  hold, times the physics step model's ratio between the two settings;
 * :class:`TargetFill`: targets the device has no labels of (the RTX 4090: inference only), from
   the spec model of the same device.
 
-Both play :class:`~trappm_ray.model.estimator.Estimator`, as their parts do.
+All play :class:`~trappm_ray.model.estimator.Estimator`, as their parts do.
 """
 from __future__ import annotations
+
+from trappm_ray import devices, errors
+from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, trained_options
+from trappm_ray.physics.roofline import device_rates
+from trappm_ray.physics.step_model import MODES, step_time
+
+# For a value no label holds, the values to move from, nearest first: the same arithmetic
+# (autocast to another half type, the same optimizer without decoupled decay), then the nearest
+# in bytes and kernels.
+NEAREST = {
+    "fp32": ("tf32", "amp-fp16", "amp-bf16"), "tf32": ("fp32", "amp-fp16", "amp-bf16"),
+    "amp-fp16": ("amp-bf16", "fp16", "bf16", "fp32"), "amp-bf16": ("amp-fp16", "bf16", "fp16", "fp32"),
+    "fp16": ("bf16", "amp-fp16", "amp-bf16", "fp32"), "bf16": ("fp16", "amp-bf16", "amp-fp16", "fp32"),
+    "fp64": ("fp32", "tf32"),
+    "adam": ("adamw", "sgd-momentum", "sgd", "none"), "adamw": ("adam", "sgd-momentum", "sgd", "none"),
+    "sgd-momentum": ("sgd", "adam", "adamw", "none"), "sgd": ("sgd-momentum", "none", "adam", "adamw"),
+    "none": ("sgd", "sgd-momentum", "adam", "adamw"),
+}
+MOVED = ("precision", "optimizer")  # the fields the step model moves
 
 
 class SettingRatio:
@@ -69,6 +92,82 @@ class SettingRatio:
         return out
 
 
+class SettingMove:
+    """A GPU predictor answering a precision or optimizer none of its labels hold: its answer in
+    the nearest setting they do hold (:data:`NEAREST`), times the ratio of the physics step model
+    (:func:`trappm_ray.physics.step_model.step_time`) between the requested and that setting on
+    this GPU. Physics carries the move (peaks and bytes of the precision, the optimizer's passes
+    over the parameters); the learned answer keeps its level and its interval's width.
+
+    A precision the GPU cannot run is refused with the reason (bf16 without bf16 units).
+
+    Args:
+        inner: the device's estimator (a shipped predictor, a composition, the spec model).
+        spec: the GPU.
+    """
+
+    def __init__(self, inner, spec: devices.DeviceSpec):
+        self.inner, self.spec = inner, spec
+        self.trained = trained_options(inner.manifest)
+        options = {**self.trained, "precision": list(dict.fromkeys([*self.trained.get("precision", []), *PRECISIONS])),
+                   "optimizer": list(dict.fromkeys([*self.trained.get("optimizer", []), *OPTIMIZERS]))}
+        dev = dict(inner.manifest.get("device") or {})
+        held = ", ".join(f"{k} {'/'.join(map(str, self.trained[k]))}" for k in MOVED if k in self.trained)
+        dev["note"] = "; ".join(filter(None, [dev.get("note"), (
+            f"a precision or optimizer outside the labels ({held}) is answered in the nearest of "
+            f"those, times the step model's ratio between the two settings on this GPU (peaks and "
+            f"bytes of the precision, the optimizer's passes over the parameters)")]))
+        self.manifest = {**inner.manifest, "options": options, "device": dev,
+                         "name": f"{inner.manifest.get('name')}+step-model"}
+
+    @property
+    def targets(self) -> tuple[str, ...]:
+        return self.inner.targets
+
+    def base(self, setting: dict) -> dict:
+        """``setting`` with each moved field at the nearest value the labels hold."""
+        out = dict(setting)
+        for field in MOVED:
+            held, value = self.trained.get(field) or [], setting.get(field)
+            if value is None or value in held or not held:
+                continue
+            out[field] = next((v for v in NEAREST.get(value, ()) if v in held), held[0])
+        return out
+
+    def check(self, setting: dict) -> None:
+        """Refuse a precision the GPU has no units or sourced peak for, then as the inner one."""
+        precision = setting.get("precision")
+        if precision in ("amp-bf16", "bf16") and not self.spec.peak_bf16_tensor_tflops:
+            raise errors.UnsupportedOption(
+                f"{self.spec.name} cannot run {precision}: it has no bf16 units (NVIDIA Ampere or "
+                f"newer, AMD CDNA2 or newer); use amp-fp16 or fp32")
+        try:
+            device_rates(self.spec, precision or "fp32")
+        except ValueError as e:
+            raise errors.UnsupportedOption(str(e)) from None
+        self.inner.check(self.base(setting))
+
+    def to(self, device: str) -> SettingMove:
+        """The inner estimator computes on ``device``; returns self."""
+        self.inner.to(device)
+        return self
+
+    def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
+        """The inner rows in the base settings, each target scaled by the step model's ratio."""
+        bases = [self.base(s) for s in settings_list]
+        rows = self.inner.predict_graphs(graphs, bases)
+        for row, graph, asked, base in zip(rows, graphs, settings_list, bases):
+            if all(asked.get(f) == base.get(f) for f in MOVED):
+                continue
+            for t, mode in MODES.items():
+                if t not in row:
+                    continue
+                ratio = (step_time(graph, self.spec, asked, mode).total_ms
+                         / step_time(graph, self.spec, base, mode).total_ms)
+                row.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
+        return rows
+
+
 class TargetFill:
     """A shipped GPU predictor completed, for the targets its device has no labels of (the RTX
     4090: inference only), by the spec-based predictor of the same device.
@@ -112,4 +211,4 @@ class TargetFill:
         return rows
 
 
-__all__ = ["SettingRatio", "TargetFill"]
+__all__ = ["NEAREST", "SettingRatio", "SettingMove", "TargetFill"]

@@ -13,11 +13,9 @@ spec model, as do targets the spec model has many rows of
 the device for (``OWN_ROWS``: the RTX 4090's inference). On a much faster GPU a small workload
 cannot finish before the host has issued its kernels: the transferred time is never below the
 host's time to issue them (:data:`trappm_ray.physics.floors.LEAST_HOST_US_PER_KERNEL`), capped at
-the reference's own answer. Below the reference's labeled workloads (its launch profile's edge) the
-reference's raw answer is an extrapolation its own predictions never give: each transferred row
-carries that edge in this device's units (``<target>_edge_us``, the reference's edge x the floor
-ratio), so the answer there is rebuilt from an anchor inside the reference's labels, as the
-reference's own answer is (:mod:`trappm_ray.serving.batch_envelope`). Where the reference's labels
+the reference's own answer. Away from the reference's labeled batches the answer is moved from
+one at such a batch by the step model, as the reference's own answer is
+(:mod:`trappm_ray.serving.batch_envelope`). Where the reference's labels
 measured the very graph asked about, its measurement is moved instead of its predictor's answer
 (:mod:`trappm_ray.model.anchors`).
 """
@@ -77,9 +75,7 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
                    here: dict[str, list] | None = None, anchors: MeasuredAnchors | None = None
                    ) -> list[dict[str, float]]:
     """Per graph, ``{target: ms}`` on ``spec`` by reference transfer, for the ``targets`` and
-    settings the reference covers (others absent), and ``{target}_edge_us``: the reference's lower
-    workload edge (floor per kernel) moved to ``spec`` by the same floor ratio. Never below
-    ``spec``'s floor.
+    settings the reference covers (others absent). Never below ``spec``'s floor.
 
     Args:
         reference: a shipped :class:`~trappm_ray.model.predictor.Predictor` of a GPU in the spec table.
@@ -92,7 +88,6 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
             reference's answer, and its row carries ``{target}_measured_batch``.
     """
     ref_spec = devices.get(reference.manifest["device"]["spec"])
-    edges = {t: p["floor_us_per_kernel_p05"] for t, p in (reference.manifest.get("launch") or {}).items()}
     out: list[dict[str, float]] = [{} for _ in graphs]
     text_ok = not image_only(reference.manifest)
     wanted = [i for i, s in enumerate(settings_list)
@@ -116,8 +111,6 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
                 ref_ms = measured["ratio"] * there[0]
                 out[i][f"{target}_measured_batch"] = measured["batch_size"]
             out[i][target] = transfer_ms(ref_ms, on_spec[0], there[0], math.exp(on_spec[1][KERNELS_COL]), mode)
-            if target in edges and there[0] > 0:
-                out[i][f"{target}_edge_us"] = edges[target] * on_spec[0] / there[0]
     return out
 
 

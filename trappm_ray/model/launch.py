@@ -18,11 +18,12 @@ Two figures per device and target, measured on the predictor's own training rows
 * ``floor_us_per_kernel_p05``: the 5th percentile of roofline floor per kernel, the lower edge
   of the workloads the predictor was trained on.
 
-Below that edge an answer is rebuilt from one at a batch inside it (the *anchor*, :func:`extrapolate`):
-the host's share ``kernels x host time`` stays, the rest scales with the roofline floor. It adds
-the two rather than taking the larger: between the regimes some kernels wait on the host and
-others on the GPU, and the sum errs toward the longer step. It is monotone in batch and never
-more than doubles when the batch doubles.
+An answer on a GPU is read from the predictor at the batch its labels measure (the *anchor*,
+:func:`anchor_batch`: the largest that fits the GPU, timm's protocol) and moved to the batch
+asked by the physics step model's ratio between the two (:mod:`trappm_ray.physics.step_model`,
+its host figures from the profile: :func:`step_host_us`): host issue time overlapping the GPU's
+kernels as a queue, each kernel at its fill of the SMs. Throughput never falls as the batch
+grows, and the learned part never sets the shape of the batch curve, which it never saw.
 """
 from __future__ import annotations
 
@@ -31,12 +32,12 @@ import math
 import numpy as np
 
 from trappm_ray.model.device_features import KERNELS_COL, SETTING_COLS
+from trappm_ray.physics.step_model import HOST_US
 
 EDGE_QUANTILE = 0.05
-# A typical eager PyTorch host's time per graph kernel (the RTX 3090's labels: 129 us for an AMP
-# training step, 30 us for inference, at efficientnet_cc batch 1; ryujaehun's batch-12 rows on
-# six GPUs read 112-220 / 31-70 us): the host-bound level of a step of unknown host.
-HOST_US_PER_KERNEL = {"train_step_ms": 130.0, "inference_ms": 30.0}
+# A typical eager PyTorch host's time per graph kernel, the step model's (forward 30 us, backward
+# 100 us): the host-bound level of a step of unknown host.
+HOST_US_PER_KERNEL = {"train_step_ms": HOST_US["forward"] + HOST_US["backward"], "inference_ms": HOST_US["forward"]}
 
 
 def profile(rows: list[dict]) -> dict[str, float | int | list]:
@@ -85,32 +86,29 @@ def host_base_ms(floor_ms, kernels, targets, cpu=False, host_us: dict | None = N
     return np.where(cpu, floor_ms, np.maximum(floor_ms, host))
 
 
-def below_edge(floor_ms: float, kernels: float, prof: dict) -> bool:
-    """Whether a workload (roofline floor ``floor_ms`` over ``kernels`` kernels) lies below the
-    labeled range of ``prof`` (a :func:`profile`)."""
-    return bool(prof) and kernels > 0 and floor_ms * 1e3 / kernels < prof["floor_us_per_kernel_p05"]
+def step_host_us(profiles: dict) -> dict[str, float]:
+    """The step model's host time per graph kernel (:data:`trappm_ray.physics.step_model.HOST_US`)
+    from a predictor's launch ``profiles``: forward = the inference figure, backward = the rest of
+    the training figure; the step model's defaults where a profile lacks one."""
+    out = dict(HOST_US)
+    infer = (profiles.get("inference_ms") or {}).get("host_us_per_kernel")
+    train = (profiles.get("train_step_ms") or {}).get("host_us_per_kernel")
+    if infer:
+        out["forward"] = float(infer)
+    if train:
+        out["backward"] = max(float(train) - out["forward"], 0.0)
+    return out
 
 
-def anchor_batch(batch: int, floor_ms: float, floor_2x_ms: float, kernels: float, prof: dict) -> int:
-    """The least ``batch x 2^k`` whose floor reaches the labeled edge, the floor taken as affine in
-    the batch through its values at ``batch`` and ``2 x batch``; never beyond the labeled batches
-    (``batch_max``): an answer there would itself be an extrapolation."""
-    slope = max(floor_2x_ms - floor_ms, 0.0) / batch
-    need = prof["floor_us_per_kernel_p05"] * kernels / 1e3
-    b = batch
-    while 2 * b <= prof["batch_max"] and floor_ms + (b - batch) * slope < need:
-        b *= 2
-    return b
+def anchor_batch(batch: int, fit: int, profiles: dict) -> int:
+    """The batch whose learned answer another batch is moved from: the largest power of two that
+    fits the GPU's memory (``fit``) and the labels' batches (``batch_max`` of the ``profiles``).
+    That is where timm's labels measure every model (its largest batch that fits), so the learned
+    correction is read where it was fitted; ``batch`` itself when the anchor is not above it."""
+    cap = min([fit, *(p["batch_max"] for p in profiles.values() if p.get("batch_max"))])
+    top = 1 << (int(cap).bit_length() - 1) if cap >= 1 else 1
+    return max(top, batch)
 
 
-def extrapolate(anchor_ms: float, anchor_floor_ms: float, floor_ms: float, kernels: float,
-                host_us: float) -> float:
-    """The answer at a workload below the edge from the anchor's: the host's share (``kernels x
-    host_us``, at most the anchor's answer) plus the rest of the anchor's answer scaled by the
-    ratio of the floors. Equals ``anchor_ms`` at the anchor's floor."""
-    host = min(kernels * host_us / 1e3, anchor_ms)
-    return host + (anchor_ms - host) * min(floor_ms / anchor_floor_ms, 1.0)
-
-
-__all__ = ["EDGE_QUANTILE", "HOST_US_PER_KERNEL", "host_base_ms", "profile", "profiles", "below_edge",
-           "anchor_batch", "extrapolate"]
+__all__ = ["EDGE_QUANTILE", "HOST_US_PER_KERNEL", "host_base_ms", "profile", "profiles", "step_host_us",
+           "anchor_batch"]

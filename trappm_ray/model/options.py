@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from trappm_ray import errors
 
-PRECISIONS = ("fp32", "amp-fp16", "amp-bf16", "fp16", "bf16", "fp64")
+PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16", "fp64")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "none")
 MEMORY_FORMATS = ("nchw", "nhwc")
 FIELDS = ("precision", "optimizer", "gpus", "memory_format")

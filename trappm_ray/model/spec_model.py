@@ -232,8 +232,8 @@ class SpecPredictor:
     def predict_graphs(self, graphs, settings_list: list[dict] | None = None) -> list[dict[str, float]]:
         """One row per graph: per target the prediction (>= the floor), ``_low``/``_high`` (the
         conformal interval at the setting's ``interval_z``), ``_std`` (its log half-width x value),
-        ``_floor`` and ``_kernels`` (the graph's kernel count); for a transferred target also
-        ``_edge_us`` (:func:`~trappm_ray.model.floor_ratio.transferred_ms`).
+        ``_floor`` and ``_kernels`` (the graph's kernel count); for a target answered by a
+        reference's measurement, ``_measured_batch`` (:func:`~trappm_ray.model.floor_ratio.transferred_ms`).
 
         Args:
             graphs: featurized graphs at their batch sizes.
@@ -268,7 +268,7 @@ class SpecPredictor:
                             f"{target}_high": value * math.exp(max(hi, 0.0)), f"{target}_floor": floor,
                             f"{target}_kernels": round(math.exp(x[KERNELS_COL])),
                             f"{target}_std": value * (hi95 - lo95) / (2 * 1.96)})
-                row.update({k: m[k] for k in (f"{target}_edge_us", f"{target}_measured_batch") if k in m})
+                row.update({k: m[k] for k in (f"{target}_measured_batch",) if k in m})
         return rows
 
 

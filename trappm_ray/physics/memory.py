@@ -35,8 +35,8 @@ MiB = 2**20
 MODEL_VERSION = 7  # bump when a rule changes: cached predictions of older versions are dropped
 # name -> (bytes of master weights/grads/optimizer state, bytes of an activation by default,
 # bytes of what autocast lowers matmuls/convs to or None without autocast)
-PRECISIONS = {"fp32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),
-              "fp16": (2, 2, None), "fp64": (8, 8, None)}
+PRECISIONS = {"fp32": (4, 4, None), "tf32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),
+              "fp16": (2, 2, None), "bf16": (2, 2, None), "fp64": (8, 8, None)}
 # optimizer -> (state tensors per parameter, temporaries per parameter during step()).
 # The temporaries are those of the multi-tensor ("foreach") kernels, PyTorch's CUDA default
 # since 2.0: weight decay and momentum each produce an out-of-place copy of the gradient list,
@@ -219,16 +219,28 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     return est
 
 
+def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, limit: int = 1 << 16) -> int:
+    """The largest power-of-two batch whose training step fits ``memory_bytes`` of device memory
+    (the model's ``device_used``, rescaled from ``graph``'s batch without featurizing again);
+    0 when batch 1 does not fit, ``limit`` at most."""
+    walked = walk(graph, guess_folded_norm(graph))
+    b = 0
+    while (nxt := max(2 * b, 1)) <= limit and training_memory(
+            graph, precision, optimizer, batch_size=nxt, walked=walked).device_used <= memory_bytes:
+        b = nxt
+    return b
+
+
 def state_floor_bytes(params: float, precision: str = "fp32", optimizer: str = "adam") -> float:
     """Bytes that weights, their gradients and the optimizer state occupy: the floor below which
-    no training-memory figure can be, on any device (pure bf16 counts as fp16).
+    no training-memory figure can be, on any device.
 
     Args:
         params: parameter count. precision, optimizer: keys of ``PRECISIONS`` / ``OPTIMIZERS``.
     """
-    width = PRECISIONS.get("fp16" if precision == "bf16" else precision, PRECISIONS["fp32"])[0]
+    width = PRECISIONS.get(precision, PRECISIONS["fp32"])[0]
     return params * width * (2 + OPTIMIZERS.get(optimizer, OPTIMIZERS["adam"])[0])
 
 
 __all__ = ["CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "FP32", "HALF", "OPTIMIZERS", "PRECISIONS",
-           "MemoryEstimate", "state_floor_bytes", "training_memory"]
+           "MemoryEstimate", "fitting_batch", "state_floor_bytes", "training_memory"]

@@ -27,12 +27,16 @@ from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.estimator import Estimator, device_of, model_version
+from trappm_ray.model import launch
+from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.serving import batch_envelope
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
+from trappm_ray.physics.memory import fitting_batch
+from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.model_input import model_bytes
-from trappm_ray.serving.routing import device_catalog, for_text, load_predictor, predictor_for, settled
+from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
@@ -277,10 +281,17 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             text = graph.meta.get("token_ids") and for_text(chosen, asdict(opts))
             if text:  # a text model on a predictor of image models
                 chosen, setting, text_notes[i] = text
-            try:  # the batches that hold the answer to the batch envelope
+            batch, spec = int(graph.static["batch_size"]), gpu_spec(chosen)
+            profiles = chosen.manifest.get("launch") or {}
+            anchor = 0
+            if spec is not None and profiles:  # a GPU: one more batch, where the labels are
+                fit = fitting_batch(graph, setting["precision"], setting["optimizer"], spec.memory_gb * 1e9)
+                anchor = launch.anchor_batch(batch, fit, profiles)
+            try:  # the batches whose answers hold the answer at this one
                 above = [cached((*at, b), lambda b=b: featurize_with(proto, opts, b)) for b in
-                         batch_envelope.ladder(int(graph.static["batch_size"]), device_of(chosen)["kind"])]
-            except errors.ModelError:  # a batch that cannot be re-bound: no envelope
+                         ([anchor] if anchor > batch else [] if anchor else
+                          batch_envelope.ladder(batch, device_of(chosen)["kind"]))]
+            except errors.ModelError:  # a batch that cannot be re-bound: the answer as predicted
                 above = []
         except errors.ModelError as e:
             out[i] = e
@@ -290,27 +301,26 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
         keys = [(id(g), json.dumps(setting, sort_keys=True)) for g in (graph, *above)]
         for g, key in zip((graph, *above), keys):
             slots.setdefault(key, (len(slots), g, setting))
-        items.append((i, proto, sha, graph, len(above) and int(above[-1].static["batch_size"]), keys))
+        items.append((i, proto, sha, graph, [int(g.static["batch_size"]) for g in above], bool(anchor), keys))
     for chosen, items, slots in passes.values():
         rows = chosen.predict_graphs([g for _, g, _ in slots.values()], [s for *_, s in slots.values()])
-        ladders = {i: [dict(rows[slots[k][0]]) for k in keys] for i, *_, keys in items}
-        profiles, by_item = chosen.manifest.get("launch") or {}, {it[0]: it for it in items}
-
-        def graph_at(i: int, b: int, by_item=by_item):
-            (_, proto, sha, *_), opts = by_item[i], models[i][1]
-            return cached((sha, opts.resolution, opts.dims, b), lambda: featurize_with(proto, opts, b))
-
-        anchored = batch_envelope.anchor_answers(  # workloads below the labels: one more pass
-            {i: (int(it[3].static["batch_size"]), ladders[i]) for i, it in by_item.items()}, profiles,
-            graph_at, lambda i: slots[by_item[i][-1][0]][2], chosen)
-        for i, proto, sha, graph, top, keys in items:
+        spec, host = gpu_spec(chosen), step_host_us(chosen.manifest.get("launch") or {})
+        for i, proto, sha, graph, batches, on_gpu, keys in items:
             data, opts, label = models[i]
-            row, *above_rows = ladders[i]
-            rebuilt = batch_envelope.rebuild(ladders[i], anchored.get(i, {}), profiles)
-            changed = batch_envelope.hold(row, above_rows)
+            row, *above_rows = (dict(rows[slots[k][0]]) for k in keys)
+            batch, setting = int(graph.static["batch_size"]), slots[keys[0]][2]
+            if on_gpu and batches:
+                at_batch = {batch: graph, batches[0]: slots[keys[1]][1]}
+
+                def step(b: int, t: str, at_batch=at_batch, setting=setting, spec=spec, host=host) -> StepEstimate:
+                    return step_time(at_batch[b], spec, setting, STEP_MODES[t], host)
+
+                notes = batch_envelope.moved(row, above_rows[0], batch, batches[0], step)
+            else:
+                notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
+                                             batches[-1] if batches else 0)
             p = build_prediction(row, graph, chosen, opts, label, sha)
-            p.notes += ([text_notes[i]] if i in text_notes else []) + rebuilt
-            p.notes += batch_envelope.notes(changed, p.batch_size, top)
+            p.notes += ([text_notes[i]] if i in text_notes else []) + notes
             if opts.memory_budget_mb is not None:
                 p.max_batch_size = largest_batch(
                     lambda b, proto=proto, opts=opts, chosen=chosen: memory_at(proto, opts, b, chosen),

@@ -20,7 +20,7 @@ from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, l
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.floor_ratio import OWN_ROWS, image_only, own_rows
-from trappm_ray.model.compositions import SettingRatio, TargetFill
+from trappm_ray.model.compositions import SettingMove, SettingRatio, TargetFill
 
 _LOADED: dict[str, Any] = {}  # URI or key -> a loaded predictor, model or anchors
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
@@ -208,29 +208,59 @@ def predictor_for(device: str | None, predictor: Estimator) -> Estimator:
         raise errors.UnsupportedOption(str(e)) from None
 
 
+def _composed(kind: str, inner: Estimator, make) -> Estimator:
+    """``make()``, built once per ``inner`` object (a pass over many items groups them by it)."""
+    key = f"{kind}:{id(inner)}"
+    held = _LOADED.get(key)
+    if held is None or held[0] is not inner:  # the inner object is held too: its id stays its own
+        held = _LOADED[key] = (inner, make())
+    return held[1]
+
+
+def gpu_spec(chosen: Estimator) -> devices.DeviceSpec | None:
+    """The spec of the GPU ``chosen`` answers for; None for CPUs and devices outside the table."""
+    if isinstance(chosen, SpecPredictor):
+        return chosen.spec
+    dev = chosen.manifest.get("device") or {}
+    if dev.get("kind") == "cpu" or not dev.get("spec"):
+        return None
+    try:
+        return devices.get(dev["spec"])
+    except KeyError:
+        return None
+
+
 def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
-    """(predictor, resolved setting) for the ``requested`` options. A shipped GPU predictor never
-    trained on a requested option answers through the spec-based predictor when that one was
-    trained on rows of the same device (the RTX 3090's channels-last runs; :class:`SettingRatio`);
-    otherwise the option is refused.
+    """(predictor, resolved setting) for the ``requested`` options. A GPU predictor never trained
+    on a requested option answers through the spec-based predictor when that one was trained on
+    rows of the same device in it (the RTX 3090's channels-last runs; :class:`SettingRatio`);
+    a precision or optimizer no label of the device holds, moved from the nearest one that does
+    by the step model (:class:`SettingMove`); anything else is refused.
 
     Raises:
-        errors.UnsupportedOption: neither was trained on the setting.
+        errors.UnsupportedOption: no composition answers the setting.
     """
     try:
         return chosen, resolve_options(requested, chosen.manifest)
-    except errors.UnsupportedOption:
-        spec = (chosen.manifest.get("device") or {}).get("spec")
-        if isinstance(chosen, SpecPredictor) or not spec:
-            raise
+    except errors.UnsupportedOption as e:
+        refused = e
+    spec = gpu_spec(chosen)
+    if spec is None:
+        raise refused
+    candidate = chosen
+    if not isinstance(chosen, SpecPredictor):
         try:
-            alt = spec_predictor(spec)
+            alt = spec_predictor(spec.slug)
         except (PredictorError, KeyError):
             alt = None
-        if alt is None or alt.manifest["device"]["spec_only"]:
-            raise
-        both = SettingRatio(chosen, alt)
-        return both, resolve_options(requested, both.manifest)
+        if alt is not None and not alt.manifest["device"]["spec_only"]:
+            candidate = _composed("ratio", chosen, lambda: SettingRatio(chosen, alt))
+            try:
+                return candidate, resolve_options(requested, candidate.manifest)
+            except errors.UnsupportedOption:
+                pass
+    moved = _composed("move", candidate, lambda: SettingMove(candidate, spec))
+    return moved, resolve_options(requested, moved.manifest)
 
 
 def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] | None:
@@ -288,4 +318,4 @@ def device_catalog() -> list[dict]:
 
 
 __all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "reference_anchors", "for_spec",
-           "spec_predictor", "predictor_for", "settled", "for_text", "device_catalog", "completed", "filled_by_spec"]
+           "spec_predictor", "predictor_for", "settled", "gpu_spec", "for_text", "device_catalog", "completed", "filled_by_spec"]

@@ -1,0 +1,67 @@
+"""The physics step model: queue of host issue and device kernels, fill, settings."""
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from trappm_ray import devices
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.physics import step_model as S
+from trappm_ray.physics.roofline import roofline
+
+SAMPLE = "data/sample/onnx/resnet10t@64.onnx"
+
+
+def test_the_queue_is_the_larger_of_host_and_device_where_one_dominates():
+    host, fast, slow = np.full(10, 100.0), np.full(10, 10.0), np.full(10, 1000.0)
+    assert S.queue_ms(host, fast) == pytest.approx((10 * 100 + 10) / 1e3)  # host-bound: the last kernel trails
+    assert S.queue_ms(host, slow) == pytest.approx((100 + 10 * 1000) / 1e3)  # device-bound: the first waits
+    assert S.queue_ms(host, np.full(10, 100.0)) >= max(host.sum(), 1000.0) / 1e3
+    assert S.queue_ms(np.zeros(0), np.zeros(0)) == 0.0
+
+
+def test_fill_counts_waves_of_blocks_over_the_sms():
+    f = S.fill(np.array([1.0, 80 * 1.0, 81.0, 160.0]), np.array([1.0] * 4), np.array([1] * 4), 80)
+    assert f == pytest.approx([1 / 80, 1.0, 81 / 160, 1.0])
+    assert S.fill(np.array([5.0]), np.array([1.0]), np.array([1]), None) == pytest.approx([1.0])
+
+
+@pytest.mark.parametrize("slug", ["rtx3090", "h100-sxm5-80gb", "t4", "k80"])
+def test_throughput_never_falls_as_the_batch_grows_and_no_step_beats_the_roofline(slug):
+    spec = devices.get(slug)
+    precision = "fp32" if slug == "k80" else "amp-fp16"
+    for mode in ("train", "infer"):
+        prev = None
+        for b in (1, 2, 4, 8, 16, 32, 64, 128, 256):
+            g = featurize(SAMPLE, b)
+            est = S.step_time(g, spec, {"precision": precision, "optimizer": "sgd-momentum"}, mode)
+            assert est.total_ms >= roofline(g, spec, precision, mode, "sgd-momentum").total_ms
+            assert est.total_ms >= max(est.host_ms, est.device_ms)
+            if prev is not None:
+                assert prev <= est.total_ms <= 2 * prev * (1 + 1e-9), (mode, b)
+            prev = est.total_ms
+
+
+def test_settings_cost_what_they_move():
+    g, spec = featurize(SAMPLE, 64), devices.get("rtx3090")
+    times = {o: S.step_time(g, spec, {"precision": "amp-fp16", "optimizer": o}).total_ms
+             for o in ("none", "sgd", "sgd-momentum", "adam", "adamw")}
+    assert times["none"] <= times["sgd"] <= times["sgd-momentum"] <= times["adam"] <= times["adamw"]
+    fused = S.step_time(g, spec, S.Setting("amp-fp16", "adamw", fused_optimizer=True))
+    assert fused.optimizer_ms < S.step_time(g, spec, S.Setting("amp-fp16", "adamw")).optimizer_ms
+    base = S.step_time(g, spec, S.Setting("amp-fp16", "sgd-momentum"))
+    assert S.step_time(g, spec, S.Setting("amp-fp16", "sgd-momentum", recompute=True)).total_ms > base.total_ms
+    two = S.step_time(g, spec, S.Setting("amp-fp16", "sgd-momentum", grad_accum=2))
+    assert two.device_ms == pytest.approx(2 * (base.device_ms - base.optimizer_ms) + base.optimizer_ms)
+    assert S.step_time(g, spec, S.Setting("fp32", "sgd-momentum")).device_ms > base.device_ms  # no tensor cores
+    with pytest.raises(ValueError, match="mode"):
+        S.step_time(g, spec, mode="eval")
+
+
+def test_device_scale_solves_for_a_measured_step_within_its_bounds():
+    g, spec = featurize(SAMPLE, 256), devices.get("rtx3090")
+    est = S.step_time(g, spec)
+    c = S.device_scale(est, 1.7 * est.total_ms, (0.25, 4.0))
+    assert est.with_device_scale(c) == pytest.approx(1.7 * est.total_ms, rel=1e-6)
+    assert S.device_scale(est, 100 * est.total_ms, (0.25, 4.0)) == 4.0
+    assert S.device_scale(est, 0.0, (0.25, 4.0)) == 0.25

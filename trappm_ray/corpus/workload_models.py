@@ -1,0 +1,103 @@
+"""The models of public training measurements that no model zoo names: built here in plain torch
+from the sizes their sources state, exported like every corpus model (no weights).
+
+* ``cifar_resnet18``: ResNet-18 for 32 px inputs (3x3 stride-1 stem, no max-pool; BasicBlocks
+  64-128-256-512, two per stage), the CIFAR-10 ResNet-18 that Pollux's ``cifar10`` and Gavel's
+  ResNet-18 jobs train (torchvision's blocks; the stem as CIFAR code writes it).
+* ``lstm_lm``: Gavel's LM job: embedding, 2-layer LSTM of 200 units, decoder to the vocabulary
+  (WikiText-2: 33,278 words), a sequence of 35 tokens (bptt).
+* ``transformer_mt``: Gavel's Transformer job: ``nn.Transformer`` with d_model 512, 8 heads,
+  6 encoder and 6 decoder layers, feed-forward 2048, embeddings and output projection over a
+  Multi30k-sized vocabulary (about 10,000 words; not stated by the source), sentences of 32
+  tokens (Multi30k's are about 13 words: 32 is an upper estimate, not stated).
+* ``recoder_ae``: Gavel's Recommendation job: an autoencoder over MovieLens-20M's 26,744 items
+  with one hidden layer of 200 units (dense: the source's sparse input layer does the same
+  multiplies only on rated items, so this errs high on compute).
+
+Where the source leaves a size unstated the choice is named above; a sweep's batch *ratios*
+depend on it less than its absolute times.
+"""
+from __future__ import annotations
+
+WORKLOADS = ("cifar_resnet18", "lstm_lm", "transformer_mt", "recoder_ae")
+EXPORTER = "torch.onnx legacy (dynamo=False), opset 17, eval mode, dynamic batch axis, plain torch"
+WIKITEXT2_VOCAB, MULTI30K_VOCAB, MOVIELENS_ITEMS = 33278, 10000, 26744
+BPTT, SENTENCE = 35, 32
+
+
+def build(name: str):
+    """``(module, example input, input names, dynamic axes)`` of workload ``name``."""
+    import torch
+    from torch import nn
+
+    torch.manual_seed(0)
+    if name == "cifar_resnet18":
+        import torchvision
+
+        model = torchvision.models.resnet18(num_classes=10)
+        model.conv1 = nn.Conv2d(3, 64, 3, 1, 1, bias=False)
+        model.maxpool = nn.Identity()
+        return model.eval(), (torch.randn(2, 3, 32, 32),), ["input"], {"input": {0: "batch"}}
+    if name == "lstm_lm":
+        return _LstmLM().eval(), (torch.zeros(2, BPTT, dtype=torch.long),), ["input_ids"], {"input_ids": {0: "batch"}}
+    if name == "transformer_mt":
+        ids = torch.zeros(2, SENTENCE, dtype=torch.long)
+        return (_Translator().eval(), (ids, ids), ["src_ids", "tgt_ids"],
+                {"src_ids": {0: "batch"}, "tgt_ids": {0: "batch"}})
+    if name == "recoder_ae":
+        model = nn.Sequential(nn.Linear(MOVIELENS_ITEMS, 200), nn.Sigmoid(), nn.Linear(200, MOVIELENS_ITEMS))
+        return model.eval(), (torch.randn(2, MOVIELENS_ITEMS),), ["input"], {"input": {0: "batch"}}
+    raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
+
+
+def export(name: str) -> bytes:
+    """ONNX bytes (weights stripped) of workload ``name``, batch axis dynamic."""
+    import torch
+
+    from trappm_ray.corpus import export as exporting
+
+    model, args, names, axes = build(name)
+    fast = torch.backends.mha.get_fastpath_enabled()
+    torch.backends.mha.set_fastpath_enabled(False)  # eval-mode nn.Transformer's fused op has no ONNX form
+    try:
+        return exporting.export_legacy(model, args, input_names=names,
+                                       dynamic_axes={**axes, "output": {0: "batch"}})
+    finally:
+        torch.backends.mha.set_fastpath_enabled(fast)
+
+
+def _modules():
+    from torch import nn
+
+    class LstmLM(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.embed = nn.Embedding(WIKITEXT2_VOCAB, 200)
+            self.rnn = nn.LSTM(200, 200, num_layers=2, batch_first=True)
+            self.decoder = nn.Linear(200, WIKITEXT2_VOCAB)
+
+        def forward(self, ids):
+            return self.decoder(self.rnn(self.embed(ids))[0])
+
+    class Translator(nn.Module):
+        def __init__(self):
+            super().__init__()
+            self.src, self.tgt = nn.Embedding(MULTI30K_VOCAB, 512), nn.Embedding(MULTI30K_VOCAB, 512)
+            self.core = nn.Transformer(512, 8, 6, 6, 2048, batch_first=True)
+            self.out = nn.Linear(512, MULTI30K_VOCAB)
+
+        def forward(self, src, tgt):
+            return self.out(self.core(self.src(src), self.tgt(tgt)))
+
+    return LstmLM, Translator
+
+
+def _LstmLM():
+    return _modules()[0]()
+
+
+def _Translator():
+    return _modules()[1]()
+
+
+__all__ = ["WORKLOADS", "EXPORTER", "build", "export"]

@@ -1,0 +1,271 @@
+"""A training step or an inference pass as eager PyTorch runs it: the host issues kernels one
+after another while the GPU runs them, each kernel as fast as it fills the GPU.
+
+The roofline (:mod:`trappm_ray.physics.roofline`) is a floor: every kernel at the device's peak,
+no host. A real step differs from it in three ways this module models from the graph and the
+spec sheet alone, so that the answer holds at every batch and in every setting:
+
+* **Fill.** A kernel runs in waves of thread blocks over the SMs; a kernel of fewer blocks than
+  the GPU has slots leaves SMs idle, and the last wave of a larger one is partly empty (the
+  *wave quantization* of GEMMs and convolutions, whose blocks are output tiles). A node's compute
+  time is its FLOPs at an achievable share of the peak (:class:`Efficiency`) divided by its fill
+  ``blocks / (waves x slots)``; its memory time is its bytes at the achievable bandwidth; its
+  device time the larger, never less than the least time of any kernel.
+* **Host.** The host spends a roughly fixed time per kernel (Python, dispatch, autograd, launch:
+  :data:`HOST_US`, of the order measured on the RTX 3090's batch-1 rows: 129 us per graph kernel
+  for an AMP training step, 30 us for inference). It issues kernel ``k`` at ``issue_k``; the GPU
+  starts it when it is issued and the previous one has finished. The step ends at
+  ``max_k(issue_k + device time of kernels k..n)``: the larger of host and device time where one
+  dominates, smoothly more than either between them (a queue, not a sum, not a plain maximum).
+* **Setting.** Precision moves peaks and bytes (the roofline's counting); the optimizer step is
+  what PyTorch's ``foreach`` implementation runs (:data:`OPTIMIZER_PASSES`: so many list ops,
+  each a few kernels over all parameters, each reading and writing fp32 tensors), AMP adds its
+  gradient unscale pass, activation recompute a second forward, gradient accumulation ``k``
+  forward/backward passes per optimizer step.
+
+Throughput never falls as the batch doubles: a node's blocks double, its waves at most double,
+host time stays; so no term more than doubles.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from trappm_ray import devices
+from trappm_ray.physics.roofline import BACKWARD_FACTOR, FREE, TENSOR, roofline
+
+# Host time per graph kernel of eager PyTorch, in us: forward (each node's kernel: dispatch and
+# launch through the module tree) and backward (autograd's node, input and weight gradients).
+# Training 30 + 100 = 130 us per graph kernel, inference 30: the RTX 3090's labels at batch 1
+# (129 / 30 us, timm's efficientnet_cc_b1_8e), within ryujaehun's batch-12 range on six GPUs
+# (112-220 / 31-70 us). A predictor measured on its own host passes its figures instead.
+HOST_US = {"forward": 30.0, "backward": 100.0}
+# Per foreach list op of the optimizer: a fixed dispatch plus building the tensor lists (us).
+FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
+# torch.optim's foreach implementations (torch 2.x, CUDA default): (list ops, fp32 tensor passes
+# per parameter, each a read or a write of 4 bytes). SGD+momentum: buf*=m; buf+=g; p-=lr*buf.
+# Adam: m.lerp_(g); v*=b2; v+=g*g; s=sqrt(v); s/=c; s+=eps; p-=lr*m/s. AdamW adds p*=1-lr*wd.
+OPTIMIZER_PASSES = {"none": (0, 0), "sgd": (1, 3), "sgd-momentum": (3, 8), "adam": (7, 18), "adamw": (8, 20)}
+FUSED_OPTIMIZER_PASSES = {"adam": (1, 7), "adamw": (1, 7)}  # fused=True: one kernel over p, g, m, v
+AMP_UNSCALE = (1, 2)  # GradScaler: each fp32 gradient read, checked, scaled and written once
+# multi_tensor_apply launches a kernel per full table: at most this many tensors or blocks
+# of this many elements each.
+FOREACH_TENSORS, FOREACH_BLOCKS, FOREACH_BLOCK_ELEMS = 110, 320, 65536
+TENSORS_PER_WEIGHTED_NODE = 2  # a weight and a bias (or a norm's scale and shift)
+MODES = {"train_step_ms": "train", "inference_ms": "infer"}  # a target's mode of step_time
+
+
+@dataclass(frozen=True)
+class Efficiency:
+    """The share of the spec sheet's peaks a kernel reaches when it fills the GPU, and how work
+    splits into thread blocks. Figures of the order vendor libraries publish, not fitted here.
+
+    Attributes:
+        tensor: of the tensor peak for a large GEMM/convolution (cuBLAS/cuDNN: 70-85%).
+        vector: of the vector peak for arithmetic off the tensor cores.
+        bandwidth: of the memory bandwidth a streaming kernel reaches (STREAM-like: 80-90%).
+        kernel_us: the least device time of any kernel (launch latency, one short wave).
+        tile: output elements per thread block of a GEMM or convolution (a 128 x 128 tile).
+        vector_block: elements per thread block of an elementwise or reduction kernel.
+        tensor_blocks_per_sm, vector_blocks_per_sm: blocks resident on one SM at once.
+    """
+
+    tensor: float = 0.75
+    vector: float = 0.7
+    bandwidth: float = 0.8
+    kernel_us: float = 3.0
+    tile: int = 128 * 128
+    vector_block: int = 2048
+    tensor_blocks_per_sm: int = 1
+    vector_blocks_per_sm: int = 8
+
+
+@dataclass(frozen=True)
+class Setting:
+    """What a step runs besides the graph.
+
+    Attributes:
+        precision: a key of :data:`trappm_ray.physics.roofline.PRECISIONS`.
+        optimizer: a key of :data:`OPTIMIZER_PASSES`.
+        fused_optimizer: torch.optim's ``fused=True`` (Adam/AdamW) instead of the foreach default.
+        recompute: activation checkpointing of the whole network (one more forward in backward).
+        grad_accum: forward/backward passes per optimizer step.
+    """
+
+    precision: str = "amp-fp16"
+    optimizer: str = "sgd-momentum"
+    fused_optimizer: bool = False
+    recompute: bool = False
+    grad_accum: int = 1
+
+    @classmethod
+    def of(cls, setting: dict) -> Setting:
+        """From a resolved option dict (unknown keys ignored, missing ones at the defaults)."""
+        return cls(precision=setting.get("precision") or cls.precision,
+                   optimizer=setting.get("optimizer") or cls.optimizer,
+                   fused_optimizer=bool(setting.get("fused_optimizer")),
+                   recompute=bool(setting.get("recompute")), grad_accum=int(setting.get("grad_accum") or 1))
+
+
+@dataclass(frozen=True)
+class StepEstimate:
+    """One step of a graph on a device, in ms.
+
+    Attributes:
+        total_ms: the step as host and GPU run it together (the queue).
+        device_ms, host_ms: the GPU's busy time and the host's issue time, each alone.
+        forward_ms, backward_ms, optimizer_ms: the device time of each phase.
+        kernels: kernels issued.
+        fill: device-time-weighted mean fill of the forward kernels (1 = every SM busy).
+        host_us, device_us: per kernel in issue order, the host's and the device's time (us).
+    """
+
+    total_ms: float
+    device_ms: float
+    host_ms: float
+    forward_ms: float
+    backward_ms: float
+    optimizer_ms: float
+    kernels: int
+    fill: float
+    host_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
+    device_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
+
+    @property
+    def host_bound(self) -> bool:
+        """The host's issue time exceeds the GPU's work."""
+        return self.host_ms > self.device_ms
+
+    def with_device_scale(self, scale: float) -> float:
+        """The step in ms with every kernel's device time times ``scale`` (host unchanged)."""
+        return queue_ms(self.host_us, self.device_us * scale)
+
+
+def device_scale(est: StepEstimate, measured_ms: float, bounds: tuple[float, float]) -> float:
+    """The factor on the device's kernel times that makes ``est`` read ``measured_ms`` (a learned
+    answer, a measurement), within ``bounds``: the correction a learned model may make to the
+    GPU's efficiency, never to the host's issue time nor beyond the bounds."""
+    lo, hi = bounds
+    if est.with_device_scale(lo) >= measured_ms:
+        return lo
+    if est.with_device_scale(hi) <= measured_ms:
+        return hi
+    for _ in range(40):  # bisection in log space: the step grows with the scale
+        mid = math.sqrt(lo * hi)
+        lo, hi = (mid, hi) if est.with_device_scale(mid) < measured_ms else (lo, mid)
+    return math.sqrt(lo * hi)
+
+
+def fill(elements: np.ndarray, per_block: np.ndarray, blocks_per_sm: np.ndarray, sms: int | None) -> np.ndarray:
+    """Share of the GPU's block slots a kernel's waves keep busy: ``blocks / (waves x slots)``."""
+    if not sms:
+        return np.ones_like(elements, dtype=np.float64)
+    blocks = np.maximum(np.ceil(elements / per_block), 1.0)
+    slots = sms * blocks_per_sm
+    return blocks / (np.ceil(blocks / slots) * slots)
+
+
+def queue_ms(host_us: np.ndarray, device_us: np.ndarray) -> float:
+    """When the last of a sequence of kernels ends: kernel k is issued after the host's time for
+    kernels 0..k and starts when issued and the previous one is done."""
+    if len(host_us) == 0:
+        return 0.0
+    issue = np.cumsum(host_us)
+    after = np.cumsum(device_us[::-1])[::-1]  # device time of kernels k..n
+    return float(np.max(issue + after)) / 1e3
+
+
+def forward_kernels(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
+                    fused_attention: bool = True) -> tuple[np.ndarray, float]:
+    """Device time of each forward kernel of ``graph`` (us; restored BatchNorms as kernels of
+    their own) and their device-time-weighted mean fill."""
+    est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
+    work = (est.node_class != FREE) & (est.flops + est.bytes > 0)
+    tensor = est.node_class == TENSOR
+    out = np.asarray(graph.out_elems, np.float64)
+    share = fill(out, np.where(tensor, eff.tile, eff.vector_block),
+                 np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
+    peak_share = np.where(tensor & (est.peak >= est.peak_tensor), eff.tensor, eff.vector)
+    compute = est.compute_ms * 1e3 / peak_share
+    memory = est.memory_ms * 1e3 / eff.bandwidth
+    # tiles fill the SMs or leave them idle; a kernel's traffic (split-K GEMMs, many blocks over
+    # weights) streams at the achievable bandwidth whatever its output size
+    node = np.maximum(np.maximum(compute / share, memory), eff.kernel_us)[work]
+    bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms))[work] * 1e3  # restored BatchNorms
+    bn_us = np.where(bn > 0, np.maximum(bn / eff.bandwidth, eff.kernel_us), 0.0)
+    mean_fill = float(np.average(share[work], weights=node)) if node.sum() > 0 else 1.0
+    kernels = np.concatenate([node, bn_us[bn_us > 0]])
+    return kernels, mean_fill
+
+
+def optimizer_kernels(params: float, tensors: int, setting: Setting, bandwidth: float,
+                      eff: Efficiency = Efficiency()) -> tuple[np.ndarray, np.ndarray]:
+    """(host us, device us) per list op of the optimizer step (and AMP's unscale pass)."""
+    table = FUSED_OPTIMIZER_PASSES if setting.fused_optimizer else OPTIMIZER_PASSES
+    ops, passes = table.get(setting.optimizer, OPTIMIZER_PASSES[setting.optimizer])
+    steps = [(passes / ops if ops else 0.0)] * ops
+    if setting.precision.startswith("amp") and ops:
+        steps.append(float(AMP_UNSCALE[1]))
+    if not steps or params <= 0:
+        return np.zeros(0), np.zeros(0)
+    launches = max(1, math.ceil(tensors / FOREACH_TENSORS),
+                   math.ceil(params / (FOREACH_BLOCK_ELEMS * FOREACH_BLOCKS)))
+    host = np.full(len(steps), FOREACH_HOST_US + FOREACH_HOST_US_PER_TENSOR * tensors)
+    device = np.array([max(p * 4 * params / (bandwidth * eff.bandwidth) * 1e6, launches * eff.kernel_us)
+                       for p in steps])
+    return host, device
+
+
+def bandwidth_of(spec: devices.DeviceSpec) -> float:
+    """The device's memory bandwidth in B/s (roofline's ``device_rates`` refuses a device without)."""
+    if not spec.memory_bw_gbs:
+        raise ValueError(f"device {spec.slug!r} has no sourced memory bandwidth: no step model")
+    return spec.memory_bw_gbs * 1e9
+
+
+def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting(), mode: str = "train",
+              host_us: dict[str, float] | None = None, eff: Efficiency = Efficiency(),
+              fused_attention: bool = True) -> StepEstimate:
+    """One training step (``mode="train"``: forward, backward, optimizer) or inference pass
+    (``"infer"``) of ``graph`` on ``spec``, as the module docstring describes.
+
+    Args:
+        graph: a featurized :class:`~trappm_ray.graph.featurize.Graph` at the step's batch.
+        spec: the GPU.
+        setting: a :class:`Setting` or a resolved option dict.
+        host_us: ``{"forward": us, "backward": us}`` per graph kernel (default :data:`HOST_US`).
+        eff: the kernels' achievable shares of the peaks.
+        fused_attention: attention scores stay on chip (PyTorch 2's fused attention).
+
+    Raises:
+        ValueError: a precision the device has no sourced peak for.
+    """
+    s = setting if isinstance(setting, Setting) else Setting.of(setting)
+    host = {**HOST_US, **(host_us or {})}
+    fwd, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
+    f_host = np.full(len(fwd), host["forward"])
+    if mode == "infer":
+        total = queue_ms(f_host, fwd)
+        return StepEstimate(total, float(fwd.sum()) / 1e3, float(f_host.sum()) / 1e3, float(fwd.sum()) / 1e3,
+                            0.0, 0.0, len(fwd), mean_fill, f_host, fwd)
+    if mode != "train":
+        raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
+    bwd = np.maximum(fwd[::-1] * BACKWARD_FACTOR, eff.kernel_us)
+    b_host = np.full(len(bwd), host["backward"])
+    if s.recompute:  # each checkpointed segment runs its forward again inside the backward
+        bwd, b_host = np.concatenate([fwd, bwd]), np.concatenate([f_host, b_host])
+    params = float(graph.static.get("params", np.sum(graph.params)))
+    tensors = TENSORS_PER_WEIGHTED_NODE * int(np.count_nonzero(np.asarray(graph.params) > 0))
+    o_host, opt = optimizer_kernels(params, tensors, s, bandwidth_of(spec), eff)
+    accum = max(int(s.grad_accum), 1)
+    host_seq = np.concatenate([*([f_host, b_host] * accum), o_host])
+    dev_seq = np.concatenate([*([fwd, bwd] * accum), opt])
+    return StepEstimate(queue_ms(host_seq, dev_seq), float(dev_seq.sum()) / 1e3, float(host_seq.sum()) / 1e3,
+                        accum * float(fwd.sum()) / 1e3, accum * float(bwd.sum()) / 1e3, float(opt.sum()) / 1e3,
+                        len(dev_seq), mean_fill, host_seq, dev_seq)
+
+
+__all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
+           "device_scale", "fill", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
