@@ -273,3 +273,13 @@ def test_devices_lists_the_spec_predictor(capsys):
     assert {t: v > 0 for t, v in spec["lodo_mape"].items()} == {"train_step_ms": True, "inference_ms": True}
     assert {d["slug"]: d["predictor"] for d in out["specs"]}["a100-sxm4-80gb"] == "gpu-spec"
     assert cli.main(["devices"]) == 0 and "spec-based predictor gpu-spec" in capsys.readouterr().out
+
+
+def test_an_unknown_device_is_refused_before_any_heavy_import(files):
+    code = ("import sys; from trappm_ray.cli import main; "
+            f"rc = main(['predict', {files['cnn']!r}, '--device', 'titan']); "
+            "print(rc, 'torch' in sys.modules, 'trappm_ray.serving.api' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
+    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
+    assert proc.stderr.strip() == ("error: unsupported_option: device 'titan' could be titan-xp, titan-rtx, "
+                                   "titan-v: name one")

@@ -225,3 +225,21 @@ def test_from_json_invalid(tmp_path, bad, message):
 def test_from_json_missing_file(tmp_path):
     with pytest.raises(devices.DeviceSpecError, match="cannot read"):
         devices.from_json(tmp_path / "absent.json")
+
+
+@pytest.mark.parametrize("typed, slug", [
+    ("h100", "h100-sxm5-80gb"), ("H100", "h100-sxm5-80gb"), ("a100", "a100-sxm4-80gb"),
+    ("A100-80GB", "a100-sxm4-80gb"), ("3090", "rtx3090"), ("RTX 3090", "rtx3090"), ("rtx-4090", "rtx4090"),
+    ("l4", "l4"), ("NVIDIA H100 80GB HBM3", "h100-sxm5-80gb"), ("NVIDIA A100 80GB PCIe", "a100-pcie-80gb"),
+    ("Tesla T4", "t4"), ("h100 pcie", "h100-pcie-80gb"), ("t4", "t4")])
+def test_device_names_as_users_type_them_resolve(typed, slug):
+    assert devices.resolve(typed).slug == slug
+
+
+def test_an_unresolvable_name_lists_the_nearest_choices():
+    with pytest.raises(devices.UnknownDevice, match="could be titan-xp, titan-rtx, titan-v"):
+        devices.resolve("titan")
+    with pytest.raises(devices.UnknownDevice, match="did you mean .*a10g"):
+        devices.resolve("a10x")
+    with pytest.raises(devices.UnknownDevice, match="--device-spec"):
+        devices.resolve("zzz")

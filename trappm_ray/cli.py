@@ -140,9 +140,33 @@ def cmd_predict(args: argparse.Namespace) -> int:
         return _predict(args)
 
 
+def _check_device_name(name: str) -> None:
+    """Refuse a device nothing answers for before the heavy imports: neither a spelling of a GPU
+    in the spec table (``devices.resolve``) nor a shipped predictor's device."""
+    import glob
+    import os
+
+    from trappm_ray import devices
+    from trappm_ray.model.estimator import names_device
+
+    try:
+        devices.resolve(name)
+        return
+    except devices.UnknownDevice as e:
+        refused = e
+    here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "predictors", "*", "manifest.json")
+    for path in glob.glob(here):
+        with open(path, encoding="utf-8") as fh:
+            if names_device(json.load(fh).get("device") or {}, name):
+                return
+    raise errors.UnsupportedOption(refused.args[0])
+
+
 def _predict(args: argparse.Namespace) -> int:
     import os
 
+    if args.device and args.predictor in (None, "", "default") and not args.device_spec:
+        _check_device_name(args.device)
     from trappm_ray.serving import api
 
     setting = dict(precision=args.precision, optimizer=args.optimizer, gpus=args.gpus,

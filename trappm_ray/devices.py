@@ -7,6 +7,7 @@ from __future__ import annotations
 import collections
 import csv
 import dataclasses
+import difflib
 import functools
 import json
 import logging
@@ -165,6 +166,51 @@ def get(slug_or_alias: str, path: str | Path | None = None) -> DeviceSpec:
         raise UnknownDevice(f"unknown device {slug_or_alias!r}; known slugs: {', '.join(specs)} "
                             "(or describe it with --device-spec FILE.json)")
     return specs[slug]
+
+
+# Bare family names people type, and the board they most often mean (the one clouds rent):
+# documented in docs/devices.md; any other form of the family names its board.
+FAMILY_DEFAULTS = {"h100": "h100-sxm5-80gb", "a100": "a100-sxm4-80gb", "v100": "v100-sxm2-16gb",
+                   "a100-40gb": "a100-sxm4-40gb", "a100-80gb": "a100-sxm4-80gb", "h100-80gb": "h100-sxm5-80gb"}
+VENDOR_WORDS = ("nvidia", "geforce", "tesla", "amd", "instinct", "radeon", "quadro")
+
+
+def _tokens(name: str) -> list[str]:
+    """``normalize``d words of a name without vendor words; letters and digits split
+    (``rtx3090`` -> ``rtx``, ``3090``), so that ``RTX 3090``, ``rtx-3090`` and ``3090`` meet."""
+    words = re.findall(r"[a-z]+|[0-9]+", normalize(name))
+    return [w for w in words if w not in VENDOR_WORDS]
+
+
+def resolve(name: str, path: str | Path | None = None) -> DeviceSpec:
+    """A device as users type it: a slug or label spelling (:func:`get`), a bare family name
+    (``h100``: :data:`FAMILY_DEFAULTS`), or words that name one device only (``3090``,
+    ``RTX 3090``, ``rtx-4090``, ``l4``, ``A100 80GB PCIe``, an NVML name).
+
+    Raises:
+        UnknownDevice: no device, or several, match; the message lists the 2-4 nearest slugs.
+    """
+    try:
+        return get(name, path)
+    except UnknownDevice:
+        pass
+    specs, _ = _load(str(path or DEVICES_CSV))
+    key = "-".join(w for w in normalize(name).split("-") if w not in VENDOR_WORDS)
+    if key in FAMILY_DEFAULTS:
+        return specs[FAMILY_DEFAULTS[key]]
+    want = _tokens(name)
+    if want:
+        found = [s for s in specs.values()
+                 if any(all(w in have for w in want) for have in
+                        (_tokens(a) for a in (s.slug, s.name, *s.label_names)))]
+        if len(found) == 1:
+            return found[0]
+        if found:
+            raise UnknownDevice(f"device {name!r} could be {', '.join(s.slug for s in found[:4])}"
+                                f"{' ...' if len(found) > 4 else ''}: name one")
+    near = difflib.get_close_matches(normalize(name), list(specs), n=4, cutoff=0.4)
+    raise UnknownDevice(f"unknown device {name!r}" + (f"; did you mean {', '.join(near)}?" if near else "")
+                        + " (`trappm-ray devices` lists them; another GPU: --device-spec FILE.json)")
 
 
 def from_json(path: str | Path) -> DeviceSpec:

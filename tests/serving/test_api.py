@@ -108,8 +108,8 @@ def test_missing_default_is_one_clear_line(monkeypatch, tmp_path):
     with pytest.raises(PredictorError, match="no default predictor") as info:
         P.predict(B.cnn_model())
     assert "\n" not in str(info.value)
-    with pytest.raises(PredictorError, match="unknown device 'h100'.*--device-spec"):
-        P.load_predictor(None, device="h100")
+    with pytest.raises(PredictorError, match="unknown device 'my-tpu'.*--device-spec"):
+        P.load_predictor(None, device="my-tpu")
 
 
 def test_device_selects_and_checks(saved, monkeypatch, tmp_path):

@@ -136,16 +136,19 @@ def filled_by_spec(manifest: dict, spec_manifest: dict | None) -> list[str]:
 
 
 def _for_device(device: str) -> Estimator:
+    """The estimator for a device as a user names it: a shipped predictor's slug or name, else a
+    GPU of the spec table in any spelling :func:`trappm_ray.devices.resolve` reads (its shipped
+    predictor where one exists, else the spec-based one)."""
     for path in shipped():
         if names_device(_manifest(path).get("device") or {}, device):
             return completed(load_predictor(str(path)))
     try:
-        spec = devices.get(device)
-    except devices.UnknownDevice:
-        names = [p.name for p in shipped()] or ["none"]
-        raise PredictorError(f"unknown device '{device}': no shipped predictor ({', '.join(names)}) and not in "
-                             f"the device spec table (`trappm-ray devices` lists both); for another GPU, "
-                             f"{SPEC_HELP}") from None
+        spec = devices.resolve(device)
+    except devices.UnknownDevice as e:
+        raise PredictorError(f"{e.args[0]}") from None
+    for path in shipped():
+        if names_device(_manifest(path).get("device") or {}, spec.slug):
+            return completed(load_predictor(str(path)))
     return for_spec(spec)
 
 
