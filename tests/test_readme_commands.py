@@ -29,7 +29,7 @@ def readme_commands() -> list[str]:
 def test_readme_lists_the_local_commands():
     commands = readme_commands()
     assert sum(c.startswith(".venv/bin/trappm-ray predict") for c in commands) >= 3
-    assert sum(c.startswith(".venv/bin/trappm-ray graph") for c in commands) >= 2
+    assert sum(c.startswith(".venv/bin/trappm-ray graph") for c in commands) >= 1
     assert any(c.startswith(".venv/bin/python -c") for c in commands)
 
 

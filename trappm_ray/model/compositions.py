@@ -111,14 +111,19 @@ class SettingMove:
         self.trained = trained_options(inner.manifest)
         options = {**self.trained, "precision": list(dict.fromkeys([*self.trained.get("precision", []), *PRECISIONS])),
                    "optimizer": list(dict.fromkeys([*self.trained.get("optimizer", []), *OPTIMIZERS]))}
-        dev = dict(inner.manifest.get("device") or {})
-        held = ", ".join(f"{k} {'/'.join(map(str, self.trained[k]))}" for k in MOVED if k in self.trained)
-        dev["note"] = "; ".join(filter(None, [dev.get("note"), (
-            f"a precision or optimizer outside the labels ({held}) is answered in the nearest of "
-            f"those, times the step model's ratio between the two settings on this GPU (peaks and "
-            f"bytes of the precision, the optimizer's passes over the parameters)")]))
-        self.manifest = {**inner.manifest, "options": options, "device": dev,
-                         "name": f"{inner.manifest.get('name')}+step-model"}
+        self.manifest = {**inner.manifest, "options": options, "name": f"{inner.manifest.get('name')}+step-model"}
+
+    def note(self, setting: dict) -> str | None:
+        """How an answer in ``setting`` was derived, when it was moved; None when it was not."""
+        base = self.base(setting)
+        moved = [f for f in MOVED if setting.get(f) != base.get(f)]
+        if not moved:
+            return None
+        asked = ", ".join(f"{f} {setting[f]}" for f in moved)
+        held = ", ".join(f"{f} {base[f]}" for f in moved)
+        return (f"{asked}: no label of this GPU holds it; the answer in {held} x the step model's ratio "
+                f"between the two settings (peaks and bytes of the precision, the optimizer's passes "
+                f"over the parameters; its error where labels measured both: docs/results-step-model.md)")
 
     @property
     def targets(self) -> tuple[str, ...]:

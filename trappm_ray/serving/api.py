@@ -26,6 +26,7 @@ from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.model.options import resolve as resolve_options
+from trappm_ray.model.compositions import SettingMove
 from trappm_ray.model.estimator import Estimator, device_of, model_version
 from trappm_ray.model import launch
 from trappm_ray.model.launch import step_host_us
@@ -227,6 +228,9 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.memory_terms = m["terms"]
     if device.get("note"):  # what the times rest on (spec-based, transferred), and their error
         p.notes.append(device["note"])
+    moved = predictor.note(setting) if isinstance(predictor, SettingMove) else None
+    if moved:  # a precision or optimizer no label of the GPU holds
+        p.notes.append(moved)
     p.notes += [f"{t}: this graph was measured on {device.get('reference') or 'the reference GPU'} at batch "
                 f"{int(row[f'{t}_measured_batch'])}; that measurement, moved by the roofline floors, answers"
                 for t in REPORTED if f"{t}_measured_batch" in row]

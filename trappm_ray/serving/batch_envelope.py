@@ -96,9 +96,12 @@ def moved(row: dict[str, float], anchor_row: dict[str, float], batch: int, ancho
             if f"{t}{suffix}" in row and f"{t}{suffix}" in anchor_row:
                 row[f"{t}{suffix}"] = anchor_row[f"{t}{suffix}"] * after / anchor_row[t]
         if abs(after / before - 1) > REPORT_CHANGE:
-            out.append(f"{t}: the step model at batch {batch}, its GPU kernel times x {scale:.3g} so that at "
-                       f"batch {anchor} (the largest that fits this GPU, where its labels measure a model) it "
-                       f"reads the predictor's answer: {after:.4g} ms, where the predictor alone read {before:.4g}")
+            why = (f"so that at batch {anchor} (the largest that fits this GPU, where its labels measure a "
+                   f"model) it reads the predictor's answer" if DEVICE_SCALE[0] < scale < DEVICE_SCALE[1] else
+                   f"the most a learned answer may move it: the predictor's answer at batch {anchor} (the "
+                   f"largest that fits this GPU) lies further from physics than that")
+            out.append(f"{t}: the step model at batch {batch}, its GPU kernel times x {scale:.3g}, {why}: "
+                       f"{after:.4g} ms, where the predictor alone read {before:.4g}")
     return out
 
 
