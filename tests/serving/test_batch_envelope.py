@@ -6,7 +6,7 @@ import pytest
 import numpy as np
 
 from trappm_ray import errors
-from trappm_ray.physics.step_model import StepEstimate, queue_ms
+from trappm_ray.physics.step_model import StepEstimate
 from trappm_ray.serving import api
 from trappm_ray.serving import batch_envelope as E
 
@@ -41,9 +41,9 @@ def test_hold_leaves_consistent_rows_and_targets_missing_above():
 
 def _step(host_us: float, device_us: list[float]) -> StepEstimate:
     """A step of len(device_us) kernels, each issued after host_us of host time."""
-    host, dev = np.full(len(device_us), host_us), np.asarray(device_us, float)
-    return StepEstimate(queue_ms(host, dev), dev.sum() / 1e3, host.sum() / 1e3, 0.0, 0.0, 0.0, len(dev), 1.0,
-                        host, dev)
+    dev = np.asarray(device_us, float)
+    return StepEstimate.of(np.full(len(dev), host_us), dev, np.zeros(len(dev)), np.zeros(len(dev)),
+                           (len(dev), 0, 0), 1.0)
 
 
 def test_moved_scales_the_gpus_kernels_to_the_anchors_answer_and_keeps_the_host():

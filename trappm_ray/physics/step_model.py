@@ -111,7 +111,7 @@ class Setting:
 
 @dataclass(frozen=True)
 class StepEstimate:
-    """One step of a graph on a device, in ms.
+    """One step of a graph on a device, in ms, and the kernels it issues.
 
     Attributes:
         total_ms: the step as host and GPU run it together (the queue).
@@ -119,7 +119,9 @@ class StepEstimate:
         forward_ms, backward_ms, optimizer_ms: the device time of each phase.
         kernels: kernels issued.
         fill: device-time-weighted mean fill of the forward kernels (1 = every SM busy).
-        host_us, device_us: per kernel in issue order, the host's and the device's time (us).
+        host_us, compute_us, memory_us, least_us: per entry in issue order (a graph node's kernel,
+            its backward's two, an optimizer list op), the host's issue time, the compute time (at
+            its fill), the memory time and the least device time its kernels take (us).
     """
 
     total_ms: float
@@ -131,12 +133,34 @@ class StepEstimate:
     kernels: int
     fill: float
     host_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
-    device_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
+    compute_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
+    memory_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
+    least_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
+
+    @classmethod
+    def of(cls, host_us: np.ndarray, compute_us: np.ndarray, memory_us: np.ndarray, least_us: np.ndarray,
+           phases: tuple[int, int, int], fill: float) -> StepEstimate:
+        """From per-entry sequences; ``phases`` counts the forward, backward and optimizer entries."""
+        device = np.maximum(np.maximum(compute_us, memory_us), least_us)
+        f, b, _ = phases
+        return cls(queue_ms(host_us, device), float(device.sum()) / 1e3, float(host_us.sum()) / 1e3,
+                   float(device[:f].sum()) / 1e3, float(device[f:f + b].sum()) / 1e3,
+                   float(device[f + b:].sum()) / 1e3, len(device), fill, host_us, compute_us, memory_us, least_us)
+
+    @property
+    def device_us(self) -> np.ndarray:
+        """Per kernel, its device time at full clock."""
+        return self.at_clock(1.0)
 
     @property
     def host_bound(self) -> bool:
         """The host's issue time exceeds the GPU's work."""
         return self.host_ms > self.device_ms
+
+    def at_clock(self, clock: float) -> np.ndarray:
+        """Per kernel, its device time with the SMs at ``clock`` x their full clock (compute
+        stretches; memory traffic, on its own clock, does not)."""
+        return np.maximum(np.maximum(self.compute_us / clock, self.memory_us), self.least_us)
 
     def with_device_scale(self, scale: float) -> float:
         """The step in ms with every kernel's device time times ``scale`` (host unchanged)."""
@@ -178,9 +202,10 @@ def queue_ms(host_us: np.ndarray, device_us: np.ndarray) -> float:
 
 
 def forward_kernels(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
-                    fused_attention: bool = True) -> tuple[np.ndarray, float]:
-    """Device time of each forward kernel of ``graph`` (us; restored BatchNorms as kernels of
-    their own) and their device-time-weighted mean fill."""
+                    fused_attention: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
+    """Per forward kernel of ``graph`` (restored BatchNorms as kernels of their own), its compute
+    time at its fill of the SMs and its memory time (us; the kernel takes the larger, at least
+    ``eff.kernel_us``), and the kernels' device-time-weighted mean fill."""
     est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
     work = (est.node_class != FREE) & (est.flops + est.bytes > 0)
     tensor = est.node_class == TENSOR
@@ -188,21 +213,21 @@ def forward_kernels(graph, spec: devices.DeviceSpec, precision: str, eff: Effici
     share = fill(out, np.where(tensor, eff.tile, eff.vector_block),
                  np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
     peak_share = np.where(tensor & (est.peak >= est.peak_tensor), eff.tensor, eff.vector)
-    compute = est.compute_ms * 1e3 / peak_share
-    memory = est.memory_ms * 1e3 / eff.bandwidth
     # tiles fill the SMs or leave them idle; a kernel's traffic (split-K GEMMs, many blocks over
     # weights) streams at the achievable bandwidth whatever its output size
-    node = np.maximum(np.maximum(compute / share, memory), eff.kernel_us)[work]
+    compute = (est.compute_ms * 1e3 / peak_share / share)[work]
+    memory = (est.memory_ms * 1e3 / eff.bandwidth)[work]
     bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms))[work] * 1e3  # restored BatchNorms
-    bn_us = np.where(bn > 0, np.maximum(bn / eff.bandwidth, eff.kernel_us), 0.0)
+    bn_us = bn[bn > 0] / eff.bandwidth
+    node = np.maximum(np.maximum(compute, memory), eff.kernel_us)
     mean_fill = float(np.average(share[work], weights=node)) if node.sum() > 0 else 1.0
-    kernels = np.concatenate([node, bn_us[bn_us > 0]])
-    return kernels, mean_fill
+    return (np.concatenate([compute, np.zeros(len(bn_us))]), np.concatenate([memory, bn_us]), mean_fill)
 
 
 def optimizer_kernels(params: float, tensors: int, setting: Setting, bandwidth: float,
                       eff: Efficiency = Efficiency()) -> tuple[np.ndarray, np.ndarray]:
-    """(host us, device us) per list op of the optimizer step (and AMP's unscale pass)."""
+    """(host us, memory us) per list op of the optimizer step (and AMP's unscale pass); each op
+    launches a kernel per table of tensors, so it lasts at least that many kernels' least time."""
     table = FUSED_OPTIMIZER_PASSES if setting.fused_optimizer else OPTIMIZER_PASSES
     ops, passes = table.get(setting.optimizer, OPTIMIZER_PASSES[setting.optimizer])
     steps = [(passes / ops if ops else 0.0)] * ops
@@ -213,9 +238,9 @@ def optimizer_kernels(params: float, tensors: int, setting: Setting, bandwidth: 
     launches = max(1, math.ceil(tensors / FOREACH_TENSORS),
                    math.ceil(params / (FOREACH_BLOCK_ELEMS * FOREACH_BLOCKS)))
     host = np.full(len(steps), FOREACH_HOST_US + FOREACH_HOST_US_PER_TENSOR * tensors)
-    device = np.array([max(p * 4 * params / (bandwidth * eff.bandwidth) * 1e6, launches * eff.kernel_us)
+    memory = np.array([max(p * 4 * params / (bandwidth * eff.bandwidth) * 1e6, launches * eff.kernel_us)
                        for p in steps])
-    return host, device
+    return host, memory
 
 
 def bandwidth_of(spec: devices.DeviceSpec) -> float:
@@ -244,27 +269,27 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
     """
     s = setting if isinstance(setting, Setting) else Setting.of(setting)
     host = {**HOST_US, **(host_us or {})}
-    fwd, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
-    f_host = np.full(len(fwd), host["forward"])
+    f_comp, f_mem, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
+    f_host, f_least = np.full(len(f_comp), host["forward"]), np.full(len(f_comp), eff.kernel_us)
     if mode == "infer":
-        total = queue_ms(f_host, fwd)
-        return StepEstimate(total, float(fwd.sum()) / 1e3, float(f_host.sum()) / 1e3, float(fwd.sum()) / 1e3,
-                            0.0, 0.0, len(fwd), mean_fill, f_host, fwd)
+        return StepEstimate.of(f_host, f_comp, f_mem, f_least, (len(f_comp), 0, 0), mean_fill)
     if mode != "train":
         raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
-    bwd = np.maximum(fwd[::-1] * BACKWARD_FACTOR, eff.kernel_us)
-    b_host = np.full(len(bwd), host["backward"])
+    # backward: input and weight gradients, each about the forward's work, in reverse order
+    b_comp, b_mem = f_comp[::-1] * BACKWARD_FACTOR, f_mem[::-1] * BACKWARD_FACTOR
+    b_host, b_least = np.full(len(b_comp), host["backward"]), f_least * BACKWARD_FACTOR
     if s.recompute:  # each checkpointed segment runs its forward again inside the backward
-        bwd, b_host = np.concatenate([fwd, bwd]), np.concatenate([f_host, b_host])
+        b_comp, b_mem, b_host, b_least = (np.concatenate([f, b]) for f, b in (
+            (f_comp, b_comp), (f_mem, b_mem), (f_host, b_host), (f_least, b_least)))
     params = float(graph.static.get("params", np.sum(graph.params)))
     tensors = TENSORS_PER_WEIGHTED_NODE * int(np.count_nonzero(np.asarray(graph.params) > 0))
-    o_host, opt = optimizer_kernels(params, tensors, s, bandwidth_of(spec), eff)
+    o_host, o_mem = optimizer_kernels(params, tensors, s, bandwidth_of(spec), eff)
     accum = max(int(s.grad_accum), 1)
-    host_seq = np.concatenate([*([f_host, b_host] * accum), o_host])
-    dev_seq = np.concatenate([*([fwd, bwd] * accum), opt])
-    return StepEstimate(queue_ms(host_seq, dev_seq), float(dev_seq.sum()) / 1e3, float(host_seq.sum()) / 1e3,
-                        accum * float(fwd.sum()) / 1e3, accum * float(bwd.sum()) / 1e3, float(opt.sum()) / 1e3,
-                        len(dev_seq), mean_fill, host_seq, dev_seq)
+    return StepEstimate.of(np.concatenate([*([f_host, b_host] * accum), o_host]),
+                           np.concatenate([*([f_comp, b_comp] * accum), np.zeros(len(o_mem))]),
+                           np.concatenate([*([f_mem, b_mem] * accum), o_mem]),
+                           np.concatenate([*([f_least, b_least] * accum), np.full(len(o_mem), eff.kernel_us)]),
+                           (accum * len(f_comp), accum * len(b_comp), len(o_mem)), mean_fill)
 
 
 __all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
