@@ -75,9 +75,19 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
                 f"{g} {v or '-'}" for g, v in p.gpu_profiles.items()) + ")") if p.train_memory_mb else None]
     if p.max_batch_size is not None:
         rows.append((f"largest batch <= {p.memory_budget_mb:g} MB", f"{p.max_batch_size:10d}"))
+    if p.power:
+        rows.append(("inference power", f"{p.power['inference_power_w']:10.1f} W"))
+        if p.power.get("energy_per_step_j") is not None:
+            rows.append(("energy per training step", f"{p.power['energy_per_step_j']:10.3g} J"))
     if p.training_cost:
         c = p.training_cost
-        rows.append((f"{c.steps} steps at {c.price_per_hour:g}/h", f"{c.cost:10.2f}  ({c.hours:.3g} h)"))
+        rows.append((f"{c.steps} steps", f"{c.hours:10.3g} h"))
+        if c.cost is not None:
+            rows.append((f"  at {c.price_per_hour:g} per GPU-hour", f"{c.cost:10.2f}"))
+        if c.energy_kwh is not None:
+            rows.append(("  energy", f"{c.energy_kwh:10.3g} kWh"))
+        if c.energy_cost is not None:
+            rows.append((f"  at {c.price_per_kwh:g} per kWh", f"{c.energy_cost:10.2f}"))
     print(f"  {'quantity':<28} prediction")
     for row in filter(None, rows):
         print(f"  {row[0]:<28}{row[1]}")
@@ -173,7 +183,8 @@ def _predict(args: argparse.Namespace) -> int:
                    memory_format=args.memory_format)
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
-                price_per_hour=args.price_per_hour, **setting)
+                price_per_hour=args.price_per_hour, power_limit_w=args.power_limit,
+                price_per_kwh=args.price_per_kwh, **setting)
     predictor = api.load_predictor(args.predictor, args.device, args.device_spec)
     p = api.predict(args.file, args.batch_size, predictor=predictor, **opts)
     report, sweep_rows, plot = p.to_dict(), None, None
@@ -298,8 +309,12 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--predictor", default=None, help="predictor directory or URI (default: shipped)")
     p.add_argument("--memory-budget-mb", type=float, default=None,
                    help="also report the largest batch size whose training memory fits")
-    p.add_argument("--steps", type=int, default=None, help="with --price-per-hour: training cost")
-    p.add_argument("--price-per-hour", type=float, default=None)
+    p.add_argument("--steps", type=int, default=None,
+                   help="training steps: their hours, energy (GPUs) and, with the prices, their cost")
+    p.add_argument("--price-per-hour", type=float, default=None, help="GPU-hour price, for --steps")
+    p.add_argument("--price-per-kwh", type=float, default=None, help="energy price, for --steps")
+    p.add_argument("--power-limit", type=float, default=None, metavar="W",
+                   help="the GPU's power limit in W (default: its TDP); a lower one slows the step")
     p.add_argument("--interval-z", type=float, default=1.96,
                    help="interval half-width in seed-ensemble standard deviations")
     p.add_argument("--sweep", action="store_true",

@@ -8,6 +8,7 @@ import pytest
 
 from trappm_ray.corpus import workload_models
 from trappm_ray.evaluate import batch_scaling as B
+from trappm_ray.evaluate import power
 from trappm_ray.evaluate import setting_moves
 from trappm_ray.evaluate.step_model_report import markdown
 from trappm_ray.graph.featurize import featurize
@@ -67,3 +68,13 @@ def test_setting_moves_on_the_committed_labels_beat_the_floor_ratio():
     found = setting_moves.summary(setting_moves.pairs("data/labels", ("train_step_ms",)))
     move = found["train_step_ms fp16/fp32"]
     assert move["n"] >= 100 and move["mape"] < move["floor_mape"]
+
+
+def test_zeus_rows_keep_the_workloads_with_a_graph(tmp_path):
+    head = "dataset,network,batch_size,optimizer,power_limit,time_per_epoch,average_power\n"
+    for gpu in power.GPUS:
+        (tmp_path / f"summary_power_{gpu}.csv").write_text(
+            head + "imagenet,resnet50,64,adadelta,250,1000.0,200.5\nlibrispeech,deepspeech2,8,adamw,250,9.0,90.0\n")
+    rows = power.zeus_rows(tmp_path)
+    assert len(rows) == 3 and {r.gpu for r in rows} == set(power.GPUS.values())
+    assert rows[0].workload == "resnet50" and rows[0].power_w == 200.5 and rows[0].limit_w == 250.0

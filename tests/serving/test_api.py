@@ -12,6 +12,8 @@ from predictor_builders import random_predictor
 from trappm_ray import errors
 from trappm_ray.serving import api as P
 from trappm_ray.serving import routing as R
+
+SAMPLE_FILE = "data/sample/onnx/resnet10t@64.onnx"
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.predictor import PredictorError
 
@@ -178,3 +180,22 @@ def test_budget_search_on_a_gpu_predictor_uses_the_memory_model():
     pred.manifest["device"] = {"slug": "rtx3090-amp", "name": "RTX 3090", "kind": "cuda"}
     p = P.predict(B.cnn_model(), 1, predictor=pred, memory_budget_mb=2000)
     assert p.max_batch_size >= 1 and p.train_memory_mb.value < 2000
+
+
+def test_gpu_answers_carry_power_energy_and_a_power_limits_slowdown():
+    free = P.predict(SAMPLE_FILE, 256, device="v100")
+    assert free.train_power_w is not None and free.power and free.power["limit_w"] == 300.0
+    assert free.train_power_w.low <= free.train_power_w.value <= free.train_power_w.high <= 300.0
+    assert free.power["energy_per_step_j"] == pytest.approx(free.train_power_w.value * free.train_step_ms.value / 1e3)
+    capped = P.predict(SAMPLE_FILE, 256, device="v100", power_limit_w=110)
+    assert capped.train_power_w.value <= 110 + 1e-6 and capped.power["clock"] < 1.0
+    assert capped.train_step_ms.value > free.train_step_ms.value
+    assert any("under the 110 W limit" in n for n in capped.notes)
+    costed = P.predict(SAMPLE_FILE, 256, device="v100", steps=1000, price_per_kwh=0.25)
+    c = costed.training_cost
+    assert c.cost is None and c.energy_kwh == pytest.approx(c.hours * costed.train_power_w.value / 1e3)
+    assert c.energy_cost == pytest.approx(c.energy_kwh * 0.25)
+    with pytest.raises(errors.UnsupportedOption, match="outside what the"):
+        P.predict(SAMPLE_FILE, 256, device="v100", power_limit_w=500)
+    with pytest.raises(errors.UnsupportedOption, match="power limit applies to a GPU"):
+        P.predict(SAMPLE_FILE, 4, device="i9-10940x", power_limit_w=100)

@@ -231,7 +231,7 @@ def count_params(name: str, config_dir: str | None = None) -> int:
 
 
 def export_text_model(name: str, config_dir: str | None = None, meta_init: bool = True,
-                      example_batch: int = 2, example_seq: int = 16) -> tuple[bytes, int]:
+                      example_batch: int = 2, example_seq: int = 16, config: dict | None = None) -> tuple[bytes, int]:
     """Export ``name`` with dynamic ``batch`` and ``seq`` axes; returns (ONNX bytes, params).
 
     Args:
@@ -240,12 +240,13 @@ def export_text_model(name: str, config_dir: str | None = None, meta_init: bool 
             real random weights, exported then stripped: the reference the lean way is checked
             against).
         example_batch, example_seq: the traced input's size (neither is baked into the graph).
+        config: the config itself, instead of looking ``name`` up.
     """
     import torch
 
     from trappm_ray.corpus import export
 
-    model = build_model(name, config_dir, meta=True)
+    model = build_model(name, config_dir, meta=True, config=config)
     export.materialize(model, expanded=meta_init)
     if not meta_init:
         export.jitter_real_tensors(model)

@@ -13,13 +13,22 @@ from the sizes their sources state, exported like every corpus model (no weights
 * ``recoder_ae``: Gavel's Recommendation job: an autoencoder over MovieLens-20M's 26,744 items
   with one hidden layer of 200 units (dense: the source's sparse input layer does the same
   multiplies only on rated items, so this errs high on compute).
+* ``cifar_shufflenetv2``: Zeus's CIFAR-100 ShuffleNetV2 (x1.0 widths 116-232-464, 1024 final
+  channels; a 3x3 stride-1 stem and no max-pool, as CIFAR code writes it), 32 px, 100 classes.
+* ``bert_base_cls`` / ``bert_base_qa``: BERT-base (uncased sizes) with a sequence-classification
+  or a question-answering head (Zeus's Sentiment140 and SQuAD fine-tuning; the sequence length is
+  an input dimension, ``seq``).
 
 Where the source leaves a size unstated the choice is named above; a sweep's batch *ratios*
 depend on it less than its absolute times.
 """
 from __future__ import annotations
 
-WORKLOADS = ("cifar_resnet18", "lstm_lm", "transformer_mt", "recoder_ae")
+WORKLOADS = ("cifar_resnet18", "lstm_lm", "transformer_mt", "recoder_ae", "cifar_shufflenetv2", "bert_base_cls",
+             "bert_base_qa")
+BERT_BASE = {"model_type": "bert", "hidden_size": 768, "num_hidden_layers": 12, "num_attention_heads": 12,
+             "intermediate_size": 3072, "vocab_size": 30522, "max_position_embeddings": 512}
+BERT_HEADS = {"bert_base_cls": "BertForSequenceClassification", "bert_base_qa": "BertForQuestionAnswering"}
 EXPORTER = "torch.onnx legacy (dynamo=False), opset 17, eval mode, dynamic batch axis, plain torch"
 WIKITEXT2_VOCAB, MULTI30K_VOCAB, MOVIELENS_ITEMS = 33278, 10000, 26744
 BPTT, SENTENCE = 35, 32
@@ -44,6 +53,13 @@ def build(name: str):
         ids = torch.zeros(2, SENTENCE, dtype=torch.long)
         return (_Translator().eval(), (ids, ids), ["src_ids", "tgt_ids"],
                 {"src_ids": {0: "batch"}, "tgt_ids": {0: "batch"}})
+    if name == "cifar_shufflenetv2":
+        import torchvision
+
+        model = torchvision.models.shufflenet_v2_x1_0(num_classes=100)
+        model.conv1 = nn.Sequential(nn.Conv2d(3, 24, 3, 1, 1, bias=False), nn.BatchNorm2d(24), nn.ReLU(inplace=True))
+        model.maxpool = nn.Identity()
+        return model.eval(), (torch.randn(2, 3, 32, 32),), ["input"], {"input": {0: "batch"}}
     if name == "recoder_ae":
         model = nn.Sequential(nn.Linear(MOVIELENS_ITEMS, 200), nn.Sigmoid(), nn.Linear(200, MOVIELENS_ITEMS))
         return model.eval(), (torch.randn(2, MOVIELENS_ITEMS),), ["input"], {"input": {0: "batch"}}
@@ -56,6 +72,9 @@ def export(name: str) -> bytes:
 
     from trappm_ray.corpus import export as exporting
 
+    if name in BERT_HEADS:
+        from trappm_ray.corpus.text_models import export_text_model
+        return export_text_model(name, config={**BERT_BASE, "architectures": [BERT_HEADS[name]]})[0]
     model, args, names, axes = build(name)
     fast = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # eval-mode nn.Transformer's fused op has no ONNX form

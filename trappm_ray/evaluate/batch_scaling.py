@@ -42,6 +42,9 @@ WORKLOADS = {
     "transformer_mt": ("workload:transformer_mt", {}, "adam"),
     "lstm_lm": ("workload:lstm_lm", {}, "sgd"),
     "recoder_ae": ("workload:recoder_ae", {}, "adam"),
+    "cifar_shufflenetv2": ("workload:cifar_shufflenetv2", {}, "adadelta"),
+    "bert_base_cls": ("workload:bert_base_cls", {"seq": 128}, "adamw"),
+    "bert_base_qa": ("workload:bert_base_qa", {"seq": 384}, "adamw"),
 }
 POLLUX = {"imagenet": "resnet50", "cifar10": "cifar_resnet18", "bert": "bert_base_384"}
 GAVEL = {"ResNet-18": "cifar_resnet18", "ResNet-50": "resnet50", "Transformer": "transformer_mt",

@@ -47,7 +47,10 @@ FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
 # torch.optim's foreach implementations (torch 2.x, CUDA default): (list ops, fp32 tensor passes
 # per parameter, each a read or a write of 4 bytes). SGD+momentum: buf*=m; buf+=g; p-=lr*buf.
 # Adam: m.lerp_(g); v*=b2; v+=g*g; s=sqrt(v); s/=c; s+=eps; p-=lr*m/s. AdamW adds p*=1-lr*wd.
-OPTIMIZER_PASSES = {"none": (0, 0), "sgd": (1, 3), "sgd-momentum": (3, 8), "adam": (7, 18), "adamw": (8, 20)}
+# Adadelta (public measurements use it): v*=r; v+=g*g; s=sqrt(v+eps); d=sqrt(a+eps)/s*g;
+# a*=r; a+=d*d; p-=lr*d.
+OPTIMIZER_PASSES = {"none": (0, 0), "sgd": (1, 3), "sgd-momentum": (3, 8), "adam": (7, 18), "adamw": (8, 20),
+                    "adadelta": (11, 27)}
 FUSED_OPTIMIZER_PASSES = {"adam": (1, 7), "adamw": (1, 7)}  # fused=True: one kernel over p, g, m, v
 AMP_UNSCALE = (1, 2)  # GradScaler: each fp32 gradient read, checked, scaled and written once
 # multi_tensor_apply launches a kernel per full table: at most this many tensors or blocks

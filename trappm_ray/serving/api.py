@@ -14,10 +14,11 @@ split-conformal on its leave-one-device-out errors rather than the seeds' spread
 """
 from __future__ import annotations
 
+import functools
 import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict
 
 import onnx
 
@@ -34,149 +35,26 @@ from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.serving import batch_envelope
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
 from trappm_ray.physics.memory import fitting_batch
+from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.model_input import model_bytes
+from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch
 from trappm_ray.targets import REPORTED, TARGETS
 
 
-@dataclass(frozen=True)
-class Estimate:
-    """A seed-ensemble mean with its spread and interval, in ``unit``."""
-
-    value: float
-    low: float
-    high: float
-    std: float
-    unit: str
+# Power limits GPUs accept: from about 30-50% of TDP (P100 125 W, V100 100 W of 250) to TDP.
+LOWEST_LIMIT_SHARE = 0.3
 
 
-@dataclass(frozen=True)
-class Cost:
-    """The price of ``steps`` training steps at ``price_per_hour`` (paper section VI-D)."""
-
-    steps: int
-    price_per_hour: float
-    hours: float
-    cost: float
+@functools.lru_cache(maxsize=1)
+def power_model() -> PowerModel:
+    """The shipped power model's weights (read once)."""
+    return PowerModel.load()
 
 
-@dataclass(frozen=True)
-class PredictOptions:
-    """Everything besides the model that changes a prediction (also the cache key of the server).
-
-    Args:
-        batch_size: bound to every data input's first dimension (a fixed-batch file is re-bound
-            where that is sound, :mod:`trappm_ray.graph.rebind`); None = as exported.
-        resolution: bound to symbolic spatial dims (and the export size of timm names/modules).
-        dims: values of other named symbolic dims, e.g. ``{"seq": 128}``.
-        memory_budget_mb: when set, also search the largest batch whose memory fits it.
-        steps, price_per_hour: when both set, the cost of that many training steps.
-        interval_z: half-width of the interval in ensemble standard deviations.
-        max_batch: upper end of the largest-batch search.
-        precision, optimizer, gpus, memory_format: the training setting predicted for
-            (:mod:`trappm_ray.model.options`); None = the predictor's default, the setting its
-            labels were measured in (the CPU predictor: fp32, Adam, 1).
-        device: answer with this device's predictor (:func:`load_predictor`) instead of the one
-            :func:`predict_many` is given (the HTTP app's ``?device=``); None = that one.
-    """
-
-    batch_size: int | None = 1
-    resolution: int | None = None
-    dims: tuple[tuple[str, int], ...] = ()
-    memory_budget_mb: float | None = None
-    steps: int | None = None
-    price_per_hour: float | None = None
-    interval_z: float = 1.96
-    max_batch: int = 4096
-    precision: str | None = None
-    optimizer: str | None = None
-    gpus: int | None = None
-    memory_format: str | None = None
-    device: str | None = None
-
-    def __post_init__(self) -> None:
-        if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
-            raise ValueError(f"batch_size must be in 1..{self.max_batch}, got {self.batch_size}")
-        for name in ("resolution", "memory_budget_mb", "steps", "price_per_hour"):
-            value = getattr(self, name)
-            if value is not None and not value > 0:
-                raise ValueError(f"{name} must be positive, got {value}")
-        if not 0 <= self.interval_z <= 10:
-            raise ValueError(f"interval_z must be in 0..10, got {self.interval_z}")
-
-    def key(self) -> str:
-        return json.dumps(asdict(self), sort_keys=True)
-
-
-@dataclass
-class Prediction:
-    """Predicted costs of one model at one batch size, with derived quantities."""
-
-    model: str
-    model_sha256: str
-    batch_size: int
-    train_step_ms: Estimate | None
-    train_memory_mb: Estimate | None
-    inference_ms: Estimate | None
-    train_power_w: Estimate | None
-    model_version: str
-    device: dict
-    graph: dict
-    interval_z: float
-    gpu_profiles: dict[str, str | None] = field(default_factory=dict)
-    smallest_profile: str | None = None
-    memory_budget_mb: float | None = None
-    max_batch_size: int | None = None
-    training_cost: Cost | None = None
-    options: dict = field(default_factory=dict)
-    domain: dict = field(default_factory=dict)
-    floors: dict = field(default_factory=dict)
-    warnings: list[str] = field(default_factory=list)
-    memory_terms: dict | None = None
-    notes: list[str] = field(default_factory=list)
-    interval: str = "mean +- interval_z sd over seeds"  # what the time intervals are
-
-    @property
-    def throughput_samples_s(self) -> float | None:
-        """Training samples per second: the batch over one step."""
-        s = self.train_step_ms
-        return self.batch_size * 1e3 / s.value if s and s.value > 0 else None
-
-    @property
-    def inference_samples_s(self) -> float | None:
-        s = self.inference_ms
-        return self.batch_size * 1e3 / s.value if s and s.value > 0 else None
-
-    def cost(self, steps: int, price_per_hour: float) -> Cost:
-        """The cost of ``steps`` training steps at ``price_per_hour`` (any currency)."""
-        if self.train_step_ms is None:
-            raise ValueError("the predictor has no train_step_ms target")
-        hours = steps * self.train_step_ms.value / 3.6e6
-        return Cost(steps, price_per_hour, hours, hours * price_per_hour)
-
-    def to_dict(self) -> dict:
-        """Plain JSON types: each target's value at top level, intervals under ``interval``."""
-        out = {"model": self.model, "model_sha256": self.model_sha256, "batch_size": self.batch_size}
-        present = {t: e for t in REPORTED if (e := getattr(self, t)) is not None}
-        out.update({t: (present[t].value if t in present else None) for t in REPORTED})
-        out["interval"] = {t: [e.low, e.high] for t, e in present.items()}
-        out["std"] = {t: e.std for t, e in present.items()}
-        out["units"] = {t: e.unit for t, e in present.items()}
-        out.update(interval_z=self.interval_z, interval_method=self.interval, throughput_samples_s=self.throughput_samples_s,
-                   inference_samples_s=self.inference_samples_s, gpu_profiles=self.gpu_profiles,
-                   smallest_profile=self.smallest_profile, memory_budget_mb=self.memory_budget_mb,
-                   max_batch_size=self.max_batch_size,
-                   training_cost=asdict(self.training_cost) if self.training_cost else None,
-                   model_version=self.model_version, device=self.device, graph=self.graph,
-                   options=self.options, domain=self.domain, floors=self.floors,
-                   warnings=self.warnings, notes=self.notes, memory_terms=self.memory_terms)
-        return out
-
-
-# -- prediction ---------------------------------------------------------------------------------
 def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int | None = None) -> Graph:
     """``proto`` featurized at ``batch_size`` (default the options'; None there: as exported)."""
     return featurize(proto, batch_size=batch_size or opts.batch_size, resolution=opts.resolution,
@@ -241,9 +119,46 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.inference_ms and p.inference_ms.value)
     if p.train_memory_mb is not None:
         p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
-    if opts.steps and opts.price_per_hour and p.train_step_ms is not None:
-        p.training_cost = p.cost(opts.steps, opts.price_per_hour)
+    spec = gpu_spec(predictor)
+    if spec is not None and spec.tdp_w and p.train_step_ms is not None:
+        p.notes += with_power(p, graph, spec, setting, predictor.manifest.get("launch") or {}, opts.power_limit_w)
+    elif opts.power_limit_w is not None:
+        raise errors.UnsupportedOption("a power limit applies to a GPU with a sourced TDP; this answer is for "
+                                       f"{device.get('name') or device.get('slug')}")
+    if opts.steps and p.train_step_ms is not None:
+        p.training_cost = p.cost(opts.steps, opts.price_per_hour, opts.price_per_kwh)
     return p
+
+
+def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, launch_profiles: dict,
+               limit_w: float | None) -> list[str]:
+    """Fill ``p``'s power (:mod:`trappm_ray.physics.power` on the step model of the same graph and
+    setting) and, under a limit that binds, lengthen its step time; returns the notes to add."""
+    if limit_w is not None and not LOWEST_LIMIT_SHARE * spec.tdp_w <= limit_w <= spec.tdp_w:
+        raise errors.UnsupportedOption(
+            f"power limit {limit_w:g} W is outside what the {spec.name} accepts (about "
+            f"{LOWEST_LIMIT_SHARE * spec.tdp_w:.0f}-{spec.tdp_w:.0f} W: its TDP is the highest)")
+    model, host = power_model(), step_host_us(launch_profiles)
+    train, infer = (step_time(graph, spec, setting, mode, host) for mode in ("train", "infer"))
+    at, free = step_power(train, spec, model, limit_w), step_power(train, spec, model, None)
+    at_infer = step_power(infer, spec, model, limit_w)
+    err = model.error_p90 if model.error_p90 is not None else 0.3
+    p.train_power_w = Estimate(at.power_w, at.power_w / (1 + err), min(at.power_w * (1 + err), at.limit_w),
+                               at.power_w * err / 1.645, "W")
+    notes = [f"power from the step model's busy time and compute/memory saturation on this GPU (idle "
+             f"{at.idle_w:.0f} W, TDP {at.tdp_w:.0f} W; weights fitted on Zeus's P100, V100 and RTX 6000 "
+             f"measurements; leave-one-GPU-out error: docs/results-power.md)"]
+    slowdown = at.step_ms / free.step_ms if free.step_ms > 0 else 1.0
+    if slowdown > 1 + 1e-3 and p.train_step_ms is not None:
+        e = p.train_step_ms
+        p.train_step_ms = Estimate(e.value * slowdown, e.low * slowdown, e.high * slowdown, e.std * slowdown, e.unit)
+        notes.append(f"under the {at.limit_w:.0f} W limit the SMs run at {at.clock:.2f} of their clock: the step "
+                     f"lengthens {slowdown:.3f}x (compute stretches, memory traffic does not)")
+    p.power = {"limit_w": at.limit_w, "clock": at.clock, "train_power_w": at.power_w,
+               "inference_power_w": at_infer.power_w,
+               "energy_per_step_j": at.power_w * p.train_step_ms.value / 1e3 if p.train_step_ms else None,
+               "idle_w": at.idle_w, "tdp_w": at.tdp_w}
+    return notes
 
 
 def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
@@ -340,7 +255,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             interval_z: float = 1.96, input_shape: tuple[int, ...] | None = None,
             precision: str | None = None, optimizer: str | None = None, gpus: int | None = None,
             memory_format: str | None = None,
-            device_spec: str | os.PathLike | DeviceSpec | None = None) -> Prediction:
+            device_spec: str | os.PathLike | DeviceSpec | None = None, power_limit_w: float | None = None,
+            price_per_kwh: float | None = None) -> Prediction:
     """Predict the training step time, memory, power and inference latency of ``model``.
 
     Args:
@@ -369,7 +285,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
     """
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
-                          optimizer=optimizer, gpus=gpus, memory_format=memory_format)
+                          optimizer=optimizer, gpus=gpus, memory_format=memory_format,
+                          power_limit_w=power_limit_w, price_per_kwh=price_per_kwh)
     chosen = load_predictor(predictor, device, device_spec)
     data, label = model_bytes(model, resolution, input_shape)
     result = predict_many([(data, opts, label)], chosen)[0]

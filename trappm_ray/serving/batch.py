@@ -53,6 +53,7 @@ class BatchPredictConfig:
             before any file is read.
         device: predict for this device: its shipped predictor, else (a GPU of the spec table)
             the spec-based one; None = ``predictor``.
+        power_limit_w: the GPU's power limit in W (None: its TDP).
     """
 
     src: str = ""
@@ -72,9 +73,11 @@ class BatchPredictConfig:
     gpus: int | None = None
     memory_format: str | None = None
     device: str | None = None
+    power_limit_w: float | None = None
 
     def setting(self) -> dict:
-        return {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "device")}
+        return {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "device",
+                                              "power_limit_w")}
 
 
 @dataclass
@@ -227,15 +230,15 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
         BatchStopped: the storage (or a worker) failed mid-job; the rows written so far are
         kept and a re-run predicts the rest.
     """
-    from trappm_ray.model.options import resolve as resolve_options
     from trappm_ray.ray_init import ensure_ray
     from trappm_ray.serving.api import load_predictor, model_version
+    from trappm_ray.serving.routing import settled
 
     start = time.perf_counter()
     if not cfg.src or not cfg.dst:
         raise ValueError("src and dst are required")
     predictor = load_predictor(cfg.predictor, cfg.device)  # fails early, before Ray starts
-    resolve_options(cfg.setting(), predictor.manifest)
+    settled(cfg.setting(), predictor)  # a setting nothing answers on this device fails here
     version = model_version(predictor)
     files = list_onnx(cfg.src)
     done = done_paths(cfg.dst, version)

@@ -1,0 +1,35 @@
+"""The physics power model against Zeus's measured power (leave one GPU out, leave one workload
+out): docs/results-power.md and .json; refits the shipped weights (trappm_ray/data/power_model.json).
+
+    .venv/bin/python jobs/evaluate_power.py       (seconds; needs ../shared/data/public-power)
+"""
+import json
+import logging
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from trappm_ray.config_cli import parse_config
+from trappm_ray.evaluate import power
+from trappm_ray.evaluate.batch_scaling import workload_onnx
+from trappm_ray.physics.power import FITTED
+
+
+@dataclass
+class PowerEvalConfig:
+    cache: str = "artifacts/workloads"  # the workloads' ONNX exports, made once
+    out: str = "docs/results-power"  # .md and .json are written
+    write_weights: bool = True  # refit trappm_ray/data/power_model.json
+
+
+if __name__ == "__main__":
+    logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
+    cfg = parse_config(PowerEvalConfig, description=__doc__)
+    start = time.time()
+    result = power.run(lambda w: workload_onnx(w, Path(cfg.cache)))
+    text = power.markdown(result, time.time() - start)
+    Path(f"{cfg.out}.md").write_text(text)
+    Path(f"{cfg.out}.json").write_text(json.dumps(result, indent=1))
+    if cfg.write_weights:
+        FITTED.write_text(json.dumps(result["fitted"], indent=1) + "\n")
+    print(text)

@@ -1,0 +1,55 @@
+"""The physics power model: idle + activity from the step model, and a power limit's slowdown."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trappm_ray import devices
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.physics import power as W
+from trappm_ray.physics.step_model import step_time
+
+SAMPLE = "data/sample/onnx/resnet10t@64.onnx"
+
+
+def _step(batch: int, slug: str = "v100-pcie-32gb", precision: str = "fp32"):
+    return step_time(featurize(SAMPLE, batch), devices.get(slug), {"precision": precision, "optimizer": "adam"})
+
+
+def test_power_lies_between_idle_and_tdp_and_grows_as_the_gpu_gets_busier():
+    spec = devices.get("v100-pcie-32gb")
+    idle, tdp = W.board_power(spec)
+    series = [W.step_power(_step(b), spec).power_w for b in (1, 16, 256)]
+    assert all(idle < p <= tdp for p in series)
+    assert series[0] < series[1] < series[2]  # host-bound at batch 1: the GPU waits, near idle
+    with pytest.raises(ValueError, match="no sourced TDP"):
+        W.board_power(devices.DeviceSpec(slug="x", kind="cuda", name="x"))
+
+
+def test_a_limit_that_binds_caps_the_power_and_lengthens_the_step():
+    spec, step = devices.get("v100-pcie-32gb"), _step(256)
+    free = W.step_power(step, spec)
+    capped = W.step_power(step, spec, limit_w=0.6 * free.power_w)
+    assert capped.power_w == pytest.approx(0.6 * free.power_w, rel=1e-3) and capped.clock < 1.0
+    assert capped.step_ms > free.step_ms and capped.energy_j() > 0
+    loose = W.step_power(step, spec, limit_w=spec.tdp_w)
+    assert loose.clock == 1.0 and loose.step_ms == pytest.approx(free.step_ms)
+    with pytest.raises(ValueError, match="idle power"):
+        W.step_power(step, spec, limit_w=10.0)
+
+
+def test_fit_recovers_the_weights_that_made_the_measurements():
+    truth = W.PowerModel(0.3, 0.5, 0.2)
+    rows = [(s, devices.get(g), W.power_at(s, devices.get(g), truth)[0])
+            for g in ("v100-pcie-32gb", "p100-pcie-16gb") for b in (1, 8, 64, 256) for s in [_step(b, g)]]
+    got = W.fit(rows)
+    assert [got.k0, got.kc, got.km] == pytest.approx([0.3, 0.5, 0.2], abs=0.05)
+
+
+def test_the_shipped_weights_carry_their_provenance_and_error(tmp_path):
+    shipped = json.loads(W.FITTED.read_text())
+    assert "zeus" in shipped["source"] and shipped["command"] == "python jobs/evaluate_power.py"
+    model = W.PowerModel.load()
+    assert model.error_p90 == shipped["error_p90"] and min(model.k0, model.kc, model.km) >= 0
+    assert W.PowerModel.load(tmp_path / "none.json") == W.PowerModel()

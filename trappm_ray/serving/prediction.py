@@ -1,0 +1,160 @@
+"""The typed result of a prediction and the options that change it: what travels from the API to
+the CLI, the HTTP app and the batch job."""
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field
+
+from trappm_ray.targets import REPORTED
+
+
+@dataclass(frozen=True)
+class Estimate:
+    """A seed-ensemble mean with its spread and interval, in ``unit``."""
+
+    value: float
+    low: float
+    high: float
+    std: float
+    unit: str
+
+
+@dataclass(frozen=True)
+class Cost:
+    """The price of ``steps`` training steps at ``price_per_hour`` (paper section VI-D)."""
+
+    steps: int
+    price_per_hour: float | None
+    hours: float
+    cost: float | None
+    energy_kwh: float | None = None
+    price_per_kwh: float | None = None
+    energy_cost: float | None = None
+
+
+@dataclass(frozen=True)
+class PredictOptions:
+    """Everything besides the model that changes a prediction (also the cache key of the server).
+
+    Args:
+        batch_size: bound to every data input's first dimension (a fixed-batch file is re-bound
+            where that is sound, :mod:`trappm_ray.graph.rebind`); None = as exported.
+        resolution: bound to symbolic spatial dims (and the export size of timm names/modules).
+        dims: values of other named symbolic dims, e.g. ``{"seq": 128}``.
+        memory_budget_mb: when set, also search the largest batch whose memory fits it.
+        steps, price_per_hour: when both set, the cost of that many training steps.
+        interval_z: half-width of the interval in ensemble standard deviations.
+        max_batch: upper end of the largest-batch search.
+        precision, optimizer, gpus, memory_format: the training setting predicted for
+            (:mod:`trappm_ray.model.options`); None = the predictor's default, the setting its
+            labels were measured in (the CPU predictor: fp32, Adam, 1).
+        device: answer with this device's predictor (:func:`load_predictor`) instead of the one
+            :func:`predict_many` is given (the HTTP app's ``?device=``); None = that one.
+        power_limit_w: the GPU's power limit (W); None = its TDP, the default limit. A lower
+            limit lowers the clock and lengthens the step where the power model says it binds.
+        price_per_kwh: with ``steps``, the energy cost beside the GPU-hour cost.
+    """
+
+    batch_size: int | None = 1
+    resolution: int | None = None
+    dims: tuple[tuple[str, int], ...] = ()
+    memory_budget_mb: float | None = None
+    steps: int | None = None
+    price_per_hour: float | None = None
+    interval_z: float = 1.96
+    max_batch: int = 4096
+    precision: str | None = None
+    optimizer: str | None = None
+    gpus: int | None = None
+    memory_format: str | None = None
+    device: str | None = None
+    power_limit_w: float | None = None
+    price_per_kwh: float | None = None
+
+    def __post_init__(self) -> None:
+        if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
+            raise ValueError(f"batch_size must be in 1..{self.max_batch}, got {self.batch_size}")
+        for name in ("resolution", "memory_budget_mb", "steps", "price_per_hour", "power_limit_w", "price_per_kwh"):
+            value = getattr(self, name)
+            if value is not None and not value > 0:
+                raise ValueError(f"{name} must be positive, got {value}")
+        if not 0 <= self.interval_z <= 10:
+            raise ValueError(f"interval_z must be in 0..10, got {self.interval_z}")
+
+    def key(self) -> str:
+        return json.dumps(asdict(self), sort_keys=True)
+
+
+@dataclass
+class Prediction:
+    """Predicted costs of one model at one batch size, with derived quantities."""
+
+    model: str
+    model_sha256: str
+    batch_size: int
+    train_step_ms: Estimate | None
+    train_memory_mb: Estimate | None
+    inference_ms: Estimate | None
+    train_power_w: Estimate | None
+    model_version: str
+    device: dict
+    graph: dict
+    interval_z: float
+    gpu_profiles: dict[str, str | None] = field(default_factory=dict)
+    smallest_profile: str | None = None
+    memory_budget_mb: float | None = None
+    max_batch_size: int | None = None
+    training_cost: Cost | None = None
+    options: dict = field(default_factory=dict)
+    domain: dict = field(default_factory=dict)
+    floors: dict = field(default_factory=dict)
+    warnings: list[str] = field(default_factory=list)
+    memory_terms: dict | None = None
+    notes: list[str] = field(default_factory=list)
+    interval: str = "mean +- interval_z sd over seeds"  # what the time intervals are
+    power: dict | None = None  # limit, clock, inference power, energy per step (GPU devices)
+
+    @property
+    def throughput_samples_s(self) -> float | None:
+        """Training samples per second: the batch over one step."""
+        s = self.train_step_ms
+        return self.batch_size * 1e3 / s.value if s and s.value > 0 else None
+
+    @property
+    def inference_samples_s(self) -> float | None:
+        s = self.inference_ms
+        return self.batch_size * 1e3 / s.value if s and s.value > 0 else None
+
+    def cost(self, steps: int, price_per_hour: float | None, price_per_kwh: float | None = None) -> Cost:
+        """``steps`` training steps: hours, their cost at ``price_per_hour`` (any currency), and
+        where the power is known their energy and its cost at ``price_per_kwh``."""
+        if self.train_step_ms is None:
+            raise ValueError("the predictor has no train_step_ms target")
+        hours = steps * self.train_step_ms.value / 3.6e6
+        kwh = hours * self.train_power_w.value / 1e3 if self.train_power_w else None
+        return Cost(steps, price_per_hour, hours, hours * price_per_hour if price_per_hour else None, kwh,
+                    price_per_kwh, kwh * price_per_kwh if kwh is not None and price_per_kwh else None)
+
+    def to_dict(self) -> dict:
+        """Plain JSON types: each target's value at top level, intervals under ``interval``."""
+        out = {"model": self.model, "model_sha256": self.model_sha256, "batch_size": self.batch_size}
+        present = {t: e for t in REPORTED if (e := getattr(self, t)) is not None}
+        out.update({t: (present[t].value if t in present else None) for t in REPORTED})
+        out["interval"] = {t: [e.low, e.high] for t, e in present.items()}
+        out["std"] = {t: e.std for t, e in present.items()}
+        out["units"] = {t: e.unit for t, e in present.items()}
+        out.update(interval_z=self.interval_z, interval_method=self.interval, throughput_samples_s=self.throughput_samples_s,
+                   inference_samples_s=self.inference_samples_s, gpu_profiles=self.gpu_profiles,
+                   smallest_profile=self.smallest_profile, memory_budget_mb=self.memory_budget_mb,
+                   max_batch_size=self.max_batch_size,
+                   training_cost=asdict(self.training_cost) if self.training_cost else None,
+                   model_version=self.model_version, device=self.device, graph=self.graph,
+                   options=self.options, domain=self.domain, floors=self.floors,
+                   warnings=self.warnings, notes=self.notes, memory_terms=self.memory_terms, power=self.power)
+        return out
+
+
+# -- prediction ---------------------------------------------------------------------------------
+
+
+__all__ = ["Estimate", "Cost", "PredictOptions", "Prediction"]
