@@ -13,6 +13,7 @@ from trappm_ray.physics.graph_walk import folded_norm_mask, guess_folded_norm, w
 from trappm_ray.physics.memory import (
     CONTEXT_BYTES,
     CUBLAS_WORKSPACE,
+    fitting_batch,
     OPTIMIZERS,
     MiB,
     training_memory,
@@ -212,3 +213,13 @@ def test_gated_unit_is_not_one_fused_op():
                                    + rb(P * 4) + rb(K * 4))
     w = walk(g)
     assert w.fused[3] and not w.fused[4]
+
+
+def test_fitting_batch_is_the_largest_power_of_two_under_the_budget():
+    g = featurize("data/sample/onnx/resnet10t@64.onnx", 8)
+    for budget_gb in (0.8, 3.0, 24.0):
+        got = fitting_batch(g, "amp-fp16", "adamw", budget_gb * 1e9)
+        used = lambda b: training_memory(g, "amp-fp16", "adamw", batch_size=b).device_used  # noqa: E731
+        assert got >= 1 and used(got) <= budget_gb * 1e9 < used(2 * got), budget_gb
+    assert fitting_batch(g, "amp-fp16", "adamw", 1e3) == 0
+    assert fitting_batch(g, "amp-fp16", "adamw", 1e15, limit=64) == 64

@@ -222,12 +222,24 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
 def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, limit: int = 1 << 16) -> int:
     """The largest power-of-two batch whose training step fits ``memory_bytes`` of device memory
     (the model's ``device_used``, rescaled from ``graph``'s batch without featurizing again);
-    0 when batch 1 does not fit, ``limit`` at most."""
+    0 when batch 1 does not fit, ``limit`` at most. Memory is near affine in the batch: the
+    search starts where the line through batches 1 and 2 crosses the budget and checks its way
+    to the exact power of two (3-5 evaluations instead of one per doubling)."""
     walked = walk(graph, guess_folded_norm(graph))
-    b = 0
-    while (nxt := max(2 * b, 1)) <= limit and training_memory(
-            graph, precision, optimizer, batch_size=nxt, walked=walked).device_used <= memory_bytes:
-        b = nxt
+
+    def fits(b: int) -> bool:
+        return training_memory(graph, precision, optimizer, batch_size=b, walked=walked).device_used <= memory_bytes
+
+    one = training_memory(graph, precision, optimizer, batch_size=1, walked=walked).device_used
+    if one > memory_bytes:
+        return 0
+    slope = max(training_memory(graph, precision, optimizer, batch_size=2, walked=walked).device_used - one, 1.0)
+    guess = max(1, min(limit, int((memory_bytes - one) / slope) + 1))
+    b = 1 << (guess.bit_length() - 1)
+    while b > 1 and not fits(b):
+        b //= 2
+    while 2 * b <= limit and fits(2 * b):
+        b *= 2
     return b
 
 
