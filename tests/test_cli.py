@@ -283,3 +283,13 @@ def test_an_unknown_device_is_refused_before_any_heavy_import(files):
     assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
     assert proc.stderr.strip() == ("error: unsupported_option: device 'titan' could be titan-xp, titan-rtx, "
                                    "titan-v: name one")
+
+
+def test_predict_compares_several_devices_in_one_table(capsys):
+    sample = "data/sample/onnx/resnet10t@64.onnx"
+    rc, out, _ = run_predict(capsys, sample, "--batch-size", "64", "--device", "a100,3090", "--json")
+    rows = json.loads(out)
+    assert rc == 0 and [r["device"]["slug"] for r in rows] == ["a100-sxm4-80gb", "rtx3090-amp"]
+    assert all(r["train_step_ms"] > 0 and r["summary"].startswith("~") for r in rows)
+    rc, out, _ = run_predict(capsys, sample, "--batch-size", "64", "--device", "h100,t4")
+    assert rc == 0 and "NVIDIA H100 SXM5 80GB" in out and "NVIDIA T4" in out and "fits" in out

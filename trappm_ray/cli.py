@@ -57,8 +57,10 @@ def _fmt(e) -> str:
 
 
 def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = None) -> None:
-    """The human-readable report: one table of predictions, then the derived quantities."""
+    """The human-readable report: one summary line, one table of predictions, then the derived
+    quantities."""
     dev = p.device
+    print(p.summary() + "\n")
     print(f"model      {p.model}  (sha256 {p.model_sha256[:12]})")
     print(f"graph      {p.graph.get('nodes')} nodes, {p.graph.get('macs', 0) / 1e9:.3g} GMACs, "
           f"{p.graph.get('params', 0) / 1e6:.3g} M params")
@@ -172,19 +174,53 @@ def _check_device_name(name: str) -> None:
     raise errors.UnsupportedOption(refused.args[0])
 
 
+def _compare(args: argparse.Namespace, names: list[str], opts: dict) -> int:
+    """``--device a,b,c``: one model on several devices, one table (or one JSON list)."""
+    from trappm_ray.serving import api
+
+    data, label = api.model_bytes(args.file, args.resolution)
+    base = api.PredictOptions(args.batch_size, opts.pop("resolution"), tuple(sorted(opts.pop("dims").items())), **opts)
+    items = [(data, replace(base, device=n), label) for n in names]
+    results = api.predict_many(items, api.load_predictor(args.predictor))
+    rows = [r.to_dict() if isinstance(r, api.Prediction) else {"device": {"slug": n}, "error": str(r)}
+            for n, r in zip(names, results)]
+    if args.json:
+        print(json.dumps(rows))
+        return 0
+    print(f"{label} at batch {args.batch_size}\n")
+    print(f"  {'device':<28}{'step ms':>10}{'samples/s':>12}{'memory GB (high)':>19}{'power W':>9}  fits")
+    for n, r in zip(names, results):
+        if not isinstance(r, api.Prediction):
+            print(f"  {n:<28}error: {r}")
+            continue
+        m, step, power = r.train_memory_mb, r.train_step_ms, r.train_power_w
+        fits = r.device.get("memory_gb") and m and m.high / 1024 <= r.device["memory_gb"]
+        print(f"  {(r.device.get('name') or n)[:27]:<28}{step.value if step else float('nan'):>10.3g}"
+              f"{r.throughput_samples_s or 0:>12,.0f}{m.value / 1024 if m else float('nan'):>10.3g} "
+              f"({m.high / 1024 if m else float('nan'):.3g}){power.value if power else float('nan'):>9.0f}  "
+              f"{'yes' if fits else 'no' if r.device.get('memory_gb') else '-'}")
+    return 0
+
+
 def _predict(args: argparse.Namespace) -> int:
     import os
 
-    if args.device and args.predictor in (None, "", "default") and not args.device_spec:
-        _check_device_name(args.device)
-    from trappm_ray.serving import api
-
+    names = [d.strip() for d in (args.device or "").split(",") if d.strip()]
+    if args.predictor in (None, "", "default") and not args.device_spec:
+        for name in names:
+            _check_device_name(name)
     setting = dict(precision=args.precision, optimizer=args.optimizer, gpus=args.gpus,
                    memory_format=args.memory_format)
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
                 price_per_hour=args.price_per_hour, power_limit_w=args.power_limit,
                 price_per_kwh=args.price_per_kwh, **setting)
+    if len(names) > 1:
+        if args.sweep or args.device_spec:
+            raise ValueError("--device with several devices compares them at one batch: without --sweep or --device-spec")
+        return _compare(args, names, opts)
+    from trappm_ray.serving import api
+
     predictor = api.load_predictor(args.predictor, args.device, args.device_spec)
     p = api.predict(args.file, args.batch_size, predictor=predictor, **opts)
     report, sweep_rows, plot = p.to_dict(), None, None
@@ -295,8 +331,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="value for a named symbolic input dimension (repeatable)")
     p.add_argument("--device", default=None,
-                   help="the shipped predictor of this device, else (a GPU of the spec table) the "
-                        "spec-based predictor; `trappm-ray devices` lists them")
+                   help="the device as you name it (h100, 3090, 'A100 80GB PCIe'): its shipped predictor, else "
+                        "the spec-based one; several, comma-separated (a100,h100,l4), compares them in one "
+                        "table; `trappm-ray devices` lists them")
     p.add_argument("--device-spec", default=None, metavar="FILE.json",
                    help="a GPU described by its specs (fields of data/devices.csv; required: name, "
                         "memory_gb, memory_bw_gbs, peak_fp32_tflops): the spec-based predictor")

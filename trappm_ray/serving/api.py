@@ -68,7 +68,9 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     (weights, gradients, optimizer state and the largest tensor: :mod:`trappm_ray.serving.checks`)."""
     units = {t: TARGETS[t].unit for t in REPORTED}
     setting = resolve_options(asdict(opts), predictor.manifest)
-    device, domain = device_of(predictor), domain_of(predictor.manifest, graph)
+    device, domain, spec = device_of(predictor), domain_of(predictor.manifest, graph), gpu_spec(predictor)
+    if spec is not None:
+        device["memory_gb"] = spec.memory_gb
     floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"]),
               **time_floors_ms(graph, device, setting["precision"], setting["optimizer"],
                                predictor.spec if isinstance(predictor, SpecPredictor) else None)}
@@ -119,7 +121,6 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.inference_ms and p.inference_ms.value)
     if p.train_memory_mb is not None:
         p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
-    spec = gpu_spec(predictor)
     if spec is not None and spec.tdp_w and p.train_step_ms is not None:
         p.notes += with_power(p, graph, spec, setting, predictor.manifest.get("launch") or {}, opts.power_limit_w)
     elif opts.power_limit_w is not None:

@@ -125,6 +125,29 @@ class Prediction:
         s = self.inference_ms
         return self.batch_size * 1e3 / s.value if s and s.value > 0 else None
 
+    def summary(self) -> str:
+        """One line a person reads first: step time, throughput, memory with its upper end, and
+        whether that fits the device (its ``memory_gb`` where the device dict carries it)."""
+        parts = []
+        name = self.device.get("name") or self.device.get("slug") or "the device"
+        if self.train_step_ms is not None:
+            parts.append(f"~{self.train_step_ms.value:.3g} ms per training step at batch {self.batch_size} "
+                         f"({self.throughput_samples_s or 0:,.0f} samples/s) on {name}")
+        elif self.inference_ms is not None:
+            parts.append(f"~{self.inference_ms.value:.3g} ms per inference at batch {self.batch_size} on {name}")
+        m = self.train_memory_mb
+        if m is not None:
+            text = f"{m.value / 1024:.3g} GB of training memory (up to {m.high / 1024:.3g} GB)"
+            memory_gb = self.device.get("memory_gb")
+            if memory_gb and self.device.get("kind") in ("cuda", "rocm"):
+                text += (f", fits its {memory_gb:g} GB" if m.high / 1024 <= memory_gb else
+                         f", more than its {memory_gb:g} GB" if m.value / 1024 > memory_gb else
+                         f", within its {memory_gb:g} GB only below the interval's upper end")
+            parts.append(text)
+        if self.train_power_w is not None:
+            parts.append(f"~{self.train_power_w.value:.0f} W")
+        return "; ".join(parts)
+
     def cost(self, steps: int, price_per_hour: float | None, price_per_kwh: float | None = None) -> Cost:
         """``steps`` training steps: hours, their cost at ``price_per_hour`` (any currency), and
         where the power is known their energy and its cost at ``price_per_kwh``."""
@@ -137,7 +160,8 @@ class Prediction:
 
     def to_dict(self) -> dict:
         """Plain JSON types: each target's value at top level, intervals under ``interval``."""
-        out = {"model": self.model, "model_sha256": self.model_sha256, "batch_size": self.batch_size}
+        out = {"summary": self.summary(), "model": self.model, "model_sha256": self.model_sha256,
+               "batch_size": self.batch_size}
         present = {t: e for t in REPORTED if (e := getattr(self, t)) is not None}
         out.update({t: (present[t].value if t in present else None) for t in REPORTED})
         out["interval"] = {t: [e.low, e.high] for t, e in present.items()}
