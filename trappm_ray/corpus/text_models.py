@@ -16,8 +16,11 @@ from __future__ import annotations
 import contextlib
 import json
 import logging
+import math
 from functools import lru_cache
 from pathlib import Path
+
+from trappm_ray.graph.featurize import TIED_WEIGHTS_KEY
 
 log = logging.getLogger(__name__)
 
@@ -258,7 +261,32 @@ def export_text_model(name: str, config_dir: str | None = None, meta_init: bool 
             _LogitsOnly(model), (ids,), input_names=["input_ids"], output_names=["logits"],
             dynamic_axes={"input_ids": {0: "batch", 1: "seq"}, "logits": {0: "batch", 1: "seq"}},
             export_params=not meta_init)
-    return onnx_bytes, params
+    return mark_tied_weights(model, onnx_bytes), params
+
+
+def mark_tied_weights(model, onnx_bytes: bytes) -> bytes:
+    """Name, in the file's metadata (``TIED_WEIGHTS_KEY``), the weights that are copies of another
+    parameter (an output head tied to the input embedding, which the exporter writes as a
+    transposed copy under a generated name), so that the featurizer counts them once."""
+    import onnx
+
+    unique = {n for n, _ in model.named_parameters()}
+    copies = sorted(p.numel() for n, p in model.named_parameters(remove_duplicate=False) if n not in unique)
+    if not copies:
+        return onnx_bytes
+    proto = onnx.load_from_string(onnx_bytes)
+    known = unique | {f"inner.{n}" for n in unique}  # _LogitsOnly names its model "inner"
+    tensors = [(x.name, [d.dim_value for d in x.type.tensor_type.shape.dim]) for x in proto.graph.input]
+    tensors += [(x.name, list(x.dims)) for x in proto.graph.initializer]
+    tied = []
+    for name, dims in tensors:
+        numel = math.prod(dims) if dims and all(dims) else 0
+        if name not in known and numel in copies:
+            copies.remove(numel)
+            tied.append(name)
+    if tied:
+        proto.metadata_props.add(key=TIED_WEIGHTS_KEY, value=json.dumps(tied))
+    return proto.SerializeToString()
 
 
 __all__ = ["CONFIG_DIR", "EXPORTER", "EXTRA_CONFIGS", "build_model", "config_dict",

@@ -8,6 +8,7 @@ this raw graph by :mod:`trappm_ray.graph.features`, so one stored graph serves e
 from __future__ import annotations
 
 import functools
+import json
 import math
 import os
 import time
@@ -228,6 +229,23 @@ def token_ids_input(m) -> bool:
     return first is not None and len(m.shapes.get(first, ())) == 2 and m.dtypes.get(first) in TOKEN_DTYPES
 
 
+TIED_WEIGHTS_KEY = "trappm.tied_weights"
+
+
+def tied_weights(model: onnx.ModelProto) -> set[str]:
+    """Weights the file's metadata names as copies of another parameter (the corpus exporter of
+    transformers models writes them: a head tied to the input embedding); a malformed entry
+    names none."""
+    for prop in model.metadata_props:
+        if prop.key == TIED_WEIGHTS_KEY:
+            try:
+                names = json.loads(prop.value)
+            except ValueError:
+                return set()
+            return {n for n in names if isinstance(n, str)} if isinstance(names, list) else set()
+    return set()
+
+
 def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     """The linear pass over an inferred model (see :func:`featurize`)."""
     nodes = m.model.graph.node  # in topological order (featurize sorts them)
@@ -235,6 +253,7 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     # weights wherever they come from; `folded` nodes only compute weights (see weights.py)
     weights, folded = find_weights(nodes, shapes, dtypes, set(m.weights))
     producer = {o: i for i, n in enumerate(nodes) for o in n.output if o}
+    tied = tied_weights(m.model)
     N = len(nodes)
     numel = {k: float(_checked_numel(k, v)) for k, v in shapes.items()}
     # Per-node values go to Python lists first: element writes into numpy arrays cost more
@@ -259,6 +278,8 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
                     dst.append(i)
             elif x not in counted and i not in folded:  # counted where the weight is used
                 counted.add(x)
+                if x in tied:  # a copy of another parameter (a head tied to the embedding)
+                    continue
                 dtype = dtypes.get(x, onnx.TensorProto.FLOAT)
                 if dtype not in INDEX_DTYPES:  # index buffers and shape constants aren't params
                     params[i] += numel.get(x, 0.0)

@@ -1,9 +1,17 @@
 """What a prediction reads: ONNX bytes from a path, ``s3://`` URI, bytes or ModelProto, or a torch
-module or timm name exported on the fly (the ``zoo`` extra), each with a label for the answer.
-Files above the size limit are refused before they are read.
+module, a timm name or a transformers config exported on the fly (the ``zoo`` extra), each with a
+label for the answer. Files above the size limit are refused before they are read.
+
+A transformers model comes by its config alone, never its weights: a ``config.json`` path, a folder
+holding one, or a Hugging Face id (``gpt2``, ``bert-base-uncased``, ``meta-llama/Llama-3.2-1B``)
+whose config is in the local Hugging Face cache (``HF_HUB_CACHE``, else ``HF_HOME/hub``, else
+``~/.cache/huggingface/hub``); nothing is downloaded. Its sequence length is an input dimension
+(``--dim seq=N``, ``dims={"seq": N}``). Tied weights (GPT-2's and BERT's embeddings and output
+head) count once.
 """
 from __future__ import annotations
 
+import json
 import os
 from pathlib import Path
 
@@ -13,6 +21,66 @@ from trappm_ray import errors, storage
 from trappm_ray.graph.onnx_io import Limits
 
 DEFAULT_RESOLUTION = 224  # for timm names and torch modules, which carry no input shape
+# The class a config without ``architectures`` is built as, by ``model_type``.
+DEFAULT_ARCHITECTURE = {"bert": "BertModel", "roberta": "RobertaModel", "gpt2": "GPT2LMHeadModel",
+                        "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
+                        "opt": "OPTForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "t5": "T5EncoderModel"}
+GPT2_KEYS = ("n_embd", "n_layer", "n_head")  # a GPT-2-style config that forgot its model_type
+
+
+def hub_cache() -> Path:
+    """The local Hugging Face hub cache (read only; nothing is downloaded)."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"])
+    home = os.environ.get("HF_HOME") or os.path.join(os.path.expanduser("~"), ".cache", "huggingface")
+    return Path(home) / "hub"
+
+
+def cached_config(model_id: str) -> Path | None:
+    """The newest ``config.json`` of ``model_id`` in the local hub cache, None if absent."""
+    snapshots = hub_cache() / f"models--{model_id.replace('/', '--')}" / "snapshots"
+    found = sorted(snapshots.glob("*/config.json"), key=lambda p: p.stat().st_mtime) if snapshots.is_dir() else []
+    return found[-1] if found else None
+
+
+def config_model(config: dict, label: str) -> bytes:
+    """A transformers model exported from its config (no weights, batch and ``seq`` dynamic)."""
+    config = dict(config)
+    if "model_type" not in config and all(k in config for k in GPT2_KEYS):
+        config["model_type"] = "gpt2"
+    if "model_type" not in config:
+        raise errors.NotAModel(f"{label}: a transformers config needs a model_type (or GPT-2 keys "
+                               f"{', '.join(GPT2_KEYS)})")
+    if not config.get("architectures"):
+        config["architectures"] = [DEFAULT_ARCHITECTURE.get(config["model_type"], "AutoModelForCausalLM")]
+    from trappm_ray.corpus.text_models import export_text_model  # torch/transformers, on use
+
+    try:
+        return export_text_model(label, config=config)[0]
+    except ImportError:
+        raise errors.NotAModel(f"{label}: transformers configs need the zoo extra") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise errors.NotAModel(f"{label}: not a config transformers can build ({str(e).splitlines()[0][:200]})") from None
+
+
+def _config_file(path: Path, limits: Limits) -> dict | None:
+    """The config dict when ``path`` is a ``config.json`` (or a folder holding one), else None."""
+    if path.is_dir() and (path / "config.json").is_file():
+        path = path / "config.json"
+    if not (path.is_file() and path.suffix == ".json"):
+        return None
+    if path.stat().st_size > MAX_CONFIG_BYTES:
+        raise errors.TooLarge(f"{path}: a config of {path.stat().st_size:,} bytes is not a transformers config")
+    try:
+        config = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise errors.NotAModel(f"{path}: not JSON ({e})") from None
+    if not isinstance(config, dict):
+        raise errors.NotAModel(f"{path}: a transformers config is a JSON object")
+    return config
+
+
+MAX_CONFIG_BYTES = 1 << 20
 
 
 def _export_module(module, resolution: int, input_shape: tuple[int, ...] | None) -> bytes:
@@ -43,12 +111,19 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
             raise errors.TooLarge(f"{text} is above the limit of {limits.max_file_bytes:,} bytes")
         return storage.read_bytes(text), text
     path = Path(text)
+    config = _config_file(path, limits)
+    if config is not None:
+        return config_model(config, text), text
     if path.is_file():
         if path.stat().st_size > limits.max_file_bytes:
             raise errors.TooLarge(f"file is {path.stat().st_size:,} bytes, limit {limits.max_file_bytes:,}")
         return path.read_bytes(), text
+    hub = cached_config(text) if not path.exists() and text.count("/") <= 1 else None
+    if hub is not None:
+        return config_model(_config_file(hub, limits) or {}, text), text
     if path.suffix == ".onnx" or os.sep in text or not text.replace("_", "").replace(".", "").isalnum():
-        raise errors.NotAModel(f"{text} is not a file")
+        raise errors.NotAModel(f"{text} is not a file, nor a Hugging Face id whose config.json is in the local cache "
+                               f"({hub_cache()}): pass the config.json (no weights needed)")
     from trappm_ray.corpus.zoo import export_skeleton  # torch and timm are imported inside, on use
 
     try:
@@ -56,7 +131,8 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
     except ImportError:
         raise errors.NotAModel(f"{text} is not a file (timm names need the zoo extra)") from None
     except RuntimeError as e:  # timm: "Unknown model"
-        raise errors.NotAModel(f"{text} is neither a file nor a timm model ({e})") from None
+        raise errors.NotAModel(f"{text} is neither a file, a timm model, nor a Hugging Face id whose config.json "
+                               f"is in the local cache ({hub_cache()}) ({e})") from None
 
 
-__all__ = ["DEFAULT_RESOLUTION", "model_bytes"]
+__all__ = ["DEFAULT_RESOLUTION", "hub_cache", "cached_config", "config_model", "model_bytes"]

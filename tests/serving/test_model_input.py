@@ -1,0 +1,47 @@
+"""Transformers models by config: a config.json, a folder, a Hugging Face id in the local cache."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from trappm_ray import errors
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.serving import model_input as M
+
+TINY_GPT2 = {"n_embd": 64, "n_layer": 1, "n_head": 4, "vocab_size": 1000, "n_positions": 128}
+
+
+def _params(config: dict) -> int:
+    import transformers
+
+    full = {"model_type": "gpt2", **config}
+    return sum(p.numel() for p in transformers.GPT2LMHeadModel(transformers.AutoConfig.for_model(**full)).parameters())
+
+
+def test_a_config_file_or_folder_is_a_model_with_tied_weights_counted_once(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps(TINY_GPT2))  # no model_type: GPT-2 keys say it
+    for given in (tmp_path / "config.json", tmp_path):
+        data, label = M.model_bytes(str(given))
+        g = featurize(data, 2, dims={"seq": 16})
+        assert g.static["params"] == _params(TINY_GPT2) and label == str(given)
+
+
+def test_a_hub_id_reads_the_local_cache_only(tmp_path, monkeypatch):
+    snap = tmp_path / "models--org--tiny" / "snapshots" / "abc"
+    snap.mkdir(parents=True)
+    (snap / "config.json").write_text(json.dumps({"model_type": "gpt2", **TINY_GPT2}))
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    data, label = M.model_bytes("org/tiny")
+    assert label == "org/tiny" and featurize(data, 1, dims={"seq": 8}).static["params"] == _params(TINY_GPT2)
+    with pytest.raises(errors.NotAModel, match="local cache .*pass the config.json"):
+        M.model_bytes("org/absent-model")
+
+
+def test_a_config_transformers_cannot_read_is_one_clear_error(tmp_path):
+    (tmp_path / "config.json").write_text(json.dumps({"hidden": 3}))
+    with pytest.raises(errors.NotAModel, match="needs a model_type"):
+        M.model_bytes(str(tmp_path / "config.json"))
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(errors.NotAModel, match="not JSON"):
+        M.model_bytes(str(tmp_path / "bad.json"))
