@@ -104,6 +104,12 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
     print(f"similarity to the training graphs: {p.domain.get('note', 'not assessed')}")
     for note in p.notes:
         print(f"note: {note}")
+    if p.layers:
+        basis = "GPU time" if p.device.get("kind") in ("cuda", "rocm") else "MACs"
+        print(f"\n  {'layer':<40}{'share of ' + basis:>18}{'params (M)':>12}{'GMACs':>10}{'activations MB':>16}")
+        for r in p.layers:
+            print(f"  {r['layer'][-39:]:<40}{100 * r['share']:>17.1f}%{r['params'] / 1e6:>12.3g}"
+                  f"{r['macs'] / 1e9:>10.3g}{r['activation_mb']:>16.4g}")
     for warning in p.warnings:
         print(f"WARNING: {warning}")
     if dev.get("kind") == "cpu":
@@ -214,7 +220,7 @@ def _predict(args: argparse.Namespace) -> int:
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
                 price_per_hour=args.price_per_hour, power_limit_w=args.power_limit,
-                price_per_kwh=args.price_per_kwh, **setting)
+                price_per_kwh=args.price_per_kwh, layers=args.layers, **setting)
     if len(names) > 1:
         if args.sweep or args.device_spec:
             raise ValueError("--device with several devices compares them at one batch: without --sweep or --device-spec")
@@ -350,6 +356,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training steps: their hours, energy (GPUs) and, with the prices, their cost")
     p.add_argument("--price-per-hour", type=float, default=None, help="GPU-hour price, for --steps")
     p.add_argument("--price-per-kwh", type=float, default=None, help="energy price, for --steps")
+    p.add_argument("--layers", type=int, nargs="?", const=15, default=0, metavar="N",
+                   help="a per-layer breakdown of the N costliest layers (default 15)")
     p.add_argument("--power-limit", type=float, default=None, metavar="W",
                    help="the GPU's power limit in W (default: its TDP); a lower one slows the step")
     p.add_argument("--interval-z", type=float, default=1.96,

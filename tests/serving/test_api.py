@@ -199,3 +199,12 @@ def test_gpu_answers_carry_power_energy_and_a_power_limits_slowdown():
         P.predict(SAMPLE_FILE, 256, device="v100", power_limit_w=500)
     with pytest.raises(errors.UnsupportedOption, match="power limit applies to a GPU"):
         P.predict(SAMPLE_FILE, 4, device="i9-10940x", power_limit_w=100)
+
+
+def test_layers_break_the_step_down_costliest_first():
+    p = P.predict(SAMPLE_FILE, 64, device="a100", layers=5)
+    assert len(p.layers) == 5 and [r["layer"] for r in p.layers][0] == "layer4"
+    shares = [r["share"] for r in p.layers]
+    assert shares == sorted(shares, reverse=True) and 0.8 < sum(shares) <= 1.0 + 1e-9
+    assert all(r["params"] >= 0 and r["macs"] >= 0 and r["activation_mb"] >= 0 for r in p.layers)
+    assert p.to_dict()["layers"] == p.layers and P.predict(SAMPLE_FILE, 64, device="a100").layers is None

@@ -336,8 +336,10 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
         # weights + gradients + Adam's two moments (fp32) + activations kept for backward
         "train_memory_estimate_bytes": 4 * wb + input_bytes + kept,
     }
-    return Graph(ops, edge_index, macs, params, wbytes, obytes, in_shape, out_shape, n_in, n_out,
-                 in_elems, out_elems, attrs, static)
+    graph = Graph(ops, edge_index, macs, params, wbytes, obytes, in_shape, out_shape, n_in, n_out,
+                  in_elems, out_elems, attrs, static)
+    graph.derived["node_names"] = [n.name for n in nodes]  # for a per-layer breakdown; never stored
+    return graph
 
 
 def featurize(src: str | os.PathLike | bytes | onnx.ModelProto, batch_size: int | None = 1,

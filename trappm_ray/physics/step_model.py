@@ -227,6 +227,22 @@ def forward_kernels(graph, spec: devices.DeviceSpec, precision: str, eff: Effici
     return (np.concatenate([compute, np.zeros(len(bn_us))]), np.concatenate([memory, bn_us]), mean_fill)
 
 
+def node_device_us(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
+                   fused_attention: bool = True) -> np.ndarray:
+    """Per graph node, the device time of its forward kernel (us; 0 for a node that launches none,
+    a restored BatchNorm's kernel added to its Conv's): what a per-layer breakdown sums."""
+    est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
+    work = (est.node_class != FREE) & (est.flops + est.bytes > 0)
+    tensor = est.node_class == TENSOR
+    share = fill(np.asarray(graph.out_elems, np.float64), np.where(tensor, eff.tile, eff.vector_block),
+                 np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
+    peak_share = np.where(tensor & (est.peak >= est.peak_tensor), eff.tensor, eff.vector)
+    own = np.maximum(np.maximum(est.compute_ms * 1e3 / peak_share / share, est.memory_ms * 1e3 / eff.bandwidth),
+                     eff.kernel_us)
+    bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms)) * 1e3 / eff.bandwidth
+    return np.where(work, own + np.where(bn > 0, np.maximum(bn, eff.kernel_us), 0.0), 0.0)
+
+
 def optimizer_kernels(params: float, tensors: int, setting: Setting, bandwidth: float,
                       eff: Efficiency = Efficiency()) -> tuple[np.ndarray, np.ndarray]:
     """(host us, memory us) per list op of the optimizer step (and AMP's unscale pass); each op
@@ -296,4 +312,4 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
 
 
 __all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
-           "device_scale", "fill", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
+           "device_scale", "fill", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]

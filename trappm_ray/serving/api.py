@@ -38,6 +38,7 @@ from trappm_ray.physics.memory import fitting_batch
 from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
+from trappm_ray.serving.layers import breakdown
 from trappm_ray.serving.model_input import model_bytes
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
@@ -128,6 +129,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
                                        f"{device.get('name') or device.get('slug')}")
     if opts.steps and p.train_step_ms is not None:
         p.training_cost = p.cost(opts.steps, opts.price_per_hour, opts.price_per_kwh)
+    if opts.layers > 0:
+        p.layers = breakdown(graph, spec, setting["precision"], opts.layers)
     return p
 
 
@@ -257,27 +260,33 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             precision: str | None = None, optimizer: str | None = None, gpus: int | None = None,
             memory_format: str | None = None,
             device_spec: str | os.PathLike | DeviceSpec | None = None, power_limit_w: float | None = None,
-            price_per_kwh: float | None = None) -> Prediction:
+            price_per_kwh: float | None = None, layers: int = 0) -> Prediction:
     """Predict the training step time, memory, power and inference latency of ``model``.
 
     Args:
         model: ONNX path, ``s3://`` URI, bytes or ModelProto; with the zoo extra also a torch
-            ``nn.Module`` (exported with ``input_shape``, default ``(3, R, R)``) or a timm name.
+            ``nn.Module`` (exported with ``input_shape``, default ``(3, R, R)``), a timm name, or a
+            transformers config (a ``config.json``, its folder, or a Hugging Face id in the local
+            cache; :mod:`trappm_ray.serving.model_input`).
         batch_size: the batch size to predict for; None = the batch the file was exported with
             (the result's ``graph`` says whether a fixed batch was re-bound).
-        device: the shipped predictor of this device (slug or name), else for a GPU of the spec
-            table the spec-based predictor (times from its specs alone); None: the default.
+        device: the device as people name it (``h100``, ``3090``, a slug or NVML name): its
+            shipped predictor, else for a GPU of the spec table the spec-based predictor (times
+            from its specs alone); None: the default.
         predictor: a predictor URI or instance instead of a shipped one.
         resolution: value of symbolic spatial dims; export size of timm names and modules.
         dims: values of other named symbolic input dims.
         memory_budget_mb: also find the largest batch size that fits this memory.
-        steps, price_per_hour: also give the cost of ``steps`` training steps.
+        steps, price_per_hour, price_per_kwh: the hours (and on a GPU the energy) of ``steps``
+            training steps, with their costs where a price is given.
         interval_z: interval half-width in ensemble standard deviations.
         precision, optimizer, gpus, memory_format: the training setting (None: the predictor's
             default); a value the device's predictor was never trained on raises
             ``errors.UnsupportedOption``.
         device_spec: a user's GPU (``--device-spec`` JSON path or a DeviceSpec): predicted by the
             spec-based predictor; training memory from the CUDA memory model.
+        power_limit_w: the GPU's power limit (W; None: its TDP): power and a slower step where it binds.
+        layers: when positive, the breakdown of that many layers, costliest first.
 
     Raises:
         errors.ModelError: the model cannot be read or featurized (``.code``, ``.status``).
@@ -287,7 +296,7 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
                           optimizer=optimizer, gpus=gpus, memory_format=memory_format,
-                          power_limit_w=power_limit_w, price_per_kwh=price_per_kwh)
+                          power_limit_w=power_limit_w, price_per_kwh=price_per_kwh, layers=layers)
     chosen = load_predictor(predictor, device, device_spec)
     data, label = model_bytes(model, resolution, input_shape)
     result = predict_many([(data, opts, label)], chosen)[0]

@@ -63,7 +63,7 @@ def config_model(config: dict, label: str) -> bytes:
         raise errors.NotAModel(f"{label}: not a config transformers can build ({str(e).splitlines()[0][:200]})") from None
 
 
-def _config_file(path: Path, limits: Limits) -> dict | None:
+def _config_file(path: Path) -> dict | None:
     """The config dict when ``path`` is a ``config.json`` (or a folder holding one), else None."""
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
@@ -106,12 +106,12 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
         return _export_module(model, resolution or DEFAULT_RESOLUTION, input_shape), type(model).__name__
     text = os.fspath(model)
     if text.startswith("s3://"):
-        fs, path = storage.fs_and_path(text)
-        if fs.size(path) > limits.max_file_bytes:
+        fs, key = storage.fs_and_path(text)
+        if fs.size(key) > limits.max_file_bytes:
             raise errors.TooLarge(f"{text} is above the limit of {limits.max_file_bytes:,} bytes")
         return storage.read_bytes(text), text
     path = Path(text)
-    config = _config_file(path, limits)
+    config = _config_file(path)
     if config is not None:
         return config_model(config, text), text
     if path.is_file():
@@ -120,7 +120,7 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
         return path.read_bytes(), text
     hub = cached_config(text) if not path.exists() and text.count("/") <= 1 else None
     if hub is not None:
-        return config_model(_config_file(hub, limits) or {}, text), text
+        return config_model(_config_file(hub) or {}, text), text
     if path.suffix == ".onnx" or os.sep in text or not text.replace("_", "").replace(".", "").isalnum():
         raise errors.NotAModel(f"{text} is not a file, nor a Hugging Face id whose config.json is in the local cache "
                                f"({hub_cache()}): pass the config.json (no weights needed)")

@@ -53,6 +53,7 @@ class PredictOptions:
         power_limit_w: the GPU's power limit (W); None = its TDP, the default limit. A lower
             limit lowers the clock and lengthens the step where the power model says it binds.
         price_per_kwh: with ``steps``, the energy cost beside the GPU-hour cost.
+        layers: when positive, a per-layer breakdown of that many layers, the costliest first.
     """
 
     batch_size: int | None = 1
@@ -70,6 +71,7 @@ class PredictOptions:
     device: str | None = None
     power_limit_w: float | None = None
     price_per_kwh: float | None = None
+    layers: int = 0
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
@@ -113,6 +115,7 @@ class Prediction:
     notes: list[str] = field(default_factory=list)
     interval: str = "mean +- interval_z sd over seeds"  # what the time intervals are
     power: dict | None = None  # limit, clock, inference power, energy per step (GPU devices)
+    layers: list[dict] | None = None  # per layer: params, MACs, activation MB, share of the time
 
     @property
     def throughput_samples_s(self) -> float | None:
@@ -174,7 +177,8 @@ class Prediction:
                    training_cost=asdict(self.training_cost) if self.training_cost else None,
                    model_version=self.model_version, device=self.device, graph=self.graph,
                    options=self.options, domain=self.domain, floors=self.floors,
-                   warnings=self.warnings, notes=self.notes, memory_terms=self.memory_terms, power=self.power)
+                   warnings=self.warnings, notes=self.notes, memory_terms=self.memory_terms, power=self.power,
+                   layers=self.layers)
         return out
 
 
