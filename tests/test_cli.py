@@ -180,7 +180,7 @@ def test_predict_text_report(capsys, files, predictor_dir):
                              "--memory-budget-mb", "1e9", "--steps", "1000", "--price-per-hour", "2")
     assert rc == 0
     for needle in ("training step time", "training memory", "inference latency", "samples/s",
-                   "smallest GPU profile", "largest batch <= 1e+09 MB", "1000 steps", "at 2 per GPU-hour",
+                   "no GPU fit", "largest batch <= 1e+09 MB", "1000 steps", "at 2 per GPU-hour",
                    "device test"):
         assert needle in out, (needle, out)
 

@@ -73,8 +73,9 @@ def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = Non
             ("inference latency", _fmt(p.inference_ms)),
             ("training throughput", f"{p.throughput_samples_s:10.1f} samples/s") if p.train_step_ms else None,
             ("inference throughput", f"{p.inference_samples_s:10.1f} samples/s") if p.inference_ms else None,
-            ("smallest GPU profile", f"{p.smallest_profile or 'none fits'}  (" + ", ".join(
-                f"{g} {v or '-'}" for g, v in p.gpu_profiles.items()) + ")") if p.train_memory_mb else None]
+            ("smallest GPU or MIG slice", f"{p.smallest_profile or 'none fits'}"
+             + (f"  (next: {p.runner_up_profile}; upper end of the memory interval)" if p.runner_up_profile else ""))
+            if p.train_memory_mb and p.gpu_profiles else None]
     if p.max_batch_size is not None:
         rows.append((f"largest batch <= {p.memory_budget_mb:g} MB", f"{p.max_batch_size:10d}"))
     if p.power:

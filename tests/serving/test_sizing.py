@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 
 from trappm_ray import errors
-from trappm_ray.serving.sizing import fitting_profiles, largest_batch
+from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
 
 
 @pytest.mark.parametrize("memory_mb,a100_40,a100_80,h100,smallest", [
@@ -56,3 +56,10 @@ def test_largest_batch_counts_a_refused_size_as_not_fitting():
         return 1.0
 
     assert largest_batch(memory_at, 100, 512) == 8
+
+
+def test_runner_up_is_another_gpu_model():
+    _, best = fitting_profiles(3000)
+    nxt = runner_up(3000, best)
+    assert best.startswith("a100") and nxt is not None and not nxt.startswith("a100")
+    assert runner_up(3000, None) is None

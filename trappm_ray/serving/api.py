@@ -42,7 +42,7 @@ from trappm_ray.serving.layers import breakdown
 from trappm_ray.serving.model_input import model_bytes
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
-from trappm_ray.serving.sizing import fitting_profiles, largest_batch
+from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
 from trappm_ray.targets import REPORTED, TARGETS
 
 
@@ -120,8 +120,13 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
         p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value,
         p.inference_ms and p.inference_ms.value)
-    if p.train_memory_mb is not None:
-        p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.value)
+    if p.train_memory_mb is not None and device.get("kind") in ("cuda", "rocm"):
+        # a fit is a promise: the interval's upper end, not the point estimate, must fit
+        p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.high)
+        p.runner_up_profile = runner_up(p.train_memory_mb.high, p.smallest_profile)
+    elif p.train_memory_mb is not None:
+        p.notes.append("no GPU fit: this answer's memory is the CPU's; name a GPU (--device h100) for the smallest "
+                       "GPU or MIG slice that holds it")
     if spec is not None and spec.tdp_w and p.train_step_ms is not None:
         p.notes += with_power(p, graph, spec, setting, predictor.manifest.get("launch") or {}, opts.power_limit_w)
     elif opts.power_limit_w is not None:
@@ -167,11 +172,12 @@ def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, lau
 
 def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
               predictor: Estimator) -> float:
-    """Predicted training memory (MB) of ``proto`` at ``batch_size``, as a prediction reports it."""
+    """Training memory (MB) of ``proto`` at ``batch_size`` that a budget must hold: on a GPU the
+    CUDA memory model's upper end (a fit is a promise), else the predictor's answer."""
     graph = featurize_with(proto, opts, batch_size)
     setting = resolve_options(asdict(opts), predictor.manifest)
     if "train_memory_mb" not in predictor.targets:  # a GPU predictor: the CUDA memory model
-        return gpu_memory_mb(graph, setting["precision"], setting["optimizer"])["value"]
+        return gpu_memory_mb(graph, setting["precision"], setting["optimizer"])["high"]
     return max(predictor.predict_graphs([graph], [setting])[0]["train_memory_mb"],
                memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
 

@@ -104,6 +104,7 @@ class Prediction:
     interval_z: float
     gpu_profiles: dict[str, str | None] = field(default_factory=dict)
     smallest_profile: str | None = None
+    runner_up_profile: str | None = None  # the next smallest option on another GPU model
     memory_budget_mb: float | None = None
     max_batch_size: int | None = None
     training_cost: Cost | None = None
@@ -146,6 +147,8 @@ class Prediction:
                 text += (f", fits its {memory_gb:g} GB" if m.high / 1024 <= memory_gb else
                          f", more than its {memory_gb:g} GB" if m.value / 1024 > memory_gb else
                          f", within its {memory_gb:g} GB only below the interval's upper end")
+            if self.smallest_profile:
+                text += f"; smallest GPU or MIG slice that holds it: {self.smallest_profile}"
             parts.append(text)
         if self.train_power_w is not None:
             parts.append(f"~{self.train_power_w.value:.0f} W")
@@ -172,7 +175,8 @@ class Prediction:
         out["units"] = {t: e.unit for t, e in present.items()}
         out.update(interval_z=self.interval_z, interval_method=self.interval, throughput_samples_s=self.throughput_samples_s,
                    inference_samples_s=self.inference_samples_s, gpu_profiles=self.gpu_profiles,
-                   smallest_profile=self.smallest_profile, memory_budget_mb=self.memory_budget_mb,
+                   smallest_profile=self.smallest_profile, runner_up_profile=self.runner_up_profile,
+                   memory_budget_mb=self.memory_budget_mb,
                    max_batch_size=self.max_batch_size,
                    training_cost=asdict(self.training_cost) if self.training_cost else None,
                    model_version=self.model_version, device=self.device, graph=self.graph,

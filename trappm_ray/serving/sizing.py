@@ -32,6 +32,20 @@ def fitting_profiles(memory_mb: float) -> tuple[dict[str, str | None], str | Non
     return per_gpu, f"{best.device_slug} {best.profile}" if best.profile else best.device_slug
 
 
+def runner_up(memory_mb: float, best: str | None) -> str | None:
+    """The next smallest option after ``best`` on another GPU model (the second answer a user
+    weighs: ``a100-pcie-40gb 1g.5gb`` is followed by ``a30 1g.6gb``, not by the same A100's
+    SXM4 twin's slice of equal size)."""
+    if best is None:
+        return None
+    first = best.split(" ")[0]
+    family = devices.get(first).name.split(" ")[:2]
+    for o in devices.all_memory_options():
+        if _fits(memory_mb, o.memory_gb) and devices.get(o.device_slug).name.split(" ")[:2] != family:
+            return f"{o.device_slug} {o.profile}" if o.profile else o.device_slug
+    return None
+
+
 def largest_batch(memory_at: Callable[[int], float], budget_mb: float, max_batch: int) -> int:
     """Largest batch size whose training memory ``memory_at(batch)`` fits ``budget_mb``.
 
@@ -63,4 +77,4 @@ def largest_batch(memory_at: Callable[[int], float], budget_mb: float, max_batch
     return lo
 
 
-__all__ = ["fitting_profiles", "largest_batch"]
+__all__ = ["fitting_profiles", "runner_up", "largest_batch"]
