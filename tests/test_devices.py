@@ -57,7 +57,7 @@ def _public_label_names() -> set[str]:
 
 
 def test_columns_and_packaged_copies():
-    for name in ("devices.csv", "mig_profiles.csv"):
+    for name in ("devices.csv", "mig_profiles.csv", "clusters.csv"):
         assert (ROOT / "data" / name).read_bytes() == (ROOT / "trappm_ray" / "data" / name).read_bytes(), \
             f"trappm_ray/data/{name} must be a byte copy of data/{name}"
     with open(ROOT / "data" / "devices.csv", newline="", encoding="utf-8") as fh:

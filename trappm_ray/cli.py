@@ -221,7 +221,7 @@ def _predict(args: argparse.Namespace) -> int:
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
                 price_per_hour=args.price_per_hour, power_limit_w=args.power_limit,
-                price_per_kwh=args.price_per_kwh, layers=args.layers, **setting)
+                price_per_kwh=args.price_per_kwh, layers=args.layers, cluster=args.cluster, **setting)
     if len(names) > 1:
         if args.sweep or args.device_spec:
             raise ValueError("--device with several devices compares them at one batch: without --sweep or --device-spec")
@@ -348,7 +348,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="training precision (default: what the device's labels used)")
     p.add_argument("--optimizer", default=None, choices=options.OPTIMIZERS,
                    help="optimizer of the training step (default: the labels')")
-    p.add_argument("--gpus", type=int, default=None, help="GPUs per job where the labels vary it")
+    p.add_argument("--gpus", type=int, default=None,
+                   help="GPUs: on a GPU, data parallelism at --batch-size per GPU (see --cluster)")
+    p.add_argument("--cluster", default=None, metavar="NAME|FILE.json",
+                   help="where --gpus run: dgx-a100, dgx-h100, hgx-h200, aws-p5, aws-g4dn-12xlarge, ... "
+                        "(data/clusters.csv) or a JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps")
     p.add_argument("--memory-format", default=None, choices=options.MEMORY_FORMATS)
     p.add_argument("--predictor", default=None, help="predictor directory or URI (default: shipped)")
     p.add_argument("--memory-budget-mb", type=float, default=None,

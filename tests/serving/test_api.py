@@ -208,3 +208,16 @@ def test_layers_break_the_step_down_costliest_first():
     assert shares == sorted(shares, reverse=True) and 0.8 < sum(shares) <= 1.0 + 1e-9
     assert all(r["params"] >= 0 and r["macs"] >= 0 and r["activation_mb"] >= 0 for r in p.layers)
     assert p.to_dict()["layers"] == p.layers and P.predict(SAMPLE_FILE, 64, device="a100").layers is None
+
+
+def test_several_gpus_are_data_parallel_on_a_cluster():
+    one = P.predict(SAMPLE_FILE, 64, device="a100")
+    many = P.predict(SAMPLE_FILE, 64, device="a100", gpus=16)
+    d = many.distributed
+    assert d["gpus"] == 16 and d["nodes"] == 2 and d["cluster"] == "dgx-a100" and d["global_batch"] == 1024
+    assert many.train_step_ms.value == pytest.approx(one.train_step_ms.value + d["exposed_allreduce_ms"])
+    assert many.throughput_samples_s == pytest.approx(16 * 64e3 / many.train_step_ms.value)
+    assert many.train_memory_mb.value > one.train_memory_mb.value  # DDP's gradient buckets
+    with pytest.raises(errors.UnsupportedOption, match="no cluster of NVIDIA L4"):
+        P.predict(SAMPLE_FILE, 64, device="l4", gpus=4)
+    assert P.predict(SAMPLE_FILE, 64, device="l4", gpus=4, cluster="pcie-l40s-8x").distributed["nodes"] == 1

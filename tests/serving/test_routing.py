@@ -82,8 +82,9 @@ def test_predict_with_spec_device_and_json(tiny, gpu_json):
     adam = P.predict(B.cnn_model(), batch_size=8, device="h100-sxm5-80gb", optimizer="adamw")
     assert adam.options["optimizer"] == "adamw" and adam.train_step_ms.value >= p.train_step_ms.value
     assert any("step model's ratio" in n for n in adam.notes)
-    with pytest.raises(errors.UnsupportedOption, match="gpus"):
-        P.predict(B.cnn_model(), device="h100-sxm5-80gb", gpus=8)
+    assert P.predict(B.cnn_model(), device="h100-sxm5-80gb", gpus=8).distributed["gpus"] == 8  # data parallel
+    with pytest.raises(errors.UnsupportedOption, match="gpus"):  # a CPU predictor: one "GPU" only
+        P.predict(B.cnn_model(), device="i9-10940x", gpus=8)
 
 
 def test_predict_many_routes_items_by_device(tiny):

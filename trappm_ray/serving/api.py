@@ -35,6 +35,7 @@ from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.serving import batch_envelope
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
 from trappm_ray.physics.memory import fitting_batch
+from trappm_ray.physics.collectives import Cluster, allreduce_ms, exposed_allreduce_ms, load_clusters
 from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
@@ -62,13 +63,22 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
                      dims=dict(opts.dims) or None)
 
 
+def requested_setting(opts: PredictOptions, predictor: Estimator) -> dict:
+    """The options a predictor resolves: on a GPU, several ``gpus`` are data parallelism
+    (:func:`with_data_parallel`), answered from one GPU's step, so the predictor sees one."""
+    requested = asdict(opts)
+    if (opts.gpus or 1) > 1 and gpu_spec(predictor) is not None:
+        requested["gpus"] = None
+    return requested
+
+
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search): intervals widened
     where the model is unlike the training graphs, memory never below its physical floor
     (weights, gradients, optimizer state and the largest tensor: :mod:`trappm_ray.serving.checks`)."""
     units = {t: TARGETS[t].unit for t in REPORTED}
-    setting = resolve_options(asdict(opts), predictor.manifest)
+    setting = resolve_options(requested_setting(opts, predictor), predictor.manifest)
     device, domain, spec = device_of(predictor), domain_of(predictor.manifest, graph), gpu_spec(predictor)
     if spec is not None:
         device["memory_gb"] = spec.memory_gb
@@ -136,7 +146,46 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.training_cost = p.cost(opts.steps, opts.price_per_hour, opts.price_per_kwh)
     if opts.layers > 0:
         p.layers = breakdown(graph, spec, setting["precision"], opts.layers)
+    if spec is not None and (opts.gpus or 1) > 1:
+        p.notes.append(with_data_parallel(p, graph, spec, setting, opts))
     return p
+
+
+def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, opts: PredictOptions) -> str:
+    """Make ``p`` (one GPU's step at the per-GPU batch) the step of ``opts.gpus`` data-parallel
+    GPUs: plus the gradient all-reduce the backward does not hide (DDP buckets, ring or
+    hierarchical on the cluster, :mod:`trappm_ray.physics.collectives`); memory plus DDP's
+    gradient buckets; returns the note."""
+    name = opts.cluster or next((c.slug for c in load_clusters().values() if c.gpu == spec.slug), None)
+    if name is None:
+        raise errors.UnsupportedOption(f"no cluster of {spec.name} in the table: name one (--cluster dgx-a100, or a "
+                                       f"JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps)")
+    try:
+        cluster = Cluster.of(name)
+    except ValueError as e:
+        raise errors.UnsupportedOption(str(e)) from None
+    gpus, params = int(opts.gpus or 1), float(graph.static["params"])
+    step = step_time(graph, spec, setting, "train")
+    backward = p.train_step_ms.value * step.backward_ms / step.total_ms if p.train_step_ms and step.total_ms else 0.0
+    grad_bytes = 4 * params  # fp32 gradients, also under AMP
+    total = allreduce_ms(grad_bytes, gpus, cluster)
+    exposed = exposed_allreduce_ms(grad_bytes, backward, gpus, cluster)
+    if p.train_step_ms is not None:
+        e = p.train_step_ms
+        p.train_step_ms = Estimate(e.value + exposed, e.low + exposed, e.high + exposed, e.std, e.unit)
+    if p.train_memory_mb is not None:  # DDP's gradient buckets: a second copy of the gradients
+        e, extra = p.train_memory_mb, grad_bytes / 2**20
+        p.train_memory_mb = Estimate(e.value + extra, e.low + extra, e.high + extra, e.std, e.unit)
+    nodes = -(-gpus // cluster.gpus_per_node)
+    p.distributed = {"gpus": gpus, "nodes": nodes, "cluster": cluster.slug, "global_batch": gpus * p.batch_size,
+                     "allreduce_ms": total, "exposed_allreduce_ms": exposed, "parallel": "dp",
+                     "network_bytes_per_gpu": 2 * (gpus - 1) / gpus * grad_bytes}
+    if p.power:  # every GPU draws about what one does; the all-reduce's wait is not modelled as idle
+        p.power["total_train_power_w"] = gpus * p.power["train_power_w"]
+    return (f"data parallel over {gpus} GPUs on {nodes} node(s) of {cluster.name} (batch {p.batch_size} per GPU, "
+            f"{gpus * p.batch_size} in all): the gradient all-reduce ({grad_bytes / 2**20:.0f} MB, {total:.3g} ms) "
+            f"overlaps the backward in 25 MB buckets, {exposed:.3g} ms of it is not hidden; checked on one node at "
+            f"3-9% (docs/results-distributed.md), across nodes far worse")
 
 
 def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, launch_profiles: dict,
@@ -201,7 +250,8 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
 
     for i, (data, opts, _) in enumerate(models):
         try:
-            chosen, setting = settled(asdict(opts), predictor_for(opts.device, predictor))
+            chosen = predictor_for(opts.device, predictor)
+            chosen, setting = settled(requested_setting(opts, chosen), chosen)
             chosen.check(setting)
             sha = hashlib.sha256(data).hexdigest()
             proto = cached((sha,), lambda: read_model(data))
@@ -266,7 +316,7 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             precision: str | None = None, optimizer: str | None = None, gpus: int | None = None,
             memory_format: str | None = None,
             device_spec: str | os.PathLike | DeviceSpec | None = None, power_limit_w: float | None = None,
-            price_per_kwh: float | None = None, layers: int = 0) -> Prediction:
+            price_per_kwh: float | None = None, layers: int = 0, cluster: str | None = None) -> Prediction:
     """Predict the training step time, memory, power and inference latency of ``model``.
 
     Args:
@@ -293,6 +343,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             spec-based predictor; training memory from the CUDA memory model.
         power_limit_w: the GPU's power limit (W; None: its TDP): power and a slower step where it binds.
         layers: when positive, the breakdown of that many layers, costliest first.
+        gpus, cluster: on a GPU, ``gpus`` above 1 is data parallelism at ``batch_size`` per GPU on
+            ``cluster`` (a ``data/clusters.csv`` name or JSON file; None: the table's first of that GPU).
 
     Raises:
         errors.ModelError: the model cannot be read or featurized (``.code``, ``.status``).
@@ -302,7 +354,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
                           optimizer=optimizer, gpus=gpus, memory_format=memory_format,
-                          power_limit_w=power_limit_w, price_per_kwh=price_per_kwh, layers=layers)
+                          power_limit_w=power_limit_w, price_per_kwh=price_per_kwh, layers=layers,
+                          cluster=cluster)
     chosen = load_predictor(predictor, device, device_spec)
     data, label = model_bytes(model, resolution, input_shape)
     result = predict_many([(data, opts, label)], chosen)[0]

@@ -33,8 +33,9 @@ RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx
 MAX_JSON_BYTES = 64 * 1024
 OPTION_NAMES = ("batch_size", "resolution", "memory_budget_mb", "steps", "price_per_hour",
                 "interval_z", "precision", "optimizer", "gpus", "memory_format", "device", "power_limit_w",
-                "price_per_kwh", "layers")
-_CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "layers": int, "precision": str,
+                "price_per_kwh", "layers", "cluster")
+_CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "layers": int, "cluster": str,
+            "precision": str,
             "optimizer": str, "memory_format": str, "device": str}
 
 

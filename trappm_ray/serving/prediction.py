@@ -54,6 +54,8 @@ class PredictOptions:
             limit lowers the clock and lengthens the step where the power model says it binds.
         price_per_kwh: with ``steps``, the energy cost beside the GPU-hour cost.
         layers: when positive, a per-layer breakdown of that many layers, the costliest first.
+        cluster: with ``gpus`` above 1 on a GPU, the cluster data parallelism runs on (a name of
+            ``data/clusters.csv`` or a JSON file; None: the table's first of that GPU).
     """
 
     batch_size: int | None = 1
@@ -72,6 +74,7 @@ class PredictOptions:
     power_limit_w: float | None = None
     price_per_kwh: float | None = None
     layers: int = 0
+    cluster: str | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
@@ -117,12 +120,14 @@ class Prediction:
     interval: str = "mean +- interval_z sd over seeds"  # what the time intervals are
     power: dict | None = None  # limit, clock, inference power, energy per step (GPU devices)
     layers: list[dict] | None = None  # per layer: params, MACs, activation MB, share of the time
+    distributed: dict | None = None  # data parallelism: GPUs, nodes, cluster, all-reduce, global batch
 
     @property
     def throughput_samples_s(self) -> float | None:
-        """Training samples per second: the batch over one step."""
+        """Training samples per second: the batch (over every GPU of a data-parallel job) over one step."""
         s = self.train_step_ms
-        return self.batch_size * 1e3 / s.value if s and s.value > 0 else None
+        gpus = (self.distributed or {}).get("gpus", 1)
+        return gpus * self.batch_size * 1e3 / s.value if s and s.value > 0 else None
 
     @property
     def inference_samples_s(self) -> float | None:
@@ -134,6 +139,8 @@ class Prediction:
         whether that fits the device (its ``memory_gb`` where the device dict carries it)."""
         parts = []
         name = self.device.get("name") or self.device.get("slug") or "the device"
+        if self.distributed:
+            name = f"{self.distributed['gpus']} x {name} (data parallel, {self.distributed['cluster']})"
         if self.train_step_ms is not None:
             parts.append(f"~{self.train_step_ms.value:.3g} ms per training step at batch {self.batch_size} "
                          f"({self.throughput_samples_s or 0:,.0f} samples/s) on {name}")
@@ -182,7 +189,7 @@ class Prediction:
                    model_version=self.model_version, device=self.device, graph=self.graph,
                    options=self.options, domain=self.domain, floors=self.floors,
                    warnings=self.warnings, notes=self.notes, memory_terms=self.memory_terms, power=self.power,
-                   layers=self.layers)
+                   layers=self.layers, distributed=self.distributed)
         return out
 
 

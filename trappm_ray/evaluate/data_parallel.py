@@ -1,0 +1,137 @@
+"""Data-parallel step time and all-reduce time against public measurements
+(``docs/results-distributed.md``).
+
+* vTrain's all-reduce tables (VIA-Research/vTrain @ f8dda84, MIT-style): the cluster table's
+  A100 and V100 node figures are fitted on the 8-GPU tables; the 2-7 GPU tables are held out.
+* Pollux (petuum/adaptdl @ de25dcc, Apache-2.0): data-parallel BERT-base, ResNet-50 and the
+  CIFAR ResNet-18 on 1-16 T4 GPUs over 1-4 AWS g4dn.12xlarge nodes, at 5-11 per-GPU batch sizes.
+  The check isolates communication: the predicted step on N GPUs is the *measured* one-GPU step
+  at the same per-GPU batch plus the exposed all-reduce of the gradients (fp32, DDP buckets
+  overlapping the backward, whose share of the step comes from the step model), against the
+  measured N-GPU step; the baseline is no communication at all.
+"""
+from __future__ import annotations
+
+import csv
+from collections import defaultdict
+from pathlib import Path
+
+import numpy as np
+
+from trappm_ray import devices
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.physics.collectives import Cluster, allreduce_ms, exposed_allreduce_ms, load_clusters
+from trappm_ray.physics.step_model import step_time
+
+ROOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "public-distributed"
+POLLUX = {"imagenet": ("resnet50", "sgd-momentum", {}), "cifar10": ("cifar_resnet18", "sgd-momentum", {}),
+          "bert": ("bert_base_qa", "adamw", {"seq": 384})}
+POLLUX_CLUSTER = "aws-g4dn-12xlarge"
+VTRAIN_NODES = {"a100": "dgx-a100", "v100": "dgx-1-v100"}
+
+
+def allreduce_tables(root: Path = ROOT) -> dict[str, dict]:
+    """Per vTrain GPU and GPU count: MAPE and worst error of the cluster table's all-reduce time
+    against the measured table (every message size, 1-1,024 MiB)."""
+    out = {}
+    clusters = load_clusters()
+    for gpu, slug in VTRAIN_NODES.items():
+        for n in range(2, 9):
+            path = root / "vtrain" / "trace" / gpu / f"AR_GPU{n}_1M_1024M_LUT"
+            if not path.exists():
+                continue
+            with open(path, newline="") as fh:
+                rows = list(csv.reader(fh))[1:]
+            sizes = np.array([float(r[0]) for r in rows])
+            measured = np.array([float(r[5]) for r in rows]) / 1e6  # ns -> ms (the in-place column)
+            pred = np.array([allreduce_ms(b, n, clusters[slug]) for b in sizes])
+            err = np.abs(pred / measured - 1)
+            out[f"{gpu} x{n}"] = {"mape": float(err.mean() * 100), "worst": float(err.max() * 100),
+                                  "fitted_on": n == 8, "sizes": len(sizes)}
+    return out
+
+
+def pollux_rows(root: Path = ROOT) -> list[dict]:
+    """Pollux's placements with their one-GPU step at the same per-GPU batch."""
+    out = []
+    for folder, (workload, optimizer, dims) in POLLUX.items():
+        with open(root / "pollux" / folder / "placements.csv", newline="") as fh:
+            rows = list(csv.DictReader(fh))
+        single = {int(r["local_bsz"]): float(r["step_time"]) * 1e3 for r in rows if r["placement"] == "1"}
+        for r in rows:
+            b = int(r["local_bsz"])
+            if r["placement"] != "1" and b in single:
+                digits = [int(c) for c in r["placement"]]
+                out.append({"workload": workload, "optimizer": optimizer, "dims": dims, "batch": b,
+                            "placement": r["placement"], "gpus": sum(digits), "nodes": len(digits),
+                            "per_node": max(digits), "one_gpu_ms": single[b],
+                            "measured_ms": float(r["step_time"]) * 1e3, "sync_ms": float(r["sync_time"]) * 1e3})
+    return out
+
+
+def pollux(onnx_of, root: Path = ROOT) -> dict:
+    """Predicted against measured N-GPU steps, per workload (see the module docstring)."""
+    rows, cluster = pollux_rows(root), Cluster.of(POLLUX_CLUSTER)
+    spec = devices.get(cluster.gpu)
+    shares: dict[tuple, tuple[float, float]] = {}
+    for key in sorted({(r["workload"], r["batch"], r["optimizer"]) for r in rows}):
+        r0 = next(r for r in rows if (r["workload"], r["batch"], r["optimizer"]) == key)
+        g = featurize(onnx_of(key[0]), key[1], dims=r0["dims"] or None)
+        est = step_time(g, spec, {"precision": "fp32", "optimizer": key[2]})
+        shares[key] = (est.backward_ms / est.total_ms, float(g.static["params"]))
+    by: dict[str, list] = defaultdict(list)
+    for r in rows:
+        share, params = shares[(r["workload"], r["batch"], r["optimizer"])]
+        exposed = exposed_allreduce_ms(4 * params, share * r["one_gpu_ms"], r["gpus"], cluster, r["nodes"])
+        r.update(predicted_ms=r["one_gpu_ms"] + exposed, exposed_ms=exposed)
+        by[r["workload"]].append(r)
+    summary = {}
+    for w, rs in sorted(by.items()):
+        pred = np.array([r["predicted_ms"] / r["measured_ms"] - 1 for r in rs])
+        none = np.array([r["one_gpu_ms"] / r["measured_ms"] - 1 for r in rs])
+        one_node = np.array([r["nodes"] == 1 for r in rs])
+        summary[w] = {"rows": len(rs), "mape": float(np.abs(pred).mean() * 100), "worst": float(np.abs(pred).max() * 100),
+                      "one_node_mape": float(np.abs(pred[one_node]).mean() * 100) if one_node.any() else None,
+                      "multi_node_mape": float(np.abs(pred[~one_node]).mean() * 100),
+                      "no_comm_mape": float(np.abs(none).mean() * 100),
+                      "sync_mae_ms": float(np.mean([abs(r["exposed_ms"] - r["sync_ms"]) for r in rs])),
+                      "median_measured_sync_ms": float(np.median([r["sync_ms"] for r in rs]))}
+    return {"summary": summary, "rows": rows}
+
+
+def markdown(tables: dict, dp: dict, seconds: float) -> str:
+    """``docs/results-distributed.md``."""
+    lines = ["# Distributed training: all-reduce and data-parallel step time", "",
+             f"Generated by `python jobs/evaluate_distributed.py` in {seconds:.0f} s (numbers in "
+             "`docs/results-distributed.json`; `trappm_ray/physics/collectives.py`, `data/clusters.csv`).", "",
+             "## All-reduce time, vTrain's measured tables", "",
+             "The cluster table's DGX A100 and DGX-1 (V100) figures are fitted on the 8-GPU tables; the others are "
+             "held out. Ring model: latency + 2(n-1)/n x bytes / bus bandwidth.", "",
+             "| GPUs | message sizes | MAPE | worst | fitted on it |", "|---|---|---|---|---|"]
+    for k, v in tables.items():
+        lines.append(f"| {k} | {v['sizes']} | {v['mape']:.1f}% | {v['worst']:.0f}% | {'yes' if v['fitted_on'] else 'no'} |")
+    lines += ["", "## Data-parallel step time, Pollux (T4, AWS g4dn.12xlarge, 1-4 nodes)", "",
+              "Predicted N-GPU step = the measured one-GPU step at the same per-GPU batch + the exposed gradient "
+              "all-reduce (communication alone is checked; the one-GPU step's own error is in "
+              "`docs/results-step-model.md`). Baseline: no communication.", "",
+              "| workload | rows | MAPE | worst | one node | several nodes | no-communication baseline | "
+              "mean abs. error of the added time vs measured sync (ms) | median measured sync (ms) |",
+              "|---|---|---|---|---|---|---|---|---|"]
+    for w, v in dp["summary"].items():
+        one = f"{v['one_node_mape']:.1f}%" if v["one_node_mape"] is not None else "-"
+        lines.append(f"| {w} | {v['rows']} | {v['mape']:.1f}% | {v['worst']:.0f}% | {one} | "
+                     f"{v['multi_node_mape']:.1f}% | {v['no_comm_mape']:.1f}% | {v['sync_mae_ms']:.0f} | "
+                     f"{v['median_measured_sync_ms']:.0f} |")
+    lines += ["", "What this says: inside one node the ring model holds (A100 NVSwitch tables 2.4-14% on the GPU "
+              "counts it was not fitted on; Pollux one-node steps 3-9%). The DGX-1's V100 tables are not one "
+              "ring bandwidth: 23 GB/s for 2 GPUs, 85 for 4, 135 for 8 (its hybrid cube mesh), so a partial "
+              "DGX-1 is mispredicted by 35-83%. Across Pollux's nodes the measured synchronisation (median "
+              "0.9 s for BERT's 436 MB of gradients, 92 ms for ResNet-50's 102 MB) implies 0.5-1.1 GB/s, "
+              "not the 6.25 GB/s of the instances' 50 Gb/s network, and the model misses it almost entirely: "
+              "several nodes stay an open problem.", "",
+              "Not yet modelled: tensor and pipeline parallelism, ZeRO/FSDP, vTrain's and Gavel's step times; "
+              "the product answers data parallelism only (`--gpus N --cluster NAME`).", ""]
+    return "\n".join(lines)
+
+
+__all__ = ["allreduce_tables", "pollux_rows", "pollux", "markdown"]

@@ -1,0 +1,107 @@
+"""Collective communication time and the clusters it runs on.
+
+An all-reduce of ``B`` bytes over ``n`` GPUs in a ring moves ``2 (n - 1) / n x B`` through each
+GPU's link and takes ``2 (n - 1)`` latency steps (Patarasuk & Yuan, JPDC 2009; NCCL's "bus
+bandwidth" is ``B x 2 (n - 1) / n / time``). Over several nodes NCCL reduces inside each node,
+all-reduces across nodes, then broadcasts inside each node (hierarchical); the inter-node step
+carries a node's whole share through its network links.
+
+Clusters are data (``data/clusters.csv``, :func:`load_clusters`): GPUs per node, the intra-node
+bus bandwidth and latency (fitted on vTrain's measured all-reduce tables where they exist, else
+the link's figure times a stated share), the inter-node network in Gb/s, each with its source. A
+user's cluster is a dict or JSON file of the same fields.
+"""
+from __future__ import annotations
+
+import csv
+import json
+from dataclasses import dataclass, fields
+from functools import lru_cache
+from pathlib import Path
+
+CLUSTERS_CSV = Path(__file__).resolve().parents[1] / "data" / "clusters.csv"
+DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's default bucket_cap_mb
+DEFAULT_LATENCY_US = 30.0  # a user's cluster without latencies: of the order the tables hold
+NUMERIC = {"gpus_per_node": int, "intra_busbw_gbs": float, "intra_latency_us": float, "inter_gbps": float,
+           "inter_latency_us": float}
+ALIASES = {"intra_node_gbs": "intra_busbw_gbs", "inter_node_gbps": "inter_gbps"}  # the API's spelling
+
+
+@dataclass(frozen=True)
+class Cluster:
+    """GPUs per node and the links between them."""
+
+    slug: str
+    name: str
+    gpu: str
+    gpus_per_node: int
+    intra_busbw_gbs: float
+    intra_latency_us: float
+    inter_gbps: float
+    inter_latency_us: float
+    source: str = ""
+
+    @classmethod
+    def of(cls, value: str | dict | Path) -> Cluster:
+        """A table name, a dict of the fields (missing ``slug``/``name``/``gpu``/``source`` are
+        filled), or a JSON file of one."""
+        if isinstance(value, dict):
+            d = {"slug": "custom", "name": "custom cluster", "gpu": "", "intra_latency_us": DEFAULT_LATENCY_US,
+                 "inter_latency_us": DEFAULT_LATENCY_US, **{ALIASES.get(k, k): v for k, v in value.items()}}
+            try:
+                return cls(**{f.name: NUMERIC.get(f.name, str)(d[f.name]) for f in fields(cls) if f.name in d})
+            except (KeyError, TypeError, ValueError) as e:
+                raise ValueError(f"a cluster needs gpus_per_node, intra_busbw_gbs (intra_node_gbs) and inter_gbps "
+                                 f"(inter_node_gbps): {e}") from None
+        text = str(value)
+        table = load_clusters()
+        if text in table:
+            return table[text]
+        path = Path(text)
+        if path.suffix == ".json" and path.is_file():
+            return cls.of(json.loads(path.read_text()))
+        raise ValueError(f"unknown cluster {text!r}; known: {', '.join(table)} (or a JSON file of the fields)")
+
+
+@lru_cache(maxsize=2)
+def load_clusters(path: str | Path = CLUSTERS_CSV) -> dict[str, Cluster]:
+    """The cluster table by slug."""
+    with open(path, newline="", encoding="utf-8") as fh:
+        return {r["slug"]: Cluster.of(r) for r in csv.DictReader(fh)}
+
+
+def ring_allreduce_ms(nbytes: float, n: int, busbw_gbs: float, latency_us: float) -> float:
+    """One ring all-reduce of ``nbytes`` over ``n`` participants (ms)."""
+    if n <= 1 or nbytes <= 0:
+        return 0.0
+    return (2 * (n - 1) / n * nbytes / (busbw_gbs * 1e9) + latency_us * 1e-6) * 1e3
+
+
+def allreduce_ms(nbytes: float, gpus: int, cluster: Cluster, nodes: int | None = None) -> float:
+    """An all-reduce over ``gpus`` GPUs of ``cluster`` on ``nodes`` nodes (None: nodes filled
+    first): in one node a ring, over several the hierarchical form (reduce-scatter and
+    all-gather inside each node around an all-reduce of a node's share across nodes on the
+    network). Uneven nodes take as long as the fullest."""
+    nodes = nodes or -(-gpus // cluster.gpus_per_node)
+    per_node = min(-(-gpus // nodes), cluster.gpus_per_node)
+    inside = ring_allreduce_ms(nbytes, per_node, cluster.intra_busbw_gbs, cluster.intra_latency_us)
+    if nodes == 1:
+        return inside
+    return inside + ring_allreduce_ms(nbytes, nodes, cluster.inter_gbps / 8, cluster.inter_latency_us)
+
+
+def exposed_allreduce_ms(grad_bytes: float, backward_ms: float, gpus: int, cluster: Cluster,
+                         nodes: int | None = None, bucket_bytes: float = DDP_BUCKET_BYTES) -> float:
+    """What gradient synchronisation adds to a data-parallel step: DDP all-reduces buckets while
+    the backward pass goes on, from the first bucket's gradients to the end; what does not fit in
+    that window, and at least the last bucket's all-reduce, waits after the backward."""
+    total = allreduce_ms(grad_bytes, gpus, cluster, nodes)
+    if total <= 0:
+        return 0.0
+    first = min(bucket_bytes / grad_bytes, 1.0)
+    last = allreduce_ms(min(bucket_bytes, grad_bytes), gpus, cluster, nodes)
+    return max(total - backward_ms * (1 - first), last)
+
+
+__all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "load_clusters", "ring_allreduce_ms", "allreduce_ms",
+           "exposed_allreduce_ms"]
