@@ -54,6 +54,7 @@ class BatchPredictConfig:
         device: predict for this device: its shipped predictor, else (a GPU of the spec table)
             the spec-based one; None = ``predictor``.
         power_limit_w: the GPU's power limit in W (None: its TDP).
+        cluster: where ``gpus`` above 1 run (a ``data/clusters.csv`` name or JSON file).
     """
 
     src: str = ""
@@ -74,10 +75,11 @@ class BatchPredictConfig:
     memory_format: str | None = None
     device: str | None = None
     power_limit_w: float | None = None
+    cluster: str | None = None
 
     def setting(self) -> dict:
         return {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "device",
-                                              "power_limit_w")}
+                                              "power_limit_w", "cluster")}
 
 
 @dataclass
@@ -231,14 +233,14 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
         kept and a re-run predicts the rest.
     """
     from trappm_ray.ray_init import ensure_ray
-    from trappm_ray.serving.api import load_predictor, model_version
+    from trappm_ray.serving.api import PredictOptions, load_predictor, model_version, requested_setting
     from trappm_ray.serving.routing import settled
 
     start = time.perf_counter()
     if not cfg.src or not cfg.dst:
         raise ValueError("src and dst are required")
     predictor = load_predictor(cfg.predictor, cfg.device)  # fails early, before Ray starts
-    settled(cfg.setting(), predictor)  # a setting nothing answers on this device fails here
+    settled(requested_setting(PredictOptions(**cfg.setting()), predictor), predictor)  # fails here, not per file
     version = model_version(predictor)
     files = list_onnx(cfg.src)
     done = done_paths(cfg.dst, version)
