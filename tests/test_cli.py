@@ -293,3 +293,13 @@ def test_predict_compares_several_devices_in_one_table(capsys):
     assert all(r["train_step_ms"] > 0 and r["summary"].startswith("~") for r in rows)
     rc, out, _ = run_predict(capsys, sample, "--batch-size", "64", "--device", "h100,t4")
     assert rc == 0 and "NVIDIA H100 SXM5 80GB" in out and "NVIDIA T4" in out and "fits" in out
+
+
+def test_a_bad_option_has_one_code_in_the_cli_and_the_api(capsys):
+    from trappm_ray import errors
+    from trappm_ray.serving import api
+
+    rc, _, err = run_predict(capsys, "data/sample/onnx/resnet10t@64.onnx", "--batch-size", "0")
+    assert rc == 2 and err.strip() == "error: bad_options: batch_size must be in 1..4096, got 0"
+    with pytest.raises(errors.BadOption, match="bad_options: batch_size"):
+        api.PredictOptions(0)

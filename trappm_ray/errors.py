@@ -102,6 +102,14 @@ class FixedBatch(UnsupportedConstruct):
     code = "fixed_batch"
 
 
+class BadOption(ModelError):
+    """A prediction option out of its range (batch size 0, a negative price): the same code and
+    message from the CLI, the API, the HTTP app and the batch job."""
+
+    code = "bad_options"
+    status = 400
+
+
 class UnsupportedOption(ModelError):
     """A prediction option (precision, optimizer, GPUs, memory format) the device's predictor was
     never trained on: refused rather than silently ignored."""

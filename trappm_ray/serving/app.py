@@ -120,6 +120,8 @@ def parse_options(raw: dict, max_batch: int):
             dims = dict(item.split(":", 1) for item in dims.split(",") if item)
         kw["dims"] = tuple(sorted((str(k), int(v)) for k, v in dict(dims).items()))
         return PredictOptions(**kw, max_batch=max_batch)
+    except errors.BadOption as e:
+        raise ApiError(e.status, e.code, str(e).split(": ", 1)[-1]) from None
     except (TypeError, ValueError) as e:
         raise ApiError(400, "bad_options", str(e).splitlines()[0][:300]) from None
 

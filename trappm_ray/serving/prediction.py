@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from dataclasses import asdict, dataclass, field
 
+from trappm_ray import errors
 from trappm_ray.targets import REPORTED
 
 
@@ -78,13 +79,13 @@ class PredictOptions:
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
-            raise ValueError(f"batch_size must be in 1..{self.max_batch}, got {self.batch_size}")
+            raise errors.BadOption(f"batch_size must be in 1..{self.max_batch}, got {self.batch_size}")
         for name in ("resolution", "memory_budget_mb", "steps", "price_per_hour", "power_limit_w", "price_per_kwh"):
             value = getattr(self, name)
             if value is not None and not value > 0:
-                raise ValueError(f"{name} must be positive, got {value}")
+                raise errors.BadOption(f"{name} must be positive, got {value}")
         if not 0 <= self.interval_z <= 10:
-            raise ValueError(f"interval_z must be in 0..10, got {self.interval_z}")
+            raise errors.BadOption(f"interval_z must be in 0..10, got {self.interval_z}")
 
     def key(self) -> str:
         return json.dumps(asdict(self), sort_keys=True)
