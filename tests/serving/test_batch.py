@@ -9,6 +9,7 @@ from predictor_builders import random_predictor
 from trappm_ray import storage
 from trappm_ray.serving.batch import (SCHEMA, BatchPredictConfig, _grouped, done_paths, list_onnx,
                                       run)
+from trappm_ray.serving.model_input import config_model
 
 
 @pytest.fixture(scope="module")
@@ -145,3 +146,18 @@ def test_job_script_positional_args(predictor_dir, tmp_path):
     assert proc.returncode == 0, proc.stderr[-2000:]
     summary = json.loads(proc.stdout[proc.stdout.index("{"):])
     assert (summary["files"], summary["ok"], summary["errors"]) == (3, 2, 1)
+
+
+def test_a_text_model_takes_its_sequence_length_from_dim(ray_session, tmp_path):
+    tiny = config_model({"n_embd": 32, "n_layer": 1, "n_head": 2, "vocab_size": 500, "n_positions": 64}, "tiny")
+    (tmp_path / "in").mkdir()
+    (tmp_path / "in" / "lm.onnx").write_bytes(tiny)
+    base = dict(src=str(tmp_path / "in"), batch_size=2, device="a100", rows_per_batch=1)
+    run(BatchPredictConfig(dst=str(tmp_path / "none"), **base))
+    (row,) = read_rows(str(tmp_path / "none"))
+    assert row["status"] == "error" and row["error_code"] == "unresolved_shapes" and "--dim seq=N" in row["error"]
+    run(BatchPredictConfig(dst=str(tmp_path / "seq"), dim="seq=32", **base))
+    (row,) = read_rows(str(tmp_path / "seq"))
+    assert row["status"] == "ok" and row["train_step_ms"] > 0, row
+    with pytest.raises(ValueError, match="NAME=N"):
+        BatchPredictConfig(dim="seq").setting()

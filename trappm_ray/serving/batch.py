@@ -55,6 +55,7 @@ class BatchPredictConfig:
             the spec-based one; None = ``predictor``.
         power_limit_w: the GPU's power limit in W (None: its TDP).
         cluster: where ``gpus`` above 1 run (a ``data/clusters.csv`` name or JSON file).
+        dim: values of named symbolic input dims, ``seq=128`` or ``seq=128,heads=8`` (text models).
     """
 
     src: str = ""
@@ -76,10 +77,18 @@ class BatchPredictConfig:
     device: str | None = None
     power_limit_w: float | None = None
     cluster: str | None = None
+    dim: str | None = None
 
     def setting(self) -> dict:
-        return {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "device",
-                                              "power_limit_w", "cluster")}
+        """The options every file is predicted with (``PredictOptions`` fields beside the batch)."""
+        out = {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "device",
+                                             "power_limit_w", "cluster")}
+        try:
+            dims = dict(item.split("=", 1) for item in (self.dim or "").split(",") if item)
+            out["dims"] = tuple(sorted((k.strip(), int(v)) for k, v in dims.items()))
+        except ValueError:
+            raise ValueError(f"--dim takes NAME=N[,NAME=N], got {self.dim!r}") from None
+        return out
 
 
 @dataclass
