@@ -303,3 +303,12 @@ def test_a_bad_option_has_one_code_in_the_cli_and_the_api(capsys):
     assert rc == 2 and err.strip() == "error: bad_options: batch_size must be in 1..4096, got 0"
     with pytest.raises(errors.BadOption, match="bad_options: batch_size"):
         api.PredictOptions(0)
+
+
+def test_graph_and_predict_agree_on_gpu_memory(capsys):
+    sample = "data/sample/onnx/resnet10t@64.onnx"
+    assert cli.main(["graph", sample, "--batch-size", "64", "--optimizer", "adamw", "--json"]) == 0
+    graph = json.loads(capsys.readouterr().out)
+    rc, out, _ = run_predict(capsys, sample, "--batch-size", "64", "--device", "a100", "--optimizer", "adamw", "--json")
+    assert rc == 0 and graph["gpu_training_memory_mb"] == pytest.approx(json.loads(out)["train_memory_mb"], abs=0.05)
+    assert graph["gpu_training_memory_setting"].startswith("amp-fp16 + adamw")

@@ -14,6 +14,7 @@ from dataclasses import replace
 
 from trappm_ray import errors
 from trappm_ray.model import options
+from trappm_ray.serving.report import plot_sweep, print_comparison, print_report
 
 
 def _batch(text: str) -> int | None:
@@ -34,6 +35,7 @@ def _dims(items: list[str]) -> dict[str, int]:
 def cmd_graph(args: argparse.Namespace) -> int:
     from trappm_ray.graph import features
     from trappm_ray.graph.featurize import featurize
+    from trappm_ray.physics.floors import gpu_memory_mb
 
     fs = features.get(args.feature_set)
     graph = featurize(args.file, batch_size=args.batch_size, resolution=args.resolution,
@@ -43,6 +45,10 @@ def cmd_graph(args: argparse.Namespace) -> int:
         "file": args.file, "feature_set": fs.name, **graph.summary(),
         "node_features": list(x.shape), "static_features": features.static_features(graph, fs).tolist(),
         "unknown_ops": features.unknown_ops(graph, fs), **graph.meta,
+        # what `predict --device GPU` answers in the same setting (train_memory_estimate_bytes is a
+        # rough feature of the network's input, not an answer)
+        "gpu_training_memory_mb": round(gpu_memory_mb(graph, args.precision, args.optimizer)["value"], 1),
+        "gpu_training_memory_setting": f"{args.precision} + {args.optimizer} (CUDA memory model)",
     }
     if args.json:
         print(json.dumps(report))
@@ -50,104 +56,6 @@ def cmd_graph(args: argparse.Namespace) -> int:
         for k, v in report.items():
             print(f"{k:>28}: {v}")
     return 0
-
-
-def _fmt(e) -> str:
-    return f"{e.value:10.2f} {e.unit:<3} [{e.low:.2f}, {e.high:.2f}]" if e else "         -"
-
-
-def print_report(p, sweep_rows: list[dict] | None = None, plot: str | None = None) -> None:
-    """The human-readable report: one summary line, one table of predictions, then the derived
-    quantities."""
-    dev = p.device
-    print(p.summary() + "\n")
-    print(f"model      {p.model}  (sha256 {p.model_sha256[:12]})")
-    print(f"graph      {p.graph.get('nodes')} nodes, {p.graph.get('macs', 0) / 1e9:.3g} GMACs, "
-          f"{p.graph.get('params', 0) / 1e6:.3g} M params")
-    band = "interval: " + p.interval.replace("interval_z", f"{p.interval_z:g}")
-    print(f"predictor  {p.model_version}  device {dev.get('name', '?')} ({dev.get('kind')})  {band}")
-    print(f"batch size {p.batch_size}\n")
-    rows = [("training step time", _fmt(p.train_step_ms)),
-            ("training memory", _fmt(p.train_memory_mb)),
-            ("training power", _fmt(p.train_power_w)) if p.train_power_w else None,
-            ("inference latency", _fmt(p.inference_ms)),
-            ("training throughput", f"{p.throughput_samples_s:10.1f} samples/s") if p.train_step_ms else None,
-            ("inference throughput", f"{p.inference_samples_s:10.1f} samples/s") if p.inference_ms else None,
-            ("smallest GPU or MIG slice", f"{p.smallest_profile or 'none fits'}"
-             + (f"  (next: {p.runner_up_profile}; upper end of the memory interval)" if p.runner_up_profile else ""))
-            if p.train_memory_mb and p.gpu_profiles else None]
-    if p.max_batch_size is not None:
-        rows.append((f"largest batch <= {p.memory_budget_mb:g} MB", f"{p.max_batch_size:10d}"))
-    if p.power:
-        rows.append(("inference power", f"{p.power['inference_power_w']:10.1f} W"))
-        if p.power.get("energy_per_step_j") is not None:
-            rows.append(("energy per training step", f"{p.power['energy_per_step_j']:10.3g} J"))
-    if p.training_cost:
-        c = p.training_cost
-        rows.append((f"{c.steps} steps", f"{c.hours:10.3g} h"))
-        if c.cost is not None:
-            rows.append((f"  at {c.price_per_hour:g} per GPU-hour", f"{c.cost:10.2f}"))
-        if c.energy_kwh is not None:
-            rows.append(("  energy", f"{c.energy_kwh:10.3g} kWh"))
-        if c.energy_cost is not None:
-            rows.append((f"  at {c.price_per_kwh:g} per kWh", f"{c.energy_cost:10.2f}"))
-    print(f"  {'quantity':<28} prediction")
-    for row in filter(None, rows):
-        print(f"  {row[0]:<28}{row[1]}")
-    opts = ", ".join(f"{k} {v}" for k, v in p.options.items() if v is not None)
-    print(f"\nsetting: {opts}")
-    if p.graph.get("batch_rebound"):
-        print(f"note: the file's fixed batch {p.graph.get('exported_batch')} was re-bound to "
-              f"{p.batch_size}")
-    floor = p.floors.get("train_memory_mb")
-    if floor:
-        print(f"training memory floor (weights + gradients + optimizer state + largest tensor): {floor:.1f} MB")
-    print(f"similarity to the training graphs: {p.domain.get('note', 'not assessed')}")
-    for note in p.notes:
-        print(f"note: {note}")
-    if p.layers:
-        basis = "GPU time" if p.device.get("kind") in ("cuda", "rocm") else "MACs"
-        print(f"\n  {'layer':<40}{'share of ' + basis:>18}{'params (M)':>12}{'GMACs':>10}{'activations MB':>16}")
-        for r in p.layers:
-            print(f"  {r['layer'][-39:]:<40}{100 * r['share']:>17.1f}%{r['params'] / 1e6:>12.3g}"
-                  f"{r['macs'] / 1e9:>10.3g}{r['activation_mb']:>16.4g}")
-    for warning in p.warnings:
-        print(f"WARNING: {warning}")
-    if dev.get("kind") == "cpu":
-        print("note: a CPU predictor: times, memory and power are for that CPU; the GPU profile "
-              "only applies its memory figure")
-    if sweep_rows:
-        print(f"\n  {'batch':>6} {'step ms':>10} {'memory MB':>10} {'infer ms':>10} {'samples/s':>10}")
-        for r in sweep_rows:
-            print(f"  {r['batch_size']:>6} {r['train_step_ms'] or 0:>10.2f} "
-                  f"{r['train_memory_mb'] or 0:>10.1f} {r['inference_ms'] or 0:>10.2f} "
-                  f"{r['throughput_samples_s'] or 0:>10.1f}")
-        print(f"\nplot written to {plot}")
-
-
-def plot_sweep(rows: list[dict], path: str, title: str) -> None:
-    """Step time, memory and throughput against batch size, intervals shaded."""
-    import matplotlib
-
-    matplotlib.use("Agg")  # files only: never needs a display
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(1, 3, figsize=(13, 3.8))
-    b = [r["batch_size"] for r in rows]
-    for ax, key, label in zip(axes, ("train_step_ms", "train_memory_mb", "throughput_samples_s"),
-                              ("training step (ms)", "training memory (MB)", "samples / s")):
-        ax.plot(b, [r[key] for r in rows], marker="o")
-        if key in rows[0]["interval"]:
-            ax.fill_between(b, [r["interval"][key][0] for r in rows],
-                            [r["interval"][key][1] for r in rows], alpha=0.25)
-        ax.set_xscale("log", base=2)
-        ax.set_xlabel("batch size")
-        ax.set_ylabel(label)
-        ax.grid(alpha=0.3)
-    fig.suptitle(title)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
@@ -193,19 +101,8 @@ def _compare(args: argparse.Namespace, names: list[str], opts: dict) -> int:
             for n, r in zip(names, results)]
     if args.json:
         print(json.dumps(rows))
-        return 0
-    print(f"{label} at batch {args.batch_size}\n")
-    print(f"  {'device':<28}{'step ms':>10}{'samples/s':>12}{'memory GB (high)':>19}{'power W':>9}  fits")
-    for n, r in zip(names, results):
-        if not isinstance(r, api.Prediction):
-            print(f"  {n:<28}error: {r}")
-            continue
-        m, step, power = r.train_memory_mb, r.train_step_ms, r.train_power_w
-        fits = r.device.get("memory_gb") and m and m.high / 1024 <= r.device["memory_gb"]
-        print(f"  {(r.device.get('name') or n)[:27]:<28}{step.value if step else float('nan'):>10.3g}"
-              f"{r.throughput_samples_s or 0:>12,.0f}{m.value / 1024 if m else float('nan'):>10.3g} "
-              f"({m.high / 1024 if m else float('nan'):.3g}){power.value if power else float('nan'):>9.0f}  "
-              f"{'yes' if fits else 'no' if r.device.get('memory_gb') else '-'}")
+    else:
+        print_comparison(label, args.batch_size, names, results)
     return 0
 
 
@@ -325,6 +222,9 @@ def build_parser() -> argparse.ArgumentParser:
     g.add_argument("--dim", action="append", default=[], metavar="NAME=N",
                    help="value for a named symbolic input dimension (repeatable)")
     g.add_argument("--feature-set", default="v2", choices=["v1", "trappm-v1", "v2"])
+    g.add_argument("--precision", default="amp-fp16", choices=options.PRECISIONS,
+                   help="setting of the GPU training memory reported (as predict's default on a GPU)")
+    g.add_argument("--optimizer", default="sgd-momentum", choices=options.OPTIMIZERS)
     g.add_argument("--json", action="store_true")
     g.set_defaults(func=cmd_graph)
 
