@@ -55,7 +55,7 @@ def server(ray_session, dirs):
     settings = ServeSettings.from_args({
         "predictor": str(dirs / "predictor"), "allowed_roots": [str(dirs / "models")],
         "allowed_s3_prefixes": ["s3://allowed/prefix", f"s3://{BUCKET}/"], "max_body_mb": LIMIT_MB,
-        "token_env": "TRAPPM_TEST_TOKEN", "max_batch_size": 4, "batch_wait_timeout_s": 0.05})
+        "max_upload_mb": LIMIT_MB, "token_env": "TRAPPM_TEST_TOKEN", "max_batch_size": 4, "batch_wait_timeout_s": 0.05})
     app = TrappmPredictor.options(
         autoscaling_config={"min_replicas": 1, "max_replicas": 1},
         ray_actor_options={"num_cpus": 0.5,
@@ -297,3 +297,30 @@ def test_serve_run_yaml_subprocess(dirs, tmp_path):
             proc.wait(60)
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
+
+
+class _Streamed:
+    """A stand-in request whose body arrives in chunks (unit test of the upload path)."""
+
+    def __init__(self, data: bytes, length: bool = True):
+        self.data = data
+        self.headers = {"content-length": str(len(data))} if length else {}
+
+    async def stream(self):
+        for i in range(0, len(self.data), 65536):
+            yield self.data[i:i + 65536]
+
+
+def test_a_raw_upload_is_streamed_to_disk_and_read_without_its_weights():
+    import asyncio
+
+    from trappm_ray.graph.featurize import featurize
+    from trappm_ray.serving.app import ApiError, upload_without_weights
+
+    big = B.to_bytes(B.gemm_model(k=1024, n=1024))  # 4 MB of weights
+    got = asyncio.run(upload_without_weights(_Streamed(big), 8 * 2**20))
+    assert len(got) < len(big) / 4
+    assert featurize(got, 2).static["params"] == featurize(big, 2).static["params"]
+    for length in (True, False):  # declared, or found out while streaming
+        with pytest.raises(ApiError, match="limit of|limit 1,048,576"):
+            asyncio.run(upload_without_weights(_Streamed(big, length), 2**20))

@@ -16,6 +16,7 @@ import hashlib
 import hmac
 import json
 import os
+import tempfile
 from collections import OrderedDict
 from dataclasses import asdict, dataclass, fields
 
@@ -25,6 +26,7 @@ from ray import serve
 
 from trappm_ray import errors
 from trappm_ray import storage
+from trappm_ray.graph.onnx_io import MAX_FILE_BYTES, Limits, read_model
 
 RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx",
              "application/x-protobuf",
@@ -47,7 +49,11 @@ class ServeSettings:
         predictor: predictor directory or ``s3://`` URI; ``default`` = the shipped one.
         allowed_roots: local directories whose files JSON ``uri`` requests may name.
         allowed_s3_prefixes: ``s3://bucket/prefix`` that JSON ``uri`` requests may name.
-        max_body_mb: limit on a request body and on a model read from a ``uri``.
+        max_body_mb: limit on a JSON or multipart request body (held in memory) and on a model
+            read from a ``uri``.
+        max_upload_mb: limit on a raw upload (``application/octet-stream``): streamed to a
+            temporary file and read without its weights, so a 2 GiB export costs its graph's
+            structure in memory, not its weights.
         token_env: name of an environment variable holding a bearer token; when that variable
             is set and non-empty, ``/v1/*`` requires ``Authorization: Bearer <token>``.
         cache_size: results kept per replica, keyed by model hash and options.
@@ -59,6 +65,7 @@ class ServeSettings:
     allowed_roots: tuple[str, ...] = ()
     allowed_s3_prefixes: tuple[str, ...] = ()
     max_body_mb: float = 64.0
+    max_upload_mb: float = 2048.0
     token_env: str = ""
     cache_size: int = 1024
     max_batch_size: int = 8
@@ -80,6 +87,10 @@ class ServeSettings:
     def max_body_bytes(self) -> int:
         return int(self.max_body_mb * 2**20)
 
+    @property
+    def max_upload_bytes(self) -> int:
+        return min(int(self.max_upload_mb * 2**20), MAX_FILE_BYTES)
+
 
 class ApiError(Exception):
     """A request the server refuses, with its HTTP status and a machine-readable code."""
@@ -93,11 +104,11 @@ def error_response(status: int, code: str, message: str) -> JSONResponse:
     return JSONResponse({"error": {"code": code, "message": message}}, status_code=status)
 
 
-async def read_body(request: Request, limit: int) -> bytes:
+async def read_body(request: Request, limit: int, hint: str = "") -> bytes:
     """The request body, refused with 413 as soon as it exceeds ``limit`` bytes."""
     length = request.headers.get("content-length", "")
     if length.isdigit() and int(length) > limit:
-        raise ApiError(413, "too_large", f"body is {int(length):,} bytes, limit {limit:,}")
+        raise ApiError(413, "too_large", f"body is {int(length):,} bytes, limit {limit:,}{hint}")
     buf = bytearray()
     async for chunk in request.stream():
         buf += chunk
@@ -124,6 +135,26 @@ def parse_options(raw: dict, max_batch: int):
         raise ApiError(e.status, e.code, str(e).split(": ", 1)[-1]) from None
     except (TypeError, ValueError) as e:
         raise ApiError(400, "bad_options", str(e).splitlines()[0][:300]) from None
+
+
+async def upload_without_weights(request: Request, limit: int) -> bytes:
+    """A raw upload streamed to a temporary file (never whole in memory), refused with 413 past
+    ``limit`` bytes, and read back without its weights (:func:`trappm_ray.graph.onnx_io.read_model`)."""
+    length = request.headers.get("content-length", "")
+    if length.isdigit() and int(length) > limit:
+        raise ApiError(413, "too_large", f"upload is {int(length):,} bytes, limit {limit:,}")
+    fd, path = tempfile.mkstemp(prefix="trappm-upload-", suffix=".onnx")
+    try:
+        size = 0
+        with os.fdopen(fd, "wb") as fh:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > limit:
+                    raise ApiError(413, "too_large", f"upload exceeds the limit of {limit:,} bytes")
+                fh.write(chunk)
+        return await asyncio.to_thread(lambda: read_model(path, Limits(max_file_bytes=limit)).SerializeToString())
+    finally:
+        os.unlink(path)
 
 
 def multipart_file(body: bytes, content_type: str) -> tuple[bytes, dict]:
@@ -255,10 +286,12 @@ class TrappmPredictor:
             opts = parse_options(body, s.max_batch_search)
             return await asyncio.to_thread(read_uri, body["uri"], s), opts, body["uri"]
         if media in RAW_TYPES:
-            data = await read_body(request, s.max_body_bytes)
+            data = await upload_without_weights(request, s.max_upload_bytes)
             return data, parse_options(dict(request.query_params), s.max_batch_search), "<upload>"
         if media == "multipart/form-data":
-            data, form = multipart_file(await read_body(request, s.max_body_bytes), ctype)
+            hint = (f"; send the file alone as application/octet-stream for up to {s.max_upload_bytes:,} bytes, "
+                    f"options in the query string")
+            data, form = multipart_file(await read_body(request, s.max_body_bytes, hint), ctype)
             opts = parse_options({**request.query_params, **form}, s.max_batch_search)
             return data, opts, "<upload>"
         raise ApiError(415, "unsupported_media_type",
