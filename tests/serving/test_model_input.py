@@ -45,3 +45,13 @@ def test_a_config_transformers_cannot_read_is_one_clear_error(tmp_path):
     (tmp_path / "bad.json").write_text("{not json")
     with pytest.raises(errors.NotAModel, match="not JSON"):
         M.model_bytes(str(tmp_path / "bad.json"))
+
+
+def test_a_large_file_is_read_without_its_weights(tmp_path):
+    import onnx_builders as B
+
+    path = tmp_path / "big.onnx"
+    path.write_bytes(B.to_bytes(B.gemm_model(k=1024, n=1024)))  # 4 MB of weights
+    data, label = M.model_bytes(str(path))
+    assert len(data) < 100_000 and label == str(path)
+    assert featurize(data, 2).static["params"] == featurize(path.read_bytes(), 2).static["params"]

@@ -18,7 +18,7 @@ from pathlib import Path
 import onnx
 
 from trappm_ray import errors, storage
-from trappm_ray.graph.onnx_io import Limits
+from trappm_ray.graph.onnx_io import Limits, read_model
 
 DEFAULT_RESOLUTION = 224  # for timm names and torch modules, which carry no input shape
 # The class a config without ``architectures`` is built as, by ``model_type``.
@@ -115,8 +115,11 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
     if config is not None:
         return config_model(config, text), text
     if path.is_file():
-        if path.stat().st_size > limits.max_file_bytes:
-            raise errors.TooLarge(f"file is {path.stat().st_size:,} bytes, limit {limits.max_file_bytes:,}")
+        size = path.stat().st_size
+        if size > limits.max_file_bytes:
+            raise errors.TooLarge(f"file is {size:,} bytes, limit {limits.max_file_bytes:,}")
+        if size > limits.weightless_above:  # shapes are all a prediction needs: weights stay on disk
+            return read_model(path, limits).SerializeToString(), text
         return path.read_bytes(), text
     hub = cached_config(text) if not path.exists() and text.count("/") <= 1 else None
     if hub is not None:
