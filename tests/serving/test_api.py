@@ -221,3 +221,12 @@ def test_several_gpus_are_data_parallel_on_a_cluster():
     with pytest.raises(errors.UnsupportedOption, match="no cluster of NVIDIA L4"):
         P.predict(SAMPLE_FILE, 64, device="l4", gpus=4)
     assert P.predict(SAMPLE_FILE, 64, device="l4", gpus=4, cluster="pcie-l40s-8x").distributed["nodes"] == 1
+
+
+def test_data_parallel_cost_and_energy_count_every_gpu():
+    one = P.predict(SAMPLE_FILE, 64, device="a100", steps=1000, price_per_hour=2.0)
+    many = P.predict(SAMPLE_FILE, 64, device="a100", gpus=8, steps=1000, price_per_hour=2.0)
+    c1, c8 = one.training_cost, many.training_cost
+    assert c8.cost == pytest.approx(8 * c8.hours * 2.0) and c1.cost == pytest.approx(c1.hours * 2.0)
+    assert c8.energy_kwh == pytest.approx(8 * c8.hours * many.train_power_w.value / 1e3)
+    assert many.power["total_train_power_w"] == pytest.approx(8 * many.power["train_power_w"])

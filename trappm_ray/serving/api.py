@@ -137,6 +137,10 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     elif p.train_memory_mb is not None:
         p.notes.append("no GPU fit: this answer's memory is the CPU's; name a GPU (--device h100) for the smallest "
                        "GPU or MIG slice that holds it")
+    # the passes after the network, in order: several GPUs change the step that power, a power
+    # limit and the cost of N steps are computed on
+    if spec is not None and (opts.gpus or 1) > 1:
+        p.notes.append(with_data_parallel(p, graph, spec, setting, opts))
     if spec is not None and spec.tdp_w and p.train_step_ms is not None:
         p.notes += with_power(p, graph, spec, setting, predictor.manifest.get("launch") or {}, opts.power_limit_w)
     elif opts.power_limit_w is not None:
@@ -146,8 +150,6 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.training_cost = p.cost(opts.steps, opts.price_per_hour, opts.price_per_kwh)
     if opts.layers > 0:
         p.layers = breakdown(graph, spec, setting["precision"], opts.layers)
-    if spec is not None and (opts.gpus or 1) > 1:
-        p.notes.append(with_data_parallel(p, graph, spec, setting, opts))
     return p
 
 
@@ -180,8 +182,6 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     p.distributed = {"gpus": gpus, "nodes": nodes, "cluster": cluster.slug, "global_batch": gpus * p.batch_size,
                      "allreduce_ms": total, "exposed_allreduce_ms": exposed, "parallel": "dp",
                      "network_bytes_per_gpu": 2 * (gpus - 1) / gpus * grad_bytes}
-    if p.power:  # every GPU draws about what one does; the all-reduce's wait is not modelled as idle
-        p.power["total_train_power_w"] = gpus * p.power["train_power_w"]
     return (f"data parallel over {gpus} GPUs on {nodes} node(s) of {cluster.name} (batch {p.batch_size} per GPU, "
             f"{gpus * p.batch_size} in all): the gradient all-reduce ({grad_bytes / 2**20:.0f} MB, {total:.3g} ms) "
             f"overlaps the backward in 25 MB buckets, {exposed:.3g} ms of it is not hidden; checked on one node at "
@@ -212,9 +212,11 @@ def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, lau
         p.train_step_ms = Estimate(e.value * slowdown, e.low * slowdown, e.high * slowdown, e.std * slowdown, e.unit)
         notes.append(f"under the {at.limit_w:.0f} W limit the SMs run at {at.clock:.2f} of their clock: the step "
                      f"lengthens {slowdown:.3f}x (compute stretches, memory traffic does not)")
+    gpus = (p.distributed or {}).get("gpus", 1)  # every GPU draws about what one does
     p.power = {"limit_w": at.limit_w, "clock": at.clock, "train_power_w": at.power_w,
+               "total_train_power_w": gpus * at.power_w,
                "inference_power_w": at_infer.power_w,
-               "energy_per_step_j": at.power_w * p.train_step_ms.value / 1e3 if p.train_step_ms else None,
+               "energy_per_step_j": gpus * at.power_w * p.train_step_ms.value / 1e3 if p.train_step_ms else None,
                "idle_w": at.idle_w, "tdp_w": at.tdp_w}
     return notes
 

@@ -22,7 +22,8 @@ class Estimate:
 
 @dataclass(frozen=True)
 class Cost:
-    """The price of ``steps`` training steps at ``price_per_hour`` (paper section VI-D)."""
+    """``steps`` training steps: wall-clock hours, their cost at a price per GPU-hour (paper section
+    VI-D), their energy (kWh) over every GPU and its cost at a price per kWh."""
 
     steps: int
     price_per_hour: float | None
@@ -163,13 +164,15 @@ class Prediction:
         return "; ".join(parts)
 
     def cost(self, steps: int, price_per_hour: float | None, price_per_kwh: float | None = None) -> Cost:
-        """``steps`` training steps: hours, their cost at ``price_per_hour`` (any currency), and
-        where the power is known their energy and its cost at ``price_per_kwh``."""
+        """``steps`` training steps: wall-clock hours, their cost at ``price_per_hour`` per GPU-hour
+        (any currency; every GPU of a data-parallel job counts), and where the power is known
+        their energy over all GPUs and its cost at ``price_per_kwh``."""
         if self.train_step_ms is None:
             raise ValueError("the predictor has no train_step_ms target")
         hours = steps * self.train_step_ms.value / 3.6e6
-        kwh = hours * self.train_power_w.value / 1e3 if self.train_power_w else None
-        return Cost(steps, price_per_hour, hours, hours * price_per_hour if price_per_hour else None, kwh,
+        gpus = (self.distributed or {}).get("gpus", 1)
+        kwh = gpus * hours * self.train_power_w.value / 1e3 if self.train_power_w else None
+        return Cost(steps, price_per_hour, hours, gpus * hours * price_per_hour if price_per_hour else None, kwh,
                     price_per_kwh, kwh * price_per_kwh if kwh is not None and price_per_kwh else None)
 
     def to_dict(self) -> dict:
