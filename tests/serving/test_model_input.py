@@ -55,3 +55,17 @@ def test_a_large_file_is_read_without_its_weights(tmp_path):
     data, label = M.model_bytes(str(path))
     assert len(data) < 100_000 and label == str(path)
     assert featurize(data, 2).static["params"] == featurize(path.read_bytes(), 2).static["params"]
+
+
+def test_a_timm_name_is_exported_once_then_read_from_the_cache(tmp_path, monkeypatch):
+    from trappm_ray.corpus import zoo
+
+    monkeypatch.setenv("TRAPPM_CACHE", str(tmp_path))
+    first, label = M.model_bytes("resnet10t", resolution=32)
+    assert label == "resnet10t" and (M.export_cache() / "resnet10t@32.onnx").read_bytes() == first
+
+    def no_export(*a, **k):
+        raise AssertionError("exported again")
+
+    monkeypatch.setattr(zoo, "export_skeleton", no_export)
+    assert M.model_bytes("resnet10t", resolution=32)[0] == first

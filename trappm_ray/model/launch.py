@@ -16,7 +16,9 @@ Two figures per device and target, measured on the predictor's own training rows
   (RTX 3090: efficientnet_cc at batch 1, 129 us per kernel for a training step, 30 us for
   inference);
 * ``floor_us_per_kernel_p05``: the 5th percentile of roofline floor per kernel, the lower edge
-  of the workloads the predictor was trained on.
+  of the workloads the predictor was trained on (recorded to describe the labels; answers no
+  longer switch on it);
+* ``batch_max``: the largest labeled batch, the ceiling of the anchor.
 
 An answer on a GPU is read from the predictor at the batch its labels measure (the *anchor*,
 :func:`anchor_batch`: the largest that fits the GPU, timm's protocol) and moved to the batch

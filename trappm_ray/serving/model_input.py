@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+from importlib import metadata
 from pathlib import Path
 
 import onnx
@@ -26,6 +27,17 @@ DEFAULT_ARCHITECTURE = {"bert": "BertModel", "roberta": "RobertaModel", "gpt2": 
                         "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
                         "opt": "OPTForCausalLM", "gpt_neox": "GPTNeoXForCausalLM", "t5": "T5EncoderModel"}
 GPT2_KEYS = ("n_embd", "n_layer", "n_head")  # a GPT-2-style config that forgot its model_type
+
+
+def export_cache() -> Path:
+    """Where timm names' exports are kept between calls (``TRAPPM_CACHE``, else
+    ``~/.cache/trappm-ray``), per timm version: a new timm may export another graph."""
+    root = Path(os.environ.get("TRAPPM_CACHE") or Path.home() / ".cache" / "trappm-ray")
+    try:
+        timm_version = metadata.version("timm")
+    except metadata.PackageNotFoundError:  # no timm: nothing will be exported either
+        timm_version = "none"
+    return root / "exports" / f"timm-{timm_version}"
 
 
 def hub_cache() -> Path:
@@ -127,10 +139,22 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
     if path.suffix == ".onnx" or os.sep in text or not text.replace("_", "").replace(".", "").isalnum():
         raise errors.NotAModel(f"{text} is not a file, nor a Hugging Face id whose config.json is in the local cache "
                                f"({hub_cache()}): pass the config.json (no weights needed)")
+    res = resolution or DEFAULT_RESOLUTION
+    cached = export_cache() / f"{text}@{res}.onnx"
+    if cached.is_file():  # a timm name exported before (18 s for ResNet-50): read it back
+        return cached.read_bytes(), text
     from trappm_ray.corpus.zoo import export_skeleton  # torch and timm are imported inside, on use
 
     try:
-        return export_skeleton(text, resolution or DEFAULT_RESOLUTION).onnx_bytes, text
+        data = export_skeleton(text, res).onnx_bytes
+        try:
+            cached.parent.mkdir(parents=True, exist_ok=True)
+            tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+            tmp.write_bytes(data)
+            tmp.replace(cached)  # atomic: a concurrent reader sees the whole file or none
+        except OSError:  # a read-only home: answer without caching
+            pass
+        return data, text
     except ImportError:
         raise errors.NotAModel(f"{text} is not a file (timm names need the zoo extra)") from None
     except RuntimeError as e:  # timm: "Unknown model"
@@ -138,4 +162,4 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
                                f"is in the local cache ({hub_cache()}) ({e})") from None
 
 
-__all__ = ["DEFAULT_RESOLUTION", "hub_cache", "cached_config", "config_model", "model_bytes"]
+__all__ = ["DEFAULT_RESOLUTION", "export_cache", "hub_cache", "cached_config", "config_model", "model_bytes"]
