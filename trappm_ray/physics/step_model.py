@@ -204,24 +204,32 @@ def queue_ms(host_us: np.ndarray, device_us: np.ndarray) -> float:
     return float(np.max(issue + after)) / 1e3
 
 
+def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
+               fused_attention: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Per graph node of the forward pass: whether it launches a kernel, its compute time at its
+    fill of the SMs, its memory time, a restored BatchNorm's memory time (us), and its fill."""
+    est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
+    work = (est.node_class != FREE) & (est.flops + est.bytes > 0)
+    tensor = est.node_class == TENSOR
+    share = fill(np.asarray(graph.out_elems, np.float64), np.where(tensor, eff.tile, eff.vector_block),
+                 np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
+    peak_share = np.where(tensor & (est.peak >= est.peak_tensor), eff.tensor, eff.vector)
+    # tiles fill the SMs or leave them idle; a kernel's traffic (split-K GEMMs, many blocks over
+    # weights) streams at the achievable bandwidth whatever its output size
+    compute = est.compute_ms * 1e3 / peak_share / share
+    memory = est.memory_ms * 1e3 / eff.bandwidth
+    bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms)) * 1e3 / eff.bandwidth  # restored BatchNorms
+    return work, compute, memory, bn, share
+
+
 def forward_kernels(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
                     fused_attention: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
     """Per forward kernel of ``graph`` (restored BatchNorms as kernels of their own), its compute
     time at its fill of the SMs and its memory time (us; the kernel takes the larger, at least
     ``eff.kernel_us``), and the kernels' device-time-weighted mean fill."""
-    est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
-    work = (est.node_class != FREE) & (est.flops + est.bytes > 0)
-    tensor = est.node_class == TENSOR
-    out = np.asarray(graph.out_elems, np.float64)
-    share = fill(out, np.where(tensor, eff.tile, eff.vector_block),
-                 np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
-    peak_share = np.where(tensor & (est.peak >= est.peak_tensor), eff.tensor, eff.vector)
-    # tiles fill the SMs or leave them idle; a kernel's traffic (split-K GEMMs, many blocks over
-    # weights) streams at the achievable bandwidth whatever its output size
-    compute = (est.compute_ms * 1e3 / peak_share / share)[work]
-    memory = (est.memory_ms * 1e3 / eff.bandwidth)[work]
-    bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms))[work] * 1e3  # restored BatchNorms
-    bn_us = bn[bn > 0] / eff.bandwidth
+    work, compute, memory, bn, share = node_terms(graph, spec, precision, eff, fused_attention)
+    compute, memory, bn = compute[work], memory[work], bn[work]
+    bn_us = bn[bn > 0]
     node = np.maximum(np.maximum(compute, memory), eff.kernel_us)
     mean_fill = float(np.average(share[work], weights=node)) if node.sum() > 0 else 1.0
     return (np.concatenate([compute, np.zeros(len(bn_us))]), np.concatenate([memory, bn_us]), mean_fill)
@@ -231,15 +239,8 @@ def node_device_us(graph, spec: devices.DeviceSpec, precision: str, eff: Efficie
                    fused_attention: bool = True) -> np.ndarray:
     """Per graph node, the device time of its forward kernel (us; 0 for a node that launches none,
     a restored BatchNorm's kernel added to its Conv's): what a per-layer breakdown sums."""
-    est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
-    work = (est.node_class != FREE) & (est.flops + est.bytes > 0)
-    tensor = est.node_class == TENSOR
-    share = fill(np.asarray(graph.out_elems, np.float64), np.where(tensor, eff.tile, eff.vector_block),
-                 np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
-    peak_share = np.where(tensor & (est.peak >= est.peak_tensor), eff.tensor, eff.vector)
-    own = np.maximum(np.maximum(est.compute_ms * 1e3 / peak_share / share, est.memory_ms * 1e3 / eff.bandwidth),
-                     eff.kernel_us)
-    bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms)) * 1e3 / eff.bandwidth
+    work, compute, memory, bn, _ = node_terms(graph, spec, precision, eff, fused_attention)
+    own = np.maximum(np.maximum(compute, memory), eff.kernel_us)
     return np.where(work, own + np.where(bn > 0, np.maximum(bn, eff.kernel_us), 0.0), 0.0)
 
 
@@ -312,4 +313,4 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
 
 
 __all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
-           "device_scale", "fill", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
+           "device_scale", "fill", "node_terms", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
