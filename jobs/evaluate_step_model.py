@@ -1,5 +1,5 @@
-"""The physics step model and the product against public measured batch sweeps (Pollux, Gavel)
-and precision pairs (ryujaehun): docs/results-step-model.md and .json.
+"""The physics step model and the product against public measured batch sweeps (Pollux, Gavel),
+precision pairs (ryujaehun) and optimizer pairs (Zeus): docs/results-step-model.md and .json.
 
     .venv/bin/python jobs/evaluate_step_model.py         (about 2 minutes on 2 cores)
 """
@@ -11,7 +11,7 @@ from pathlib import Path
 
 import trappm_ray
 from trappm_ray.config_cli import parse_config
-from trappm_ray.evaluate import batch_scaling, setting_moves
+from trappm_ray.evaluate import batch_scaling, power, setting_moves
 from trappm_ray.evaluate.step_model_report import markdown
 
 
@@ -38,7 +38,8 @@ if __name__ == "__main__":
     start = time.time()
     sweeps = batch_scaling.pollux_sweeps() + batch_scaling.gavel_sweeps()
     batch = batch_scaling.run(sweeps, Path(cfg.cache), answer=product_ms)
-    settings = setting_moves.run(cfg.labels)
+    settings = setting_moves.run(cfg.labels, power.zeus_rows(),
+                                 lambda w: batch_scaling.workload_onnx(w, Path(cfg.cache)))
     text = markdown(batch, settings, "python jobs/evaluate_step_model.py", time.time() - start)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps({"batch_scaling": batch, "setting_moves": settings}, indent=1))

@@ -35,18 +35,21 @@ def markdown(batch: dict, settings: dict, command: str, seconds: float) -> str:
         lines.append(f"| {r['source']} | {r['workload']} | {r['device']} | {', '.join(map(str, r['batches']))} | "
                      f"{', '.join(f'{m:.0f}' for m in r['measured_ms'])} | {errs('ratio_error')} | "
                      f"{errs('product_ratio_error')} |")
-    lines += ["", "## Setting changes: error of the step model's ratio between two precisions", "",
+    lines += ["", "## Setting changes: error of the step model's ratio between two settings", "",
               "Label pairs that measured one model on one GPU at one batch in two precisions (ryujaehun's "
-              "torchvision runs on six GPUs). This is the error of the move a `SettingMove` answer makes "
-              "(`trappm_ray/model/compositions.py`) where no label holds the setting asked.", "",
+              "torchvision runs on six GPUs) or two optimizers (Zeus's V100 ShuffleNetV2 on CIFAR-100, Adam "
+              "and Adadelta, epoch times at the highest power limit). This is the error of the move a "
+              "`SettingMove` answer makes (`trappm_ray/model/compositions.py`) where no label holds the "
+              "setting asked.", "",
               "| target and move | pairs | MAPE | median | worst | median signed error | roofline floor ratio MAPE |",
               "|---|---|---|---|---|---|---|"]
     for k, v in settings["summary"].items():
         lines.append(f"| {k} | {v['n']} | {v['mape']:.1f}% | {v['median']:.1f}% | {v['worst']:.0f}% | "
                      f"{v['bias']:+.1f}% | {v['floor_mape']:.1f}% |")
-    lines += ["", "No public rows here vary the optimizer at an equal batch on one GPU (Zeus's adam/adadelta "
-              "runs are not imported yet), so the optimizer moves (SGD -> AdamW) are unchecked: they follow "
-              "the bytes and list ops of torch's foreach implementations.", ""]
+    lines += ["", "The only optimizer pairs are Adam against Adadelta on one small model, where the optimizer "
+              "is a small share of a step that data loading may dominate; SGD -> AdamW moves on large "
+              "models are unchecked: they follow the bytes and list ops of torch's foreach implementations.",
+              ""]
     return "\n".join(lines)
 
 
