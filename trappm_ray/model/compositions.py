@@ -33,7 +33,26 @@ NEAREST = {
 MOVED = ("precision", "optimizer")  # the fields the step model moves
 
 
-class SettingRatio:
+class _WithSpecModel:
+    """What :class:`SettingRatio` and :class:`TargetFill` share: a shipped GPU predictor paired
+    with the spec-based predictor of the same device, both moved together, the spec model's
+    check deciding which settings the pair answers."""
+
+    def __init__(self, shipped, spec_predictor):
+        self.shipped, self.spec_predictor = shipped, spec_predictor
+
+    def check(self, setting: dict) -> None:
+        """As :meth:`SpecPredictor.check`: a precision the device has no roofline for is refused."""
+        self.spec_predictor.check(setting)
+
+    def to(self, device: str) -> _WithSpecModel:
+        """Both parts compute on ``device``; returns self."""
+        self.shipped.to(device)
+        self.spec_predictor.to(device)
+        return self
+
+
+class SettingRatio(_WithSpecModel):
     """A shipped GPU predictor answering an option it was never trained on, through the spec-based
     predictor of the same device, which was trained on the device's rows in that option.
 
@@ -48,7 +67,7 @@ class SettingRatio:
     """
 
     def __init__(self, shipped, spec_predictor):
-        self.shipped, self.spec_predictor = shipped, spec_predictor
+        super().__init__(shipped, spec_predictor)
         own = shipped.manifest.get("options") or {}
         merged = {k: list(dict.fromkeys([*own.get(k, []), *v]))
                   for k, v in (spec_predictor.manifest.get("options") or {}).items()}
@@ -64,16 +83,6 @@ class SettingRatio:
     @property
     def targets(self) -> tuple[str, ...]:
         return tuple(t for t in self.shipped.targets if t in self.spec_predictor.targets)
-
-    def check(self, setting: dict) -> None:
-        """As :meth:`SpecPredictor.check`: a precision the device has no roofline for is refused."""
-        self.spec_predictor.check(setting)
-
-    def to(self, device: str) -> SettingRatio:
-        """Both parts compute on ``device``; returns self."""
-        self.shipped.to(device)
-        self.spec_predictor.to(device)
-        return self
 
     def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
         """The shipped predictor's rows scaled by the spec model's requested / shipped-setting ratio."""
@@ -173,7 +182,7 @@ class SettingMove:
         return rows
 
 
-class TargetFill:
+class TargetFill(_WithSpecModel):
     """A shipped GPU predictor completed, for the targets its device has no labels of (the RTX
     4090: inference only), by the spec-based predictor of the same device.
 
@@ -183,7 +192,7 @@ class TargetFill:
     """
 
     def __init__(self, shipped, spec_predictor):
-        self.shipped, self.spec_predictor = shipped, spec_predictor
+        super().__init__(shipped, spec_predictor)
         self.filled = tuple(t for t in spec_predictor.targets if t not in shipped.targets)
         dev = dict(shipped.manifest.get("device") or {})
         how = (spec_predictor.manifest.get("device") or {}).get("note") or "the spec-based predictor"
@@ -196,16 +205,6 @@ class TargetFill:
     @property
     def targets(self) -> tuple[str, ...]:
         return (*self.shipped.targets, *self.filled)
-
-    def check(self, setting: dict) -> None:
-        """As :meth:`SpecPredictor.check`, for the filled targets."""
-        self.spec_predictor.check(setting)
-
-    def to(self, device: str) -> TargetFill:
-        """Both parts compute on ``device``; returns self."""
-        self.shipped.to(device)
-        self.spec_predictor.to(device)
-        return self
 
     def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
         """The shipped predictor's rows, with the spec-based predictor's for the filled targets."""
