@@ -289,6 +289,17 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
     """
     s = setting if isinstance(setting, Setting) else Setting.of(setting)
     host = {**HOST_US, **(host_us or {})}
+    # one prediction asks for the same step several times (the batch move, power, a setting move):
+    # kept with the graph's other derived values, never stored
+    memo = graph.derived.setdefault("step_time", {}) if hasattr(graph, "derived") else {}
+    key = (spec, s, mode, tuple(sorted(host.items())), eff, fused_attention)
+    if key not in memo:
+        memo[key] = _step_time(graph, spec, s, mode, host, eff, fused_attention)
+    return memo[key]
+
+
+def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dict[str, float], eff: Efficiency,
+               fused_attention: bool) -> StepEstimate:
     f_comp, f_mem, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
     f_host, f_least = np.full(len(f_comp), host["forward"]), np.full(len(f_comp), eff.kernel_us)
     if mode == "infer":
