@@ -155,11 +155,6 @@ class StepEstimate:
         """Per kernel, its device time at full clock."""
         return self.at_clock(1.0)
 
-    @property
-    def host_bound(self) -> bool:
-        """The host's issue time exceeds the GPU's work."""
-        return self.host_ms > self.device_ms
-
     def at_clock(self, clock: float) -> np.ndarray:
         """Per kernel, its device time with the SMs at ``clock`` x their full clock (compute
         stretches; memory traffic, on its own clock, does not)."""
