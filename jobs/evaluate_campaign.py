@@ -1,5 +1,6 @@
-"""The GPU campaign's rows against the physics answers: the CUDA memory model against the measured
-peaks, the spec-based step time on the campaign's GPU (docs/gpu-campaign.md).
+"""The GPU campaign's rows against the answers: the CUDA memory model against the measured peaks;
+the step model alone, the spec-based predictor and the product's answer (`trappm-ray predict`)
+against the measured step and inference times on the campaign's GPU (docs/gpu-campaign.md).
 
     .venv/bin/python jobs/evaluate_campaign.py            (every campaign folder under data/labels)
 
@@ -10,22 +11,41 @@ import json
 import logging
 from dataclasses import dataclass
 
+import trappm_ray
 from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate.campaign import evaluate, report
 from trappm_ray.labels.campaign_import import is_campaign_device
 from trappm_ray.labels.store import device_slugs
 
 
+def product_answer(row: dict, graph) -> dict | None:
+    """What `trappm-ray predict <timm name> --device <the row's GPU>` answers for a row; None for
+    settings it has no option for (activation checkpointing, gradient accumulation) and text
+    models (their export needs the sequence length the row's graph was built at)."""
+    if row["model_source"] != "timm" or row["recompute"] != "none" or row["grad_accum"] != 1:
+        return None
+    try:
+        p = trappm_ray.predict(row["arch"], row["batch_size"], row["device_spec"], resolution=row["resolution"],
+                               precision=row["precision"], optimizer=row["optimizer"],
+                               memory_format=row["memory_format"])
+    except ValueError:  # an option or batch the product refuses
+        return None
+    return {"train_step_ms": p.train_step_ms.value, "inference_ms": p.inference_ms.value}
+
+
 @dataclass
 class CampaignEvalConfig:
     labels: str = "data/labels"
     out: str = "docs/results-campaign"  # .md and .json are written
+    product: bool = True  # also the product's answer (exports each timm model once, ~1 s a row)
 
 
 if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(CampaignEvalConfig, description=__doc__)
-    evaluations = [evaluate(cfg.labels, s) for s in device_slugs(cfg.labels) if is_campaign_device(cfg.labels, s)]
+    product = product_answer if cfg.product else None
+    evaluations = [evaluate(cfg.labels, slug, product=product) for slug in device_slugs(cfg.labels)
+                   if is_campaign_device(cfg.labels, slug)]
     if not evaluations:
         print(f"no GPU campaign rows under {cfg.labels}: nothing to evaluate")
         raise SystemExit(0)

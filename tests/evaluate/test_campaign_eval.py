@@ -1,5 +1,6 @@
 """The campaign evaluation's arithmetic on rows whose 'measurements' are known multiples of the
 answers (so every figure it reports is known beforehand)."""
+import numpy as np
 import pyarrow as pa
 import pytest
 
@@ -11,6 +12,7 @@ from trappm_ray.graph.rows import GRAPHS_FILE, graph_to_row
 from trappm_ray.labels import store
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
+from trappm_ray.physics.step_model import Setting, step_time
 
 SLUG, SPEC = "h100-sxm5-80gb-amp", "h100-sxm5-80gb"
 SETTING = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw"}
@@ -20,7 +22,7 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
     labels = str(tmp_path / "labels")
     model = SpecModel.load()
     predictor = SpecPredictor(model, devices.get(SPEC))
-    graphs, rows = [], []
+    graphs, rows, physics = [], [], []
     for b in (2, 4, 8):
         g = featurize(B.cnn_model(), batch_size=b)
         graphs.append(graph_to_row(g, arch="cnn8", family="cnn"))
@@ -32,6 +34,7 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
         rows.append({**base, "cuda_max_reserved_mb": mem["reserved"] * 1.25, "cuda_max_allocated_mb": mem["allocated"] * 0.8,
                      "train_step_ms": step * 2})
         rows.append({**base, "recompute": "full", "cuda_max_reserved_mb": mem["reserved"] * 2, "train_step_ms": step})
+        physics.append(step_time(g, devices.get(SPEC), Setting(recompute=True), "train").total_ms / step - 1)
     storage.write_table(pa.Table.from_pylist(graphs), storage.join(labels, GRAPHS_FILE))
     store.write_rows(labels, SLUG, rows)
     store.compact(labels, SLUG)
@@ -43,8 +46,20 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
     assert ev.memory["reserved"][recompute].median_signed_pct == pytest.approx(-50.0)
     assert ev.memory["allocated"][plain].median_abs_pct == pytest.approx(25.0)
     assert "device_used" not in ev.memory  # no NVML readings in these rows
-    assert ev.step_time[plain].median_signed_pct == pytest.approx(-50.0) and ev.step_time[plain].rows == 3
-    assert ev.batch_ratio[plain].p90_abs_pct == pytest.approx(0.0, abs=1e-9)  # the level is off, not the scaling
-    assert ev.not_answered == {recompute: 3}
+    spec = ev.time["spec-based"]["train_step_ms"]
+    assert spec[plain].median_signed_pct == pytest.approx(-50.0) and spec[plain].rows == 3
+    # the level is off, not the scaling
+    assert ev.ratio["spec-based"]["train_step_ms"][plain].p90_abs_pct == pytest.approx(0.0, abs=1e-9)
+    assert ev.refused["spec-based"] == {recompute: 3}
+    # the step model answers every setting; its recompute rows are its own figures over the rows'
+    assert ev.time["step model"]["train_step_ms"][recompute].median_signed_pct == pytest.approx(
+        float(np.median(physics)) * 100)
+    assert "product" not in ev.time  # no product answer passed
+
+    product = lambda row, graph: {"train_step_ms": row["train_step_ms"] * 1.1}  # noqa: E731
+    ev = evaluate(labels, SLUG, model, product=product)
+    assert ev.time["product"]["train_step_ms"]["all"].median_signed_pct == pytest.approx(10.0)
+    assert "inference_ms" not in ev.time["product"]
     text = report([ev])
-    assert "CUDA memory model `reserved`" in text and "Batch scaling" in text and "recompute-full 3" in text
+    assert "CUDA memory model `reserved`" in text and "batch scaling of `train_step_ms`" in text
+    assert "spec-based answer refuses: amp-fp16/sgd-momentum/nchw/recompute-full 3" in text

@@ -17,6 +17,7 @@ the median signed error (the bias) and the worst row.
 from __future__ import annotations
 
 from collections import defaultdict
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -28,6 +29,7 @@ from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
+from trappm_ray.physics.step_model import MODES, Setting, step_time
 from trappm_ray.train.gpu_examples import graph_index
 
 # the memory model's precision for a campaign precision (TF32 keeps fp32 tensors)
@@ -54,16 +56,25 @@ class ErrorSummary:
                    float(np.median(e) * 100), float(e[worst] * 100), errors[worst][1])
 
 
+# a step-time answer for one row and its graph: {target: ms}, None where it refuses the row
+Answer = Callable[[dict, Graph], "dict[str, float] | None"]
+TARGETS = ("train_step_ms", "inference_ms")
+
+
 @dataclass
 class CampaignEvaluation:
-    """What :func:`evaluate` found for one campaign device folder."""
+    """What :func:`evaluate` found for one campaign device folder.
+
+    ``time`` and ``ratio`` hold, per answer (``step model``, ``spec-based``, ``product``) and
+    target (``train_step_ms``, ``inference_ms``), the errors per setting: of the time itself and
+    of each sweep's ``t(b) / t(b_max)``; ``refused`` counts the rows an answer declines."""
     device: str
     rows: int
     rows_with_graph: int
     memory: dict[str, dict[str, ErrorSummary]] = field(default_factory=dict)  # peak -> setting -> errors
-    step_time: dict[str, ErrorSummary] = field(default_factory=dict)  # setting -> errors
-    batch_ratio: dict[str, ErrorSummary] = field(default_factory=dict)  # setting -> t(b)/t(b_max) errors
-    not_answered: dict[str, int] = field(default_factory=dict)  # setting -> rows the spec model refuses
+    time: dict[str, dict[str, dict[str, ErrorSummary]]] = field(default_factory=dict)
+    ratio: dict[str, dict[str, dict[str, ErrorSummary]]] = field(default_factory=dict)
+    refused: dict[str, dict[str, int]] = field(default_factory=dict)  # answer -> setting -> rows
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -90,7 +101,8 @@ def memory_errors(rows: list[dict], graphs: dict[tuple, Graph]) -> dict[str, dic
         graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
         if graph is None:
             continue
-        est = training_memory(graph, MEMORY_PRECISION.get(r["precision"], r["precision"]), r["optimizer"]).to_mb()
+        est = training_memory(graph, MEMORY_PRECISION.get(r["precision"], r["precision"]), r["optimizer"],
+                              grad_accum=int(r.get("grad_accum") or 1)).to_mb()
         for term, col in MEMORY_PEAKS.items():
             if r.get(col):
                 err = (est[term] / r[col] - 1, f"{r['arch']}@{r['resolution']} b{r['batch_size']} {setting_name(r)}")
@@ -107,54 +119,86 @@ def answered_by(manifest: dict, row: dict) -> bool:
             and (row.get("recompute") or "none") == "none" and (row.get("grad_accum") or 1) == 1)
 
 
-def step_time_errors(rows: list[dict], graphs: dict[tuple, Graph], predictor: SpecPredictor
-                     ) -> tuple[dict[str, ErrorSummary], dict[str, ErrorSummary], dict[str, int]]:
-    """(absolute errors, batch-ratio errors, rows refused) of the spec-based training step time."""
-    found: list[tuple[dict, float]] = []
+def spec_answer(predictor: SpecPredictor) -> Answer:
+    """The spec-based predictor's answer, in the settings it was trained on."""
+    def answer(row: dict, graph: Graph) -> dict[str, float] | None:
+        if not answered_by(predictor.manifest, row):
+            return None
+        s = {k: row[k] for k in ("precision", "optimizer", "memory_format")}
+        return predictor.predict_graphs([graph], [s])[0]
+    return answer
+
+
+def step_model_answer(spec: devices.DeviceSpec) -> Answer:
+    """The step model alone (:mod:`trappm_ray.physics.step_model`) on the device's specs, with
+    its default host figures: nothing of it was fitted to a GPU's times."""
+    def answer(row: dict, graph: Graph) -> dict[str, float] | None:
+        s = Setting(precision=row["precision"], optimizer=row["optimizer"],
+                    recompute=(row.get("recompute") or "none") != "none", grad_accum=int(row.get("grad_accum") or 1))
+        try:
+            return {t: step_time(graph, spec, s, mode).total_ms for t, mode in MODES.items()}
+        except ValueError:  # a precision the device has no sourced peak for
+            return None
+    return answer
+
+
+def time_errors(rows: list[dict], graphs: dict[tuple, Graph], answer: Answer
+                ) -> tuple[dict[str, dict[str, ErrorSummary]], dict[str, dict[str, ErrorSummary]], dict[str, int]]:
+    """Per target: (errors of the time, errors of each sweep's ``t(b) / t(b_max)``) per setting,
+    and the rows ``answer`` refuses per setting."""
     refused: dict[str, int] = defaultdict(int)
+    absolute: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    ratio: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    sweeps: dict[tuple, list] = defaultdict(list)
     for r in rows:
         graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
-        if graph is None or r.get("train_step_ms") is None:
+        if graph is None:
             continue
-        if not answered_by(predictor.manifest, r):
+        got = answer(r, graph)
+        if got is None:
             refused[setting_name(r)] += 1
             continue
-        s = {"precision": r["precision"], "optimizer": r["optimizer"], "memory_format": r["memory_format"]}
-        found.append((r, predictor.predict_graphs([graph], [s])[0]["train_step_ms"]))
-    absolute: dict[str, list] = defaultdict(list)
-    ratio: dict[str, list] = defaultdict(list)
-    sweeps: dict[tuple, list] = defaultdict(list)
-    for r, pred in found:
-        name = f"{r['arch']}@{r['resolution']} b{r['batch_size']}"
-        for group in (setting_name(r), "all"):
-            absolute[group].append((pred / r["train_step_ms"] - 1, name))
-        sweeps[(r["arch"], r["resolution"], setting_name(r))].append((r["batch_size"], pred, r["train_step_ms"]))
-    for (arch, res, setting), points in sweeps.items():
+        for t in TARGETS:
+            if r.get(t) and np.isfinite(got.get(t, np.nan)):
+                for group in (setting_name(r), "all"):
+                    absolute[t][group].append((got[t] / r[t] - 1, f"{r['arch']}@{r['resolution']} b{r['batch_size']}"))
+                sweeps[(t, r["arch"], r["resolution"], setting_name(r))].append((r["batch_size"], got[t], r[t]))
+    for (t, arch, res, setting), points in sweeps.items():
         top = max(points)
         for b, pred, measured in points:
             if b != top[0]:
                 err = (pred / top[1]) / (measured / top[2]) - 1
                 for group in (setting, "all"):
-                    ratio[group].append((err, f"{arch}@{res} b{b} vs b{top[0]}"))
-    summary = {g: ErrorSummary.of(e) for g, e in sorted(absolute.items())}
-    return summary, {g: ErrorSummary.of(e) for g, e in sorted(ratio.items())}, dict(refused)
+                    ratio[t][group].append((err, f"{arch}@{res} b{b} vs b{top[0]}"))
+
+    def summarize(found: dict[str, dict[str, list]]) -> dict[str, dict[str, ErrorSummary]]:
+        return {t: {g: ErrorSummary.of(e) for g, e in sorted(groups.items())} for t, groups in found.items()}
+    return summarize(absolute), summarize(ratio), dict(refused)
 
 
-def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None) -> CampaignEvaluation:
-    """Both checks on the ok rows of the campaign device folder ``slug``.
+def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None,
+             product: Answer | None = None) -> CampaignEvaluation:
+    """The memory and step-time checks on the ok rows of the campaign device folder ``slug``.
 
     Args:
         labels_dir: the label store (``data/labels``), with its joined graphs.
         slug: a campaign folder (``h100-sxm5-80gb-amp-bf16``).
         spec_model: the spec-based model (None: the shipped one).
+        product: what ``trappm-ray predict`` answers for a row (the job passes it; None: not checked).
     """
     rows = [r for r in ok_labels(labels_dir, slug).to_pylist() if r.get("campaign_item")]
     graphs = joined_graphs(labels_dir, rows)
     out = CampaignEvaluation(slug, len(rows), sum(tuple(r[k] for k in GRAPH_KEY) in graphs for r in rows))
     out.memory = memory_errors(rows, graphs)
-    if rows:
-        predictor = SpecPredictor(spec_model or SpecModel.load(), devices.get(rows[0]["device_spec"]))
-        out.step_time, out.batch_ratio, out.not_answered = step_time_errors(rows, graphs, predictor)
+    if not rows:
+        return out
+    spec = devices.get(rows[0]["device_spec"])
+    answers = {"step model": step_model_answer(spec),
+               "spec-based": spec_answer(SpecPredictor(spec_model or SpecModel.load(), spec))}
+    if product is not None:
+        answers["product"] = product
+    for name, answer in answers.items():
+        out.time[name], out.ratio[name], out.refused[name] = time_errors(rows, graphs, answer)
     return out
 
 
@@ -177,15 +221,18 @@ def report(evaluations: list[CampaignEvaluation]) -> str:
         for term, col in MEMORY_PEAKS.items():
             if term in ev.memory:
                 lines += table(f"CUDA memory model `{term}` against `{col}`", ev.memory[term])
-        if ev.step_time:
-            lines += table("Spec-based training step time (an unseen GPU)", ev.step_time)
-        if ev.batch_ratio:
-            lines += table("Batch scaling: t(b) / t(b_max) of each sweep", ev.batch_ratio)
-        if ev.not_answered:
-            lines += ["Rows in settings the spec-based model refuses: "
-                      + ", ".join(f"{s} {n}" for s, n in sorted(ev.not_answered.items())), ""]
+        for name in ev.time:
+            for t in TARGETS:
+                if t in ev.time[name]:
+                    lines += table(f"{name}: `{t}` ({ev.device.split('-')[0]} unseen)", ev.time[name][t])
+                if t in ev.ratio[name]:
+                    lines += table(f"{name}: batch scaling of `{t}`, t(b) / t(b_max) of each sweep", ev.ratio[name][t])
+            if ev.refused[name]:
+                lines += [f"Rows in settings the {name} answer refuses: "
+                          + ", ".join(f"{s} {n}" for s, n in sorted(ev.refused[name].items())), ""]
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["MEMORY_PRECISION", "MEMORY_PEAKS", "ErrorSummary", "CampaignEvaluation", "setting_name", "joined_graphs",
-           "memory_errors", "answered_by", "step_time_errors", "evaluate", "report"]
+__all__ = ["MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
+           "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
+           "evaluate", "report"]

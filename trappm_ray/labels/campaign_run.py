@@ -42,7 +42,7 @@ METHOD = (f"trappm-ray GPU campaign {CAMPAIGN}: random inputs and targets; train
           f"{TIMED_STEPS} timed steps queued back to back, each timed by CUDA events; inference = eval, "
           f"no_grad, same autocast, {INFER_WARMUP} warm-up + {TIMED_STEPS} timed; NVML power, memory "
           f"and SM clock sampled every 20 ms during the timed steps; one process per model, memory "
-          f"freed and peaks reset between rows")
+          f"freed and peaks reset between rows; cuDNN autotuning off (its heuristics pick the kernels)")
 
 
 class _Workload:
@@ -270,7 +270,10 @@ def run_job(job: Job, item: str, info: dict, path: str, deadline: float) -> None
 
     signal.alarm(int(max(deadline - time.monotonic(), 1)) + 60)  # dies should the parent vanish
     cuda = info["device"] == "cuda"
-    torch.backends.cudnn.benchmark = cuda  # as timm's benchmark and most training scripts
+    # Autotuning off: on the first H200 slot it spent 4-15 s on every new batch size of a
+    # ResNet-50 (sweeps stopped at batch 6-12 inside their cap) and its trial workspaces, not
+    # the step, set the reserved peak (4.7 GB at batch 1 in fp32, 1.6 GB in use during the steps).
+    torch.backends.cudnn.benchmark = False
     try:
         w = _Workload(job, info["device"], torch)
     except Exception as exc:  # noqa: BLE001 - the model does not build here: one row says why

@@ -93,14 +93,20 @@ class Walk:
     save_cond: np.ndarray      # Mul/Div with a trainable operand
     dep: np.ndarray            # tensor depends on the data input (scales with the batch)
 
-    def intervals(self, act_bytes: int = FP32, low_bytes: int | None = None) -> Intervals:
+    def intervals(self, act_bytes: int = FP32, low_bytes: int | None = None,
+                  on_chip: np.ndarray | None = None) -> Intervals:
         """Lay every tensor on the timeline for one precision.
 
         Args:
             act_bytes: bytes per element of activations outside autocast (and of the input).
             low_bytes: autocast's lower precision (2) or None without autocast.
+            on_chip: per node, True where the output never reaches device memory (the scores
+                of fused attention): no tensor, no copy, no gradient.
         """
-        n, ops, elems, real, preds = self.num_nodes, self.ops, self.elems, self.real, self.preds
+        n, ops, elems, preds = self.num_nodes, self.ops, self.elems, self.preds
+        real = self.real.copy()
+        if on_chip is not None:
+            real[:n] &= ~np.asarray(on_chip, bool)
         dep = self.dep
         bwd = 2 * n  # backward of node i runs at step bwd - i
         dt = [act_bytes] * (n + 1)
@@ -136,6 +142,8 @@ class Walk:
             for p in ps:
                 cons_max[p] = max(cons_max[p], i)
                 last[p] = max(last[p], i + 1)
+                if not real[p]:  # kept on chip: nothing to copy or save
+                    continue
                 if target is not None and dt[p] != target:
                     # autocast makes a copy in the op's dtype; that copy is what is kept
                     out.append((CAT_S if saves_in else CAT_T, elems[p] * target, i, keep_to,

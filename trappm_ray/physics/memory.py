@@ -28,11 +28,12 @@ from trappm_ray.physics.graph_walk import (
     guess_folded_norm,
     walk,
 )
+from trappm_ray.physics.roofline import attention_scores
 
 log = logging.getLogger(__name__)
 
 MiB = 2**20
-MODEL_VERSION = 7  # bump when a rule changes: cached predictions of older versions are dropped
+MODEL_VERSION = 8  # bump when a rule changes: cached predictions of older versions are dropped
 # name -> (bytes of master weights/grads/optimizer state, bytes of an activation by default,
 # bytes of what autocast lowers matmuls/convs to or None without autocast)
 PRECISIONS = {"fp32": (4, 4, None), "tf32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),
@@ -132,7 +133,8 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
                     batch_size: int | None = None, folded_norm: np.ndarray | None = None,
                     grads_set_to_none: bool = True, foreach: bool = True,
                     context: str | float = "lazy", walked: Walk | None = None,
-                    fragmentation: float = FRAGMENTATION) -> MemoryEstimate:
+                    fragmentation: float = FRAGMENTATION, fused_attention: bool = True,
+                    grad_accum: int = 1) -> MemoryEstimate:
     """Predict the peak CUDA memory of one training step of ``graph``.
 
     Args:
@@ -151,6 +153,12 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         context: ``lazy``/``eager`` CUDA module loading (see ``CONTEXT_BYTES``) or bytes.
         walked: a :class:`Walk` of ``graph`` computed before (reused across batch sizes).
         fragmentation: reserved-but-unusable share of the live large blocks (an assumption).
+        fused_attention: attention runs as one fused kernel (PyTorch 2's
+            ``scaled_dot_product_attention``, what timm and transformers call): the scores and
+            their softmax never reach device memory; backward keeps one fp32 log-sum-exp per
+            query row instead (FlashAttention, Dao et al., NeurIPS 2022).
+        grad_accum: forward/backward passes per optimizer step; above 1 the gradients of the
+            first pass stay allocated through the later ones (as ``grads_set_to_none=False``).
 
     Raises:
         ValueError: unknown precision or optimizer, or a non-positive batch size.
@@ -168,12 +176,21 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         if folded_norm is None:
             folded_norm = guess_folded_norm(graph)
         walked = walk(graph, folded_norm)
-    iv = walked.intervals(act_bytes=act, low_bytes=low)
+    on_chip = _attention_scores(graph, walked) if fused_attention else None
+    iv = walked.intervals(act_bytes=act, low_bytes=low, on_chip=on_chip)
     n = walked.num_nodes
     steps = 2 * n + 2
     scale = b / b0
     size = np.where(iv.scales, iv.size * scale, iv.size)
     cat, start, end = iv.cat, iv.start, np.minimum(iv.end, steps)
+    if on_chip is not None and on_chip.any():  # the log-sum-exp rows fused attention keeps
+        rows = np.array([s for s in np.flatnonzero(on_chip) if walked.ops[s] == "Softmax"], np.int64)
+        lse = np.array([walked.elems[s] / max(_last_dim(graph, s), 1) * FP32 for s in rows])
+        cat = np.concatenate([cat, np.full(len(rows), _S)])
+        size = np.concatenate([size, lse * np.where(walked.dep[rows], scale, 1.0)])
+        start = np.concatenate([start, rows])
+        end = np.concatenate([end, 2 * n - rows + 1])
+    grads_set_to_none = grads_set_to_none and grad_accum <= 1
     # Master parameters, one block per node that owns weights (weight + bias are separate
     # tensors in PyTorch; one block per node keeps the rounding close enough).
     wb = walked.weight_elems * master
@@ -217,6 +234,20 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     log.debug("memory %s/%s b=%d: %.0f MiB allocated at %s", precision, optimizer, b,
               est.allocated / MiB, phase)
     return est
+
+
+def _attention_scores(graph, walked: Walk) -> np.ndarray:
+    """:func:`~trappm_ray.physics.roofline.attention_scores`, once per graph."""
+    derived = graph.derived if hasattr(graph, "derived") else {}
+    if "attention_scores" not in derived:
+        derived["attention_scores"] = attention_scores(graph, walked)
+    return derived["attention_scores"]
+
+
+def _last_dim(graph, node: int) -> int:
+    """The innermost dimension of a node's output (the key length of attention scores)."""
+    dims = [int(d) for d in np.asarray(graph.out_shape)[node] if d > 0]
+    return dims[-1] if dims else 1
 
 
 def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, limit: int = 1 << 16) -> int:
