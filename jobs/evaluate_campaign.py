@@ -9,25 +9,26 @@ Writes docs/results-campaign.md and .json; needs the rows' graphs joined first
 """
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 
 import trappm_ray
 from trappm_ray.config_cli import parse_config
-from trappm_ray.evaluate.campaign import evaluate, report
+from trappm_ray.evaluate.campaign import evaluate, evaluate_moves, report
 from trappm_ray.labels.campaign_import import is_campaign_device
 from trappm_ray.labels.store import device_slugs
 
 
 def product_answer(row: dict, graph) -> dict | None:
-    """What `trappm-ray predict <timm name> --device <the row's GPU>` answers for a row; None for
-    settings it has no option for (activation checkpointing, gradient accumulation) and text
-    models (their export needs the sequence length the row's graph was built at)."""
-    if row["model_source"] != "timm" or row["recompute"] != "none" or row["grad_accum"] != 1:
+    """What `trappm-ray predict <timm name> --device <the row's GPU>` answers for a row in its
+    setting; None for text models (their export needs the sequence length the row's graph was
+    built at)."""
+    if row["model_source"] != "timm":
         return None
     try:
         p = trappm_ray.predict(row["arch"], row["batch_size"], row["device_spec"], resolution=row["resolution"],
                                precision=row["precision"], optimizer=row["optimizer"],
-                               memory_format=row["memory_format"])
+                               memory_format=row["memory_format"], recompute=row["recompute"] != "none",
+                               grad_accum=int(row["grad_accum"]))
     except ValueError:  # an option or batch the product refuses
         return None
     return {"train_step_ms": p.train_step_ms.value, "inference_ms": p.inference_ms.value}
@@ -44,13 +45,16 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(CampaignEvalConfig, description=__doc__)
     product = product_answer if cfg.product else None
-    evaluations = [evaluate(cfg.labels, slug, product=product) for slug in device_slugs(cfg.labels)
-                   if is_campaign_device(cfg.labels, slug)]
+    slugs = [slug for slug in device_slugs(cfg.labels) if is_campaign_device(cfg.labels, slug)]
+    evaluations = [evaluate(cfg.labels, slug, product=product) for slug in slugs]
+    moves = evaluate_moves(cfg.labels, slugs)
     if not evaluations:
         print(f"no GPU campaign rows under {cfg.labels}: nothing to evaluate")
         raise SystemExit(0)
     with open(f"{cfg.out}.md", "w") as fh:
-        fh.write(report(evaluations))
+        fh.write(report(evaluations, moves))
     with open(f"{cfg.out}.json", "w") as fh:
-        json.dump([e.to_dict() for e in evaluations], fh, indent=1)
-    print(report(evaluations))
+        json.dump({"devices": [e.to_dict() for e in evaluations],
+                   "moves": {gpu: {t: {g: asdict(e) for g, e in groups.items()} for t, groups in targets.items()}
+                             for gpu, targets in moves.items()}}, fh, indent=1)
+    print(report(evaluations, moves))

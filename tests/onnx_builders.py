@@ -169,6 +169,22 @@ def transformer_block(seq: str | int = 16) -> onnx.ModelProto:
     return _model(nodes, [x], [y], inits)
 
 
+def residual_chain(blocks: int = 4, d: int = 32) -> onnx.ModelProto:
+    """``x[N, d]`` through ``blocks`` residual blocks ``x + W2 relu(W1 x)`` (each a segment of
+    activation checkpointing)."""
+    x = helper.make_tensor_value_info("x", F, ["N", d])
+    nodes, inits, cur = [], [], "x"
+    for i in range(blocks):
+        nodes += [helper.make_node("MatMul", [cur, f"w1_{i}"], [f"h{i}"], name=f"fc1_{i}"),
+                  helper.make_node("Relu", [f"h{i}"], [f"r{i}"], name=f"relu_{i}"),
+                  helper.make_node("MatMul", [f"r{i}", f"w2_{i}"], [f"o{i}"], name=f"fc2_{i}"),
+                  helper.make_node("Add", [cur, f"o{i}"], [f"x{i}"], name=f"res_{i}")]
+        inits += [_init(f"w1_{i}", (d, 4 * d)), _init(f"w2_{i}", (4 * d, d))]
+        cur = f"x{i}"
+    y = helper.make_tensor_value_info(cur, F, ["N", d])
+    return _model(nodes, [x], [y], inits)
+
+
 def text_model(vocab: int = 100, seq: str | int = "seq") -> onnx.ModelProto:
     """Token ids ``ids[N, seq]`` (int64) -> embedding (Gather) -> the :func:`transformer_block`
     ops -> logits: a tiny text model, as transformers' exports start."""

@@ -114,7 +114,7 @@ def _predict(args: argparse.Namespace) -> int:
         for name in names:
             _check_device_name(name)
     setting = dict(precision=args.precision, optimizer=args.optimizer, gpus=args.gpus,
-                   memory_format=args.memory_format)
+                   memory_format=args.memory_format, recompute=args.recompute or None, grad_accum=args.grad_accum)
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
                 price_per_hour=args.price_per_hour, power_limit_w=args.power_limit,
@@ -254,6 +254,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="where --gpus run: dgx-a100, dgx-h100, hgx-h200, aws-p5, aws-g4dn-12xlarge, ... "
                         "(data/clusters.csv) or a JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps")
     p.add_argument("--memory-format", default=None, choices=options.MEMORY_FORMATS)
+    p.add_argument("--recompute", action="store_true",
+                   help="activation checkpointing of every residual block (GPUs): less memory, a longer step")
+    p.add_argument("--grad-accum", type=int, default=None, metavar="N",
+                   help="forward/backward passes of --batch-size per optimizer step (GPUs)")
     p.add_argument("--predictor", default=None, help="predictor directory or URI (default: shipped)")
     p.add_argument("--memory-budget-mb", type=float, default=None,
                    help="also report the largest batch size whose training memory fits")

@@ -31,3 +31,14 @@ def test_unseen_options_are_refused(requested, why):
     with pytest.raises(errors.UnsupportedOption, match=why) as e:
         options.resolve(requested, {"device": {"slug": "cpu-t1"}})
     assert e.value.status == 400 and str(e.value).startswith("unsupported_option: ")
+
+
+def test_step_fields_resolve_only_where_a_step_model_moves_them():
+    gpu = {"options": {"precision": ["amp-fp16"], "optimizer": ["sgd"], "gpus": [1]}, "moves": ["recompute", "grad_accum"]}
+    got = options.resolve({"recompute": True, "grad_accum": 8}, gpu)
+    assert got["recompute"] is True and got["grad_accum"] == 8
+    assert "recompute" not in options.resolve({"recompute": False, "grad_accum": 1}, gpu)  # defaults left out
+    with pytest.raises(errors.UnsupportedOption, match="grad_accum must be a whole number"):
+        options.resolve({"grad_accum": 2.5}, gpu)
+    with pytest.raises(errors.UnsupportedOption, match="recompute is answered on GPUs"):
+        options.resolve({"recompute": True}, {"device": {"slug": "cpu-t1"}})

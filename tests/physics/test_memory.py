@@ -9,7 +9,7 @@ import pytest
 from tests import onnx_builders as ob
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.physics import censored
-from trappm_ray.physics.graph_walk import folded_norm_mask, guess_folded_norm, walk
+from trappm_ray.physics.graph_walk import checkpoint_segments, folded_norm_mask, guess_folded_norm, walk
 from trappm_ray.physics.memory import (
     CONTEXT_BYTES,
     CUBLAS_WORKSPACE,
@@ -223,3 +223,33 @@ def test_fitting_batch_is_the_largest_power_of_two_under_the_budget():
         assert got >= 1 and used(got) <= budget_gb * 1e9 < used(2 * got), budget_gb
     assert fitting_batch(g, "amp-fp16", "adamw", 1e3) == 0
     assert fitting_batch(g, "amp-fp16", "adamw", 1e15, limit=64) == 64
+
+
+def test_fused_attention_keeps_scores_off_the_device():
+    """Flash attention never writes the seq x seq scores: memory drops by their bytes, and what
+    backward keeps instead is one fp32 value per query row."""
+    g = featurize(ob.transformer_block(seq=64), batch_size=8)
+    fused, eager = (training_memory(g, "fp32", "sgd", fused_attention=f) for f in (True, False))
+    softmax, lse = 8 * 64 * 64 * 4, 8 * 64 * 4  # what eager backward keeps; what flash keeps instead
+    assert eager.saved_at_backward - fused.saved_at_backward == softmax - lse
+    assert fused.allocated < eager.allocated and fused.allocated >= fused.floor
+
+
+def test_grad_accum_keeps_gradients_all_step():
+    g = cnn()
+    one, four = est(g), est(g, grad_accum=4)
+    assert four.allocated >= one.allocated
+    assert four.grads == pytest.approx(est(g, grads_set_to_none=False).grads)
+
+
+def test_recompute_keeps_block_outputs_only():
+    """Checkpointing every residual block saves less for backward than keeping every activation,
+    never less than the data input, and never more than without it."""
+    g = featurize(ob.residual_chain(blocks=6), batch_size=8192)  # activations above the workspaces
+    plain, ckpt = (training_memory(g, "fp32", "adam", recompute=r) for r in (False, True))
+    assert ckpt.allocated < plain.allocated and ckpt.allocated >= ckpt.floor
+    assert ckpt.saved_at_backward < plain.saved_at_backward
+    segments = checkpoint_segments(walk(g))
+    # a segment per residual block; the first block's join with the graph input itself is not
+    # seen (the walk lists the graph input only for nodes fed by nothing else): it joins the second
+    assert list(np.bincount(segments)) == [8, 4, 4, 4, 4]

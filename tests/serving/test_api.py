@@ -9,7 +9,8 @@ import pytest
 import onnx_builders as B
 import trappm_ray
 from predictor_builders import random_predictor
-from trappm_ray import errors
+from trappm_ray import devices, errors
+from trappm_ray.physics.step_model import step_time
 from trappm_ray.serving import api as P
 from trappm_ray.serving import routing as R
 
@@ -230,3 +231,39 @@ def test_data_parallel_cost_and_energy_count_every_gpu():
     assert c8.cost == pytest.approx(8 * c8.hours * 2.0) and c1.cost == pytest.approx(c1.hours * 2.0)
     assert c8.energy_kwh == pytest.approx(8 * c8.hours * many.train_power_w.value / 1e3)
     assert many.power["total_train_power_w"] == pytest.approx(8 * many.power["train_power_w"])
+
+
+def test_checkpointing_and_gradient_accumulation_on_a_gpu():
+    plain = P.predict(SAMPLE_FILE, 256, device="a100", precision="amp-bf16", optimizer="adamw")
+    ckpt = P.predict(SAMPLE_FILE, 256, device="a100", precision="amp-bf16", optimizer="adamw", recompute=True)
+    accum = P.predict(SAMPLE_FILE, 256, device="a100", precision="amp-bf16", optimizer="adamw", grad_accum=4)
+    # a second forward per block: a longer step, and less memory kept for backward
+    assert ckpt.train_step_ms.value > plain.train_step_ms.value
+    deep = B.residual_chain(blocks=8, d=256)  # activations far above the allocator's rounding
+    kept, freed = (P.predict(deep, 4096, device="a100", precision="amp-bf16", optimizer="adamw", recompute=r)
+                   for r in (False, True))
+    assert freed.memory_terms["activations_saved"] < kept.memory_terms["activations_saved"]
+    assert freed.train_memory_mb.value < kept.train_memory_mb.value
+    # four passes, one optimizer step: more time per step, more samples per second
+    assert 3 * plain.train_step_ms.value < accum.train_step_ms.value < 4 * plain.train_step_ms.value
+    assert accum.throughput_samples_s == pytest.approx(4 * 256e3 / accum.train_step_ms.value)
+    assert accum.throughput_samples_s > plain.throughput_samples_s
+    assert accum.options["grad_accum"] == 4 and "grad_accum" not in plain.options
+    assert any("grad_accum 4: no label of this GPU holds it" in n for n in accum.notes)
+    dp = P.predict(SAMPLE_FILE, 64, device="a100", gpus=8, grad_accum=2)
+    assert dp.distributed["global_batch"] == 8 * 64 * 2
+    with pytest.raises(errors.UnsupportedOption, match="recompute is answered on GPUs"):
+        P.predict(SAMPLE_FILE, 4, device="i9-10940x", recompute=True)
+    with pytest.raises(errors.BadOption, match="grad_accum must be in"):
+        P.predict(SAMPLE_FILE, 4, device="a100", grad_accum=0)
+
+
+def test_a_faster_setting_is_not_held_at_the_slower_settings_floor():
+    """TF32 moved from an fp32 answer keeps the step model's ratio: the floor it is checked
+    against is TF32's roofline, not fp32's (a GEMM-bound graph: 4.8x faster on TF32 units)."""
+    deep = B.residual_chain(blocks=8, d=1024)
+    fp32, tf32 = (P.predict(deep, 4096, device="h100", precision=p, optimizer="adamw") for p in ("fp32", "tf32"))
+    g, spec = featurize(deep, batch_size=4096), devices.get("h100-sxm5-80gb")
+    ratio = (step_time(g, spec, {"precision": "tf32", "optimizer": "adamw"}, "train").total_ms
+             / step_time(g, spec, {"precision": "fp32", "optimizer": "adamw"}, "train").total_ms)
+    assert ratio < 0.5 and tf32.train_step_ms.value / fp32.train_step_ms.value == pytest.approx(ratio, rel=0.02)

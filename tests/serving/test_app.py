@@ -181,6 +181,8 @@ BAD = [  # (id, body, headers, query, status, code)
     ("no_type", cnn, {"Content-Type": ""}, "", 415, "unsupported_media_type"),
     ("batch_zero", cnn, OCTET, "?batch_size=0", 400, "bad_options"),
     ("batch_text", cnn, OCTET, "?batch_size=abc", 400, "bad_options"),
+    ("recompute_word", cnn, OCTET, "?recompute=maybe", 400, "bad_options"),
+    ("recompute_on_cpu", cnn, OCTET, "?recompute=true", 400, "unsupported_option"),
     ("multipart_no_file", None, None, "", 400, "no_file"),
 ]
 

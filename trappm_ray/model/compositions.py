@@ -14,8 +14,9 @@ All play :class:`~trappm_ray.model.estimator.Estimator`, as their parts do.
 from __future__ import annotations
 
 from trappm_ray import devices, errors
-from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, trained_options
-from trappm_ray.physics.roofline import device_rates
+from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, STEP_FIELDS, trained_options
+from trappm_ray.physics.memory import training_memory
+from trappm_ray.physics.roofline import device_rates, roofline
 from trappm_ray.physics.step_model import MODES, step_time
 
 # For a value no label holds, the values to move from, nearest first: the same arithmetic
@@ -30,7 +31,7 @@ NEAREST = {
     "sgd-momentum": ("sgd", "adam", "adamw", "none"), "sgd": ("sgd-momentum", "none", "adam", "adamw"),
     "none": ("sgd", "sgd-momentum", "adam", "adamw"),
 }
-MOVED = ("precision", "optimizer")  # the fields the step model moves
+MOVED = ("precision", "optimizer", *STEP_FIELDS)  # the fields the step model moves
 
 
 class _WithSpecModel:
@@ -120,7 +121,8 @@ class SettingMove:
         self.trained = trained_options(inner.manifest)
         options = {**self.trained, "precision": list(dict.fromkeys([*self.trained.get("precision", []), *PRECISIONS])),
                    "optimizer": list(dict.fromkeys([*self.trained.get("optimizer", []), *OPTIMIZERS]))}
-        self.manifest = {**inner.manifest, "options": options, "name": f"{inner.manifest.get('name')}+step-model"}
+        self.manifest = {**inner.manifest, "options": options, "moves": list(STEP_FIELDS),
+                         "name": f"{inner.manifest.get('name')}+step-model"}
 
     def note(self, setting: dict) -> str | None:
         """How an answer in ``setting`` was derived, when it was moved; None when it was not."""
@@ -129,10 +131,11 @@ class SettingMove:
         if not moved:
             return None
         asked = ", ".join(f"{f} {setting[f]}" for f in moved)
-        held = ", ".join(f"{f} {base[f]}" for f in moved)
+        held = ", ".join(f"{f} {base.get(f, STEP_FIELDS.get(f))}" for f in moved)
         return (f"{asked}: no label of this GPU holds it; the answer in {held} x the step model's ratio "
                 f"between the two settings (peaks and bytes of the precision, the optimizer's passes "
-                f"over the parameters; its error where labels measured both: docs/results-step-model.md)")
+                f"over the parameters, a second forward per checkpointed block, the passes per step; its "
+                f"error where measurements hold both: docs/results-step-model.md, docs/results-campaign.md)")
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -140,8 +143,8 @@ class SettingMove:
 
     def base(self, setting: dict) -> dict:
         """``setting`` with each moved field at the nearest value the labels hold."""
-        out = dict(setting)
-        for field in MOVED:
+        out = {k: v for k, v in setting.items() if k not in STEP_FIELDS}  # labels hold the defaults
+        for field in ("precision", "optimizer"):
             held, value = self.trained.get(field) or [], setting.get(field)
             if value is None or value in held or not held:
                 continue
@@ -173,13 +176,29 @@ class SettingMove:
         for row, graph, asked, base in zip(rows, graphs, settings_list, bases):
             if all(asked.get(f) == base.get(f) for f in MOVED):
                 continue
-            for t, mode in MODES.items():
-                if t not in row:
-                    continue
-                ratio = (step_time(graph, self.spec, asked, mode).total_ms
-                         / step_time(graph, self.spec, base, mode).total_ms)
+            ratios = {t: step_time(graph, self.spec, asked, mode).total_ms / step_time(graph, self.spec, base, mode).total_ms
+                      for t, mode in MODES.items() if t in row}
+            if "train_memory_mb" in row:  # measured memory, moved by the CUDA memory model
+                ratios["train_memory_mb"] = _memory_mb(graph, asked) / _memory_mb(graph, base)
+            for t, ratio in ratios.items():
                 row.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
+            for t, mode in MODES.items():  # the floor of the asked setting, not the base's
+                if f"{t}_floor" in row:
+                    row[f"{t}_floor"] *= _roofline_ms(graph, self.spec, asked, mode) / _roofline_ms(graph, self.spec, base, mode)
         return rows
+
+
+def _roofline_ms(graph, spec: devices.DeviceSpec, setting: dict, mode: str) -> float:
+    """The roofline floor of ``setting`` (recompute and accumulation add work; the floor of the
+    plain step stays a floor of theirs)."""
+    return roofline(graph, spec, setting.get("precision") or "fp32", mode, setting.get("optimizer") or "adam").total_ms
+
+
+def _memory_mb(graph, setting: dict) -> float:
+    """The CUDA memory model's device memory for ``setting`` (MB)."""
+    return training_memory(graph, setting.get("precision") or "fp32", setting.get("optimizer") or "adam",
+                           recompute=bool(setting.get("recompute")),
+                           grad_accum=int(setting.get("grad_accum") or 1)).device_used / 2**20
 
 
 class TargetFill(_WithSpecModel):

@@ -13,6 +13,10 @@ PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16", "fp64")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "none")
 MEMORY_FORMATS = ("nchw", "nhwc")
 FIELDS = ("precision", "optimizer", "gpus", "memory_format")
+# How a step runs rather than what it computes: no label varies them; on a GPU the step model
+# moves an answer to them (``manifest["moves"]``, :class:`~trappm_ray.model.compositions.SettingMove`).
+# Each with its default, which a resolved setting leaves out.
+STEP_FIELDS = {"recompute": False, "grad_accum": 1}
 # Predictors registered before manifests listed their options: the CPU harness's only setting.
 LEGACY_CPU: dict[str, list] = {"precision": ["fp32"], "optimizer": ["adam"], "gpus": [1]}
 # The one place a setting gets a value nobody gave: a predictor whose labels do not name a field
@@ -64,8 +68,19 @@ def resolve(requested: dict, manifest: dict) -> dict:
         if value is not None and seen is None:
             raise errors.UnsupportedOption(f"the predictor's labels do not vary {field}; leave it unset")
         out[field] = value if value is not None else (seen[0] if seen else DEFAULTS.get(field))
+    for field, default in STEP_FIELDS.items():
+        value = requested.get(field)
+        if value is None or value == default:
+            continue
+        if field == "grad_accum" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096):
+            raise errors.UnsupportedOption(f"grad_accum must be a whole number of passes in 1..4096, got {value!r}")
+        if field not in manifest.get("moves", ()):
+            raise errors.UnsupportedOption(
+                f"{field} is answered on GPUs (the step model moves a GPU's answer to it); the "
+                f"{manifest.get('device', {}).get('slug', 'unknown')} predictor has no such path")
+        out[field] = value if field == "grad_accum" else bool(value)
     return out
 
 
-__all__ = ["PRECISIONS", "OPTIMIZERS", "MEMORY_FORMATS", "FIELDS", "DEFAULTS", "label_options",
+__all__ = ["PRECISIONS", "OPTIMIZERS", "MEMORY_FORMATS", "FIELDS", "STEP_FIELDS", "DEFAULTS", "label_options",
            "trained_options", "resolve"]

@@ -197,6 +197,36 @@ class Walk:
                          np.array(scales, bool), np.array(node, np.int64))
 
 
+def checkpoint_segments(w: Walk) -> np.ndarray:
+    """Per node, the activation-checkpointing segment it belongs to (0, 1, ...).
+
+    A segment ends where one activation alone crosses to the rest of the graph (the residual
+    stream between two blocks) once it holds a join of two activations (a residual Add, a
+    concatenation): each residual block is a segment, as ``torch.utils.checkpoint`` per block
+    runs it (timm's ``set_grad_checkpointing``, transformers' ``gradient_checkpointing_enable``).
+    A chain with no join stays one segment.
+    """
+    n = w.num_nodes
+    crossing = np.zeros(n + 1, np.int64)  # activations produced at or before i, used after i
+    last = np.full(n + 1, -1)
+    for i, ps in enumerate(w.preds):
+        for p in ps:
+            last[p] = max(last[p], i)
+    for t in range(n + 1):
+        if w.real[t] and w.dep[t] and last[t] > t:
+            first = 0 if t == n else t
+            crossing[first] += 1
+            crossing[last[t]] -= 1
+    alive = np.cumsum(crossing)[:n]
+    seg, current, joined = np.zeros(n, np.int64), 0, False
+    for i in range(n):
+        seg[i] = current
+        joined |= sum(1 for p in w.preds[i] if w.dep[p]) > 1
+        if joined and alive[i] == 1 and w.real[i]:
+            current, joined = current + 1, False
+    return seg
+
+
 def _pred_lists(graph) -> list:
     n = graph.num_nodes
     preds: list[list[int]] = [[] for _ in range(n)]

@@ -25,6 +25,7 @@ from trappm_ray.physics.graph_walk import (
     FP32,
     HALF,
     Walk,
+    checkpoint_segments,
     guess_folded_norm,
     walk,
 )
@@ -134,7 +135,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
                     grads_set_to_none: bool = True, foreach: bool = True,
                     context: str | float = "lazy", walked: Walk | None = None,
                     fragmentation: float = FRAGMENTATION, fused_attention: bool = True,
-                    grad_accum: int = 1) -> MemoryEstimate:
+                    grad_accum: int = 1, recompute: bool = False) -> MemoryEstimate:
     """Predict the peak CUDA memory of one training step of ``graph``.
 
     Args:
@@ -159,6 +160,10 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
             query row instead (FlashAttention, Dao et al., NeurIPS 2022).
         grad_accum: forward/backward passes per optimizer step; above 1 the gradients of the
             first pass stay allocated through the later ones (as ``grads_set_to_none=False``).
+        recompute: activation checkpointing of every residual block
+            (:func:`~trappm_ray.physics.graph_walk.checkpoint_segments`): forward keeps each
+            block's output alone; backward runs the block's forward again and keeps what it
+            saves until the block's gradients are done.
 
     Raises:
         ValueError: unknown precision or optimizer, or a non-positive batch size.
@@ -182,7 +187,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     steps = 2 * n + 2
     scale = b / b0
     size = np.where(iv.scales, iv.size * scale, iv.size)
-    cat, start, end = iv.cat, iv.start, np.minimum(iv.end, steps)
+    cat, start, end, node = iv.cat, iv.start, np.minimum(iv.end, steps), iv.node
     if on_chip is not None and on_chip.any():  # the log-sum-exp rows fused attention keeps
         rows = np.array([s for s in np.flatnonzero(on_chip) if walked.ops[s] == "Softmax"], np.int64)
         lse = np.array([walked.elems[s] / max(_last_dim(graph, s), 1) * FP32 for s in rows])
@@ -190,6 +195,9 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         size = np.concatenate([size, lse * np.where(walked.dep[rows], scale, 1.0)])
         start = np.concatenate([start, rows])
         end = np.concatenate([end, 2 * n - rows + 1])
+        node = np.concatenate([node, rows])
+    if recompute and n:
+        cat, size, start, end = _checkpointed(graph, walked, cat, size, start, end, node)
     grads_set_to_none = grads_set_to_none and grad_accum <= 1
     # Master parameters, one block per node that owns weights (weight + bias are separate
     # tensors in PyTorch; one block per node keeps the rounding close enough).
@@ -236,6 +244,29 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     return est
 
 
+def _checkpointed(graph, walked: Walk, cat: np.ndarray, size: np.ndarray, start: np.ndarray, end: np.ndarray,
+                  node: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """The intervals of a checkpointed step: what a block saves for backward lives through the
+    block's forward (as a transient) and again from the block's recomputation, at the start of
+    its backward, to where it was released before; each block's output stays saved."""
+    n = walked.num_nodes
+    derived = graph.derived if hasattr(graph, "derived") else {}
+    if "checkpoint_segments" not in derived:
+        derived["checkpoint_segments"] = checkpoint_segments(walked)
+    seg = derived["checkpoint_segments"]
+    seg_end = np.zeros(int(seg.max()) + 1, np.int64)
+    np.maximum.at(seg_end, seg, np.arange(n))
+    own = node < n
+    last = np.where(own, seg_end[seg[np.minimum(node, n - 1)]], n)
+    move = (cat == _S) & own & (node != last)
+    again = np.flatnonzero(move)
+    released = end[again]
+    cat, end = cat.copy(), end.copy()
+    cat[move], end[move] = _T, np.minimum(end[move], last[move] + 1)
+    return (np.concatenate([cat, np.full(len(again), _S)]), np.concatenate([size, size[again]]),
+            np.concatenate([start, 2 * n - last[again]]), np.concatenate([end, released]))
+
+
 def _attention_scores(graph, walked: Walk) -> np.ndarray:
     """:func:`~trappm_ray.physics.roofline.attention_scores`, once per graph."""
     derived = graph.derived if hasattr(graph, "derived") else {}
@@ -250,7 +281,8 @@ def _last_dim(graph, node: int) -> int:
     return dims[-1] if dims else 1
 
 
-def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, limit: int = 1 << 16) -> int:
+def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, limit: int = 1 << 16,
+                  recompute: bool = False, grad_accum: int = 1) -> int:
     """The largest power-of-two batch whose training step fits ``memory_bytes`` of device memory
     (the model's ``device_used``, rescaled from ``graph``'s batch without featurizing again);
     0 when batch 1 does not fit, ``limit`` at most. Memory is near affine in the batch: the
@@ -259,12 +291,16 @@ def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, li
     walked = walk(graph, guess_folded_norm(graph))
 
     def fits(b: int) -> bool:
-        return training_memory(graph, precision, optimizer, batch_size=b, walked=walked).device_used <= memory_bytes
+        return used(b) <= memory_bytes
 
-    one = training_memory(graph, precision, optimizer, batch_size=1, walked=walked).device_used
+    def used(b: int) -> float:
+        return training_memory(graph, precision, optimizer, batch_size=b, walked=walked, recompute=recompute,
+                               grad_accum=grad_accum).device_used
+
+    one = used(1)
     if one > memory_bytes:
         return 0
-    slope = max(training_memory(graph, precision, optimizer, batch_size=2, walked=walked).device_used - one, 1.0)
+    slope = max(used(2) - one, 1.0)
     guess = max(1, min(limit, int((memory_bytes - one) / slope) + 1))
     b = 1 << (guess.bit_length() - 1)
     while b > 1 and not fits(b):

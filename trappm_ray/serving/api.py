@@ -26,6 +26,7 @@ from trappm_ray import errors
 from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import read_model
+from trappm_ray.model.options import STEP_FIELDS
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.compositions import SettingMove
 from trappm_ray.model.estimator import Estimator, device_of, model_version
@@ -61,6 +62,11 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
     """``proto`` featurized at ``batch_size`` (default the options'; None there: as exported)."""
     return featurize(proto, batch_size=batch_size or opts.batch_size, resolution=opts.resolution,
                      dims=dict(opts.dims) or None)
+
+
+def step_fields(setting: dict) -> dict:
+    """A resolved setting's activation checkpointing and passes per step (defaults when absent)."""
+    return {k: setting.get(k, default) for k, default in STEP_FIELDS.items()}
 
 
 def requested_setting(opts: PredictOptions, predictor: Estimator) -> dict:
@@ -112,7 +118,7 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
                    domain=domain, floors=floors)
     if p.train_memory_mb is None and p.device.get("kind") not in ("cpu", "unknown"):
         # no measured GPU memory labels: the CUDA memory model answers (docs/memory.md)
-        m = gpu_memory_mb(graph, setting["precision"], setting["optimizer"])
+        m = gpu_memory_mb(graph, setting["precision"], setting["optimizer"], **step_fields(setting))
         floor = floors["train_memory_mb"]
         p.train_memory_mb = Estimate(max(m["value"], floor), max(m["low"], floor),
                                      max(m["high"], floor), 0.0, "MB")
@@ -167,8 +173,11 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     except ValueError as e:
         raise errors.UnsupportedOption(str(e)) from None
     gpus, params = int(opts.gpus or 1), float(graph.static["params"])
+    accum = step_fields(setting)["grad_accum"]
     step = step_time(graph, spec, setting, "train")
-    backward = p.train_step_ms.value * step.backward_ms / step.total_ms if p.train_step_ms and step.total_ms else 0.0
+    # with gradient accumulation DDP reduces once, during the last pass's backward
+    backward = (p.train_step_ms.value * step.backward_ms / step.total_ms / accum
+                if p.train_step_ms and step.total_ms else 0.0)
     grad_bytes = 4 * params  # fp32 gradients, also under AMP
     total = allreduce_ms(grad_bytes, gpus, cluster)
     exposed = exposed_allreduce_ms(grad_bytes, backward, gpus, cluster)
@@ -179,11 +188,11 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
         e, extra = p.train_memory_mb, grad_bytes / 2**20
         p.train_memory_mb = Estimate(e.value + extra, e.low + extra, e.high + extra, e.std, e.unit)
     nodes = -(-gpus // cluster.gpus_per_node)
-    p.distributed = {"gpus": gpus, "nodes": nodes, "cluster": cluster.slug, "global_batch": gpus * p.batch_size,
+    p.distributed = {"gpus": gpus, "nodes": nodes, "cluster": cluster.slug, "global_batch": gpus * p.batch_size * accum,
                      "allreduce_ms": total, "exposed_allreduce_ms": exposed, "parallel": "dp",
                      "network_bytes_per_gpu": 2 * (gpus - 1) / gpus * grad_bytes}
     return (f"data parallel over {gpus} GPUs on {nodes} node(s) of {cluster.name} (batch {p.batch_size} per GPU, "
-            f"{gpus * p.batch_size} in all): the gradient all-reduce ({grad_bytes / 2**20:.0f} MB, {total:.3g} ms) "
+            f"{gpus * p.batch_size * accum} in all per step): the gradient all-reduce ({grad_bytes / 2**20:.0f} MB, {total:.3g} ms) "
             f"overlaps the backward in 25 MB buckets, {exposed:.3g} ms of it is not hidden; checked on one node at "
             f"3-9% (docs/results-distributed.md), across nodes far worse")
 
@@ -228,7 +237,7 @@ def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
     graph = featurize_with(proto, opts, batch_size)
     setting = resolve_options(asdict(opts), predictor.manifest)
     if "train_memory_mb" not in predictor.targets:  # a GPU predictor: the CUDA memory model
-        return gpu_memory_mb(graph, setting["precision"], setting["optimizer"])["high"]
+        return gpu_memory_mb(graph, setting["precision"], setting["optimizer"], **step_fields(setting))["high"]
     return max(predictor.predict_graphs([graph], [setting])[0]["train_memory_mb"],
                memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
 
@@ -266,7 +275,8 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             profiles = chosen.manifest.get("launch") or {}
             anchor = 0
             if spec is not None and profiles:  # a GPU: one more batch, where the labels are
-                fit = fitting_batch(graph, setting["precision"], setting["optimizer"], spec.memory_gb * 1e9)
+                fit = fitting_batch(graph, setting["precision"], setting["optimizer"], spec.memory_gb * 1e9,
+                                    **step_fields(setting))
                 anchor = launch.anchor_batch(batch, fit, profiles)
             try:  # the batches whose answers hold the answer at this one
                 above = [cached((*at, b), lambda b=b: featurize_with(proto, opts, b)) for b in
@@ -316,7 +326,7 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             steps: int | None = None, price_per_hour: float | None = None,
             interval_z: float = 1.96, input_shape: tuple[int, ...] | None = None,
             precision: str | None = None, optimizer: str | None = None, gpus: int | None = None,
-            memory_format: str | None = None,
+            memory_format: str | None = None, recompute: bool | None = None, grad_accum: int | None = None,
             device_spec: str | os.PathLike | DeviceSpec | None = None, power_limit_w: float | None = None,
             price_per_kwh: float | None = None, layers: int = 0, cluster: str | None = None) -> Prediction:
     """Predict the training step time, memory, power and inference latency of ``model``.
@@ -341,6 +351,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
         precision, optimizer, gpus, memory_format: the training setting (None: the predictor's
             default); a value the device's predictor was never trained on raises
             ``errors.UnsupportedOption``.
+        recompute, grad_accum: activation checkpointing of every residual block, and forward/backward
+            passes of ``batch_size`` per optimizer step (GPUs: moved by the step model).
         device_spec: a user's GPU (``--device-spec`` JSON path or a DeviceSpec): predicted by the
             spec-based predictor; training memory from the CUDA memory model.
         power_limit_w: the GPU's power limit (W; None: its TDP): power and a slower step where it binds.
@@ -356,7 +368,7 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
                           optimizer=optimizer, gpus=gpus, memory_format=memory_format,
-                          power_limit_w=power_limit_w, price_per_kwh=price_per_kwh, layers=layers,
+                          recompute=recompute, grad_accum=grad_accum, power_limit_w=power_limit_w, price_per_kwh=price_per_kwh, layers=layers,
                           cluster=cluster)
     chosen = load_predictor(predictor, device, device_spec)
     data, label = model_bytes(model, resolution, input_shape)

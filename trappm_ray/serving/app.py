@@ -34,10 +34,20 @@ RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx
              "application/x-www-form-urlencoded"}
 MAX_JSON_BYTES = 64 * 1024
 OPTION_NAMES = ("batch_size", "resolution", "memory_budget_mb", "steps", "price_per_hour",
-                "interval_z", "precision", "optimizer", "gpus", "memory_format", "device", "power_limit_w",
-                "price_per_kwh", "layers", "cluster")
+                "interval_z", "precision", "optimizer", "gpus", "memory_format", "recompute", "grad_accum",
+                "device", "power_limit_w", "price_per_kwh", "layers", "cluster")
+
+
+def _flag(raw) -> bool:
+    """A yes/no option from JSON (true/false) or a query string (1/0, true/false, yes/no)."""
+    value = str(raw).strip().lower()
+    if value not in ("1", "0", "true", "false", "yes", "no"):
+        raise ValueError(f"expected true or false, got {raw!r}")
+    return value in ("1", "true", "yes")
+
+
 _CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "layers": int, "cluster": str,
-            "precision": str,
+            "precision": str, "grad_accum": int, "recompute": _flag,
             "optimizer": str, "memory_format": str, "device": str}
 
 

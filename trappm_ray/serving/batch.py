@@ -51,6 +51,7 @@ class BatchPredictConfig:
         precision, optimizer, gpus, memory_format: the training setting predicted for (None:
             the predictor's default); one the predictor was never trained on fails the job
             before any file is read.
+        recompute, grad_accum: activation checkpointing, passes per optimizer step (GPUs).
         device: predict for this device: its shipped predictor, else (a GPU of the spec table)
             the spec-based one; None = ``predictor``.
         power_limit_w: the GPU's power limit in W (None: its TDP).
@@ -74,6 +75,8 @@ class BatchPredictConfig:
     optimizer: str | None = None
     gpus: int | None = None
     memory_format: str | None = None
+    recompute: bool | None = None
+    grad_accum: int | None = None
     device: str | None = None
     power_limit_w: float | None = None
     cluster: str | None = None
@@ -81,8 +84,8 @@ class BatchPredictConfig:
 
     def setting(self) -> dict:
         """The options every file is predicted with (``PredictOptions`` fields beside the batch)."""
-        out = {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "device",
-                                             "power_limit_w", "cluster")}
+        out = {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "recompute",
+                                             "grad_accum", "device", "power_limit_w", "cluster")}
         try:
             dims = dict(item.split("=", 1) for item in (self.dim or "").split(",") if item)
             out["dims"] = tuple(sorted((k.strip(), int(v)) for k, v in dims.items()))

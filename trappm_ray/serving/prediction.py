@@ -50,6 +50,9 @@ class PredictOptions:
         precision, optimizer, gpus, memory_format: the training setting predicted for
             (:mod:`trappm_ray.model.options`); None = the predictor's default, the setting its
             labels were measured in (the CPU predictor: fp32, Adam, 1).
+        recompute: activation checkpointing of every residual block (GPUs; None = off).
+        grad_accum: forward/backward passes of ``batch_size`` each per optimizer step (GPUs;
+            None = 1); a step then trains ``batch_size x grad_accum`` samples.
         device: answer with this device's predictor (:func:`load_predictor`) instead of the one
             :func:`predict_many` is given (the HTTP app's ``?device=``); None = that one.
         power_limit_w: the GPU's power limit (W); None = its TDP, the default limit. A lower
@@ -72,6 +75,8 @@ class PredictOptions:
     optimizer: str | None = None
     gpus: int | None = None
     memory_format: str | None = None
+    recompute: bool | None = None
+    grad_accum: int | None = None
     device: str | None = None
     power_limit_w: float | None = None
     price_per_kwh: float | None = None
@@ -85,6 +90,8 @@ class PredictOptions:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise errors.BadOption(f"{name} must be positive, got {value}")
+        if self.grad_accum is not None and not 1 <= self.grad_accum <= 4096:
+            raise errors.BadOption(f"grad_accum must be in 1..4096, got {self.grad_accum}")
         if not 0 <= self.interval_z <= 10:
             raise errors.BadOption(f"interval_z must be in 0..10, got {self.interval_z}")
 
@@ -126,9 +133,10 @@ class Prediction:
 
     @property
     def throughput_samples_s(self) -> float | None:
-        """Training samples per second: the batch (over every GPU of a data-parallel job) over one step."""
+        """Training samples per second: the batch (over every GPU of a data-parallel job, times
+        the passes of gradient accumulation) over one step."""
         s = self.train_step_ms
-        gpus = (self.distributed or {}).get("gpus", 1)
+        gpus = (self.distributed or {}).get("gpus", 1) * int((self.options or {}).get("grad_accum", 1))
         return gpus * self.batch_size * 1e3 / s.value if s and s.value > 0 else None
 
     @property
