@@ -4,7 +4,12 @@ On the GPU machine (torch, timm, transformers, nvidia-ml-py; no Ray), one prepar
 
     PYTHONPATH=. python3 jobs/gpu_campaign.py --shard next --budget-s 420 --out $OUT
 
-Back here, with the files that came back::
+With the machine still warm, a second command of the same slot goes on after the first's
+``jobs_done`` (say 3 jobs), within what is left of the slot::
+
+    PYTHONPATH=. python3 jobs/gpu_campaign.py --shard next --skip 3 --budget-s 250 --out $OUT
+
+Back here, with the files that came back (each command's folder)::
 
     .venv/bin/python jobs/import_labels.py --campaign-run /path/to/files
     .venv/bin/python jobs/label_datasheet.py --all true
@@ -33,6 +38,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--shard", default="next", help="'next' (the first job no committed row names) or "
                    "a shard index (that shard and the ones after it, measured again)")
+    p.add_argument("--skip", type=int, default=0, help="leave out the first N jobs of the list: a second command "
+                   "in the same slot skips what the first measured (its jobs_done, not yet imported)")
     p.add_argument("--budget-s", type=float, default=420.0, help="stop starting jobs past this")
     p.add_argument("--out", default="campaign-out", help="where rows.jsonl and run.json go")
     p.add_argument("--labels", default="data/labels", help="the committed labels ('next' reads them)")
@@ -51,7 +58,7 @@ def main(argv=None) -> None:
         return
     shards = plan.dry_run_shards() if args.dry_run else plan.shards()
     start = None if args.shard == "next" else int(args.shard)
-    todo = plan.next_jobs(shards, set() if args.dry_run else plan.done_items(args.labels), start)
+    todo = plan.next_jobs(shards, set() if args.dry_run else plan.done_items(args.labels), start)[args.skip:]
     if not todo:
         print("every job of the plan has rows in the committed labels")
         return
