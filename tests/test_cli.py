@@ -12,6 +12,8 @@ import pytest
 import onnx_builders as B
 from trappm_ray import cli
 
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
 REQUIRED = {"nodes", "edges", "params", "macs", "feature_set", "unknown_ops"}
 
 
@@ -312,3 +314,22 @@ def test_graph_and_predict_agree_on_gpu_memory(capsys):
     rc, out, _ = run_predict(capsys, sample, "--batch-size", "64", "--device", "a100", "--optimizer", "adamw", "--json")
     assert rc == 0 and graph["gpu_training_memory_mb"] == pytest.approx(json.loads(out)["train_memory_mb"], abs=0.05)
     assert graph["gpu_training_memory_setting"].startswith("amp-fp16 + adamw")
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["missing.onnx", "--device", "h100"], "not_a_model: missing.onnx is not a file"),
+    (["README.md", "--device", "h100"], "corrupt_protobuf"),
+    (["CNN", "--device", "h100", "--batch-size", "0"], "bad_options: batch_size must be in 1..4096"),
+    (["CNN", "--device", "h100", "--grad-accum", "0"], "bad_options: grad_accum must be in 1..4096"),
+    (["CNN", "--recompute"], "unsupported_option: recompute is answered on GPUs"),
+    (["CNN", "--device", "i9-10940x", "--grad-accum", "2"], "unsupported_option: grad_accum is answered on GPUs"),
+])
+def test_common_mistakes_are_refused_before_any_heavy_import(files, argv, needle):
+    """What users get wrong most is answered without importing torch (well under a second)."""
+    argv = [files["cnn"] if a == "CNN" else a for a in argv]
+    code = ("import sys; from trappm_ray.cli import main; "
+            f"rc = main(['predict', *{argv!r}]); "
+            "print(rc, 'torch' in sys.modules, 'trappm_ray.serving.api' in sys.modules)")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, cwd=ROOT)
+    assert proc.stdout.split() == ["2", "False", "False"], proc.stderr
+    assert needle in proc.stderr and len(proc.stderr.strip().splitlines()) == 1

@@ -89,6 +89,38 @@ def _check_device_name(name: str) -> None:
     raise errors.UnsupportedOption(refused.args[0])
 
 
+def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
+    """The mistakes users make most, answered before the heavy imports (well under a second):
+    an option value out of range, a model path that is no file or no ONNX model, a training
+    option that only a GPU answers asked of a CPU."""
+    import os
+    from pathlib import Path
+
+    from trappm_ray import devices
+    from trappm_ray.graph.onnx_io import read_model
+    from trappm_ray.serving.model_input import cached_config, model_bytes
+    from trappm_ray.serving.prediction import PredictOptions
+
+    PredictOptions(args.batch_size, **{**opts, "dims": tuple(sorted(opts["dims"].items()))})
+    text = str(args.file)
+    path = Path(text)
+    if text.startswith("s3://"):
+        pass
+    elif path.is_file() and path.suffix != ".json":  # an ONNX file (a config is exported later, once)
+        read_model(model_bytes(text, args.resolution)[0])
+    elif not path.exists() and (path.suffix in (".onnx", ".json") or os.sep in text) and cached_config(text) is None:
+        model_bytes(text, args.resolution)  # neither a file nor a cached hub id: says so
+    step = ["recompute"] * bool(opts.get("recompute")) + ["grad_accum"] * (opts.get("grad_accum") not in (None, 1))
+    if step and args.predictor in (None, "", "default") and not args.device_spec:
+        try:
+            gpu = bool(names) and devices.resolve(names[0]).kind != "cpu"
+        except devices.UnknownDevice:
+            gpu = False  # a shipped CPU predictor's device
+        if not gpu:
+            raise errors.UnsupportedOption(f"{step[0]} is answered on GPUs (the step model moves a GPU's answer "
+                                           f"to it): name one with --device")
+
+
 def _compare(args: argparse.Namespace, names: list[str], opts: dict) -> int:
     """``--device a,b,c``: one model on several devices, one table (or one JSON list)."""
     from trappm_ray.serving import api
@@ -119,6 +151,7 @@ def _predict(args: argparse.Namespace) -> int:
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
                 price_per_hour=args.price_per_hour, power_limit_w=args.power_limit,
                 price_per_kwh=args.price_per_kwh, layers=args.layers, cluster=args.cluster, **setting)
+    _precheck(args, names, opts)
     if len(names) > 1:
         if args.sweep or args.device_spec:
             raise ValueError("--device with several devices compares them at one batch: without --sweep or --device-spec")
