@@ -1,15 +1,17 @@
-"""How the physics answers hold on the GPU campaign's rows (``docs/gpu-campaign.md``).
+"""How the answers hold on the GPU campaign's rows (``docs/gpu-campaign.md``).
 
-Two checks, on rows no part of either answer was fitted to:
+Checks on rows no part of any answer was fitted to, on a GPU none has labels of:
 
 * the CUDA memory model (:func:`trappm_ray.physics.memory.training_memory`, whose constants are
   assumptions, not fits) against the measured peaks: ``reserved`` against
   ``cuda_max_reserved_mb``, ``allocated`` against ``cuda_max_allocated_mb``, ``device_used``
-  against ``nvml_used_mb``; per setting, since activation checkpointing and gradient
-  accumulation are not in the model (their rows say how far that leaves it);
-* the spec-based step time on the campaign's GPU, a device the spec model never trained on,
-  in the settings it answers: absolute error, and the error of each batch sweep's ratios
-  ``t(b) / t(b_max)`` (batch scaling alone, free of the level).
+  against ``nvml_used_mb``; per setting (checkpointing and accumulation included);
+* three step-time answers (:data:`Answer`): the step model alone, the spec-based predictor in
+  the settings it was trained on, and the product's (passed in by the job), training and
+  inference: absolute error, and the error of each batch sweep's ratios ``t(b) / t(b_max)``
+  (batch scaling alone, free of the level);
+* the step model's moves between settings (:func:`setting_move_errors`), what the product does
+  for a setting no label holds.
 
 Errors are ``predicted / measured - 1``; summaries give the median and p90 of their magnitude,
 the median signed error (the bias) and the worst row.
