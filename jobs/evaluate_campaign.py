@@ -31,7 +31,8 @@ def product_answer(row: dict, graph) -> dict | None:
                                grad_accum=int(row["grad_accum"]))
     except ValueError:  # an option or batch the product refuses
         return None
-    return {"train_step_ms": p.train_step_ms.value, "inference_ms": p.inference_ms.value}
+    return {"train_step_ms": p.train_step_ms.value, "inference_ms": p.inference_ms.value,
+            "train_power_w": p.train_power_w.value, "inference_power_w": p.power["inference_power_w"]}
 
 
 @dataclass

@@ -12,6 +12,7 @@ from trappm_ray.graph.rows import GRAPHS_FILE, graph_to_row
 from trappm_ray.labels import store
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
+from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.step_model import Setting, step_time
 
 SLUG, SPEC = "h100-sxm5-80gb-amp", "h100-sxm5-80gb"
@@ -31,8 +32,9 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
         base = {"device_slug": SLUG, "device_spec": SPEC, "arch": "cnn8", "resolution": int(g.static["resolution"]),
                 "batch_size": b, "status": "ok", "campaign_item": "gpu-v1/s000/cnn8@8", "recompute": "none",
                 "grad_accum": 1, "harness_version": "gpu-v1", "date": "2026-11-26", **SETTING}
+        watts = step_power(step_time(g, devices.get(SPEC), Setting(), "train"), devices.get(SPEC), PowerModel.load()).power_w
         rows.append({**base, "cuda_max_reserved_mb": mem["reserved"] * 1.25, "cuda_max_allocated_mb": mem["allocated"] * 0.8,
-                     "train_step_ms": step * 2})
+                     "train_step_ms": step * 2, "power_w_mean": watts * 2, "power_window_s": 0.5 if b == 2 else 2.0})
         rows.append({**base, "recompute": "full", "cuda_max_reserved_mb": mem["reserved"] * 2, "train_step_ms": step})
         physics.append(step_time(g, devices.get(SPEC), Setting(recompute=True), "train").total_ms / step - 1)
     storage.write_table(pa.Table.from_pylist(graphs), storage.join(labels, GRAPHS_FILE))
@@ -55,6 +57,9 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
     assert ev.time["step model"]["train_step_ms"][recompute].median_signed_pct == pytest.approx(
         float(np.median(physics)) * 100)
     assert "product" not in ev.time  # no product answer passed
+    # power where NVML's reading covers the window only (batch 2's 0.5 s is left out)
+    power = ev.time["step model"]["train_power_w"][plain]
+    assert power.rows == 2 and power.median_signed_pct == pytest.approx(-50.0)
 
     product = lambda row, graph: {"train_step_ms": row["train_step_ms"] * 1.1}  # noqa: E731
     ev = evaluate(labels, SLUG, model, product=product)

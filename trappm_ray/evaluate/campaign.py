@@ -31,6 +31,7 @@ from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
+from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.step_model import MODES, Setting, step_time
 from trappm_ray.train.gpu_examples import graph_index
 
@@ -62,7 +63,10 @@ class ErrorSummary:
 
 # a step-time answer for one row and its graph: {target: ms}, None where it refuses the row
 Answer = Callable[[dict, Graph], "dict[str, float] | None"]
-TARGETS = ("train_step_ms", "inference_ms")
+TARGETS = ("train_step_ms", "inference_ms", "train_power_w", "inference_power_w")
+# an answer's power against the row's mean NVML board power over its timed steps
+MEASURED = {"train_power_w": "power_w_mean", "inference_power_w": "inference_power_w_mean"}
+POWER_WINDOW_S = 1.0  # shorter timed windows: NVML's power reading averages over about this much
 
 
 @dataclass
@@ -136,15 +140,32 @@ def spec_answer(predictor: SpecPredictor) -> Answer:
 
 def step_model_answer(spec: devices.DeviceSpec) -> Answer:
     """The step model alone (:mod:`trappm_ray.physics.step_model`) on the device's specs, with
-    its default host figures: nothing of it was fitted to a GPU's times."""
+    its default host figures: nothing of it was fitted to a GPU's times; its power from the
+    power model (:mod:`trappm_ray.physics.power`, fitted on other GPUs)."""
+    power = PowerModel.load()
+
     def answer(row: dict, graph: Graph) -> dict[str, float] | None:
         s = Setting(precision=row["precision"], optimizer=row["optimizer"],
                     recompute=(row.get("recompute") or "none") != "none", grad_accum=int(row.get("grad_accum") or 1))
         try:
-            return {t: step_time(graph, spec, s, mode).total_ms for t, mode in MODES.items()}
+            steps = {t: step_time(graph, spec, s, mode) for t, mode in MODES.items()}
         except ValueError:  # a precision the device has no sourced peak for
             return None
+        return {**{t: e.total_ms for t, e in steps.items()},
+                "train_power_w": step_power(steps["train_step_ms"], spec, power).power_w,
+                "inference_power_w": step_power(steps["inference_ms"], spec, power).power_w}
     return answer
+
+
+def measured_value(row: dict, target: str) -> float | None:
+    """The row's measurement of ``target``; power only over a window NVML can average."""
+    if target == "inference_power_w":  # its window: the timed forwards
+        window = (row.get("inference_ms") or 0) * (row.get("inference_steps_timed") or 0) / 1e3
+    else:
+        window = row.get("power_window_s") or 0
+    if target in MEASURED:
+        return row.get(MEASURED[target]) if window >= POWER_WINDOW_S else None
+    return row.get(target)
 
 
 def time_errors(rows: list[dict], graphs: dict[tuple, Graph], answer: Answer
@@ -164,11 +185,13 @@ def time_errors(rows: list[dict], graphs: dict[tuple, Graph], answer: Answer
             refused[setting_name(r)] += 1
             continue
         for t in TARGETS:
-            if r.get(t) and np.isfinite(got.get(t, np.nan)):
+            measured = measured_value(r, t)
+            if measured and np.isfinite(got.get(t, np.nan)):
                 busy = [f"all, batch >= {BUSY_BATCH}"] if r["batch_size"] >= BUSY_BATCH else []
                 for group in (setting_name(r), "all", *busy):
-                    absolute[t][group].append((got[t] / r[t] - 1, f"{r['arch']}@{r['resolution']} b{r['batch_size']}"))
-                sweeps[(t, r["arch"], r["resolution"], setting_name(r))].append((r["batch_size"], got[t], r[t]))
+                    absolute[t][group].append((got[t] / measured - 1, f"{r['arch']}@{r['resolution']} b{r['batch_size']}"))
+                if t in MODES:  # batch scaling of times (a power is no sum over the batch)
+                    sweeps[(t, r["arch"], r["resolution"], setting_name(r))].append((r["batch_size"], got[t], measured))
     for (t, arch, res, setting), points in sweeps.items():
         top = max(points)
         for b, pred, measured in points:
@@ -197,7 +220,7 @@ def setting_move_errors(rows: list[dict], graphs: dict[tuple, Graph], spec: devi
         if setting == REFERENCE or ref is None or graph is None:
             continue
         got, base = answer(r, graph), answer(ref, graph)
-        for t in TARGETS:
+        for t in TARGETS[:2]:
             if got and base and r.get(t) and ref.get(t):
                 err = (got[t] / base[t]) / (r[t] / ref[t]) - 1
                 # small steps are host-bound: their times scatter by 20-30% from run to run
@@ -254,7 +277,7 @@ def report(evaluations: list[CampaignEvaluation],
              "In short, the median |error| of every row (and of the rows at batch >= "
              f"{BUSY_BATCH}, where the GPU, not the host, sets the step):", "",
              "| folder | ok rows | memory (reserved) | product, training step | product, inference | "
-             "step model alone, training step |", "|---|---|---|---|---|---|"]
+             "step model alone, training step | product, training power |", "|---|---|---|---|---|---|---|"]
 
     def cell(groups: dict[str, ErrorSummary] | None) -> str:
         if not groups or "all" not in groups:
@@ -266,8 +289,9 @@ def report(evaluations: list[CampaignEvaluation],
         product, physics = ev.time.get("product", {}), ev.time.get("step model", {})
         lines.append(f"| `{ev.device}` | {ev.rows} | {cell(ev.memory.get('reserved'))} | "
                      f"{cell(product.get('train_step_ms'))} | {cell(product.get('inference_ms'))} | "
-                     f"{cell(physics.get('train_step_ms'))} |")
-    lines.append("")
+                     f"{cell(physics.get('train_step_ms'))} | {cell(product.get('train_power_w'))} |")
+    lines += ["", f"Power: the mean NVML board power over a row's timed steps, on rows whose window is at least "
+              f"{POWER_WINDOW_S:g} s (NVML averages its reading over about that long).", ""]
 
     def table(title: str, groups: dict[str, ErrorSummary]) -> list[str]:
         out = [f"### {title}", "", "| setting | rows | median abs % | p90 abs % | bias % | worst % | worst row |",
@@ -300,6 +324,6 @@ def report(evaluations: list[CampaignEvaluation],
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
+__all__ = ["MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "MEASURED", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
            "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
            "setting_move_errors", "REFERENCE", "evaluate", "evaluate_moves", "report"]
