@@ -10,7 +10,7 @@ On a cluster, after jobs/collect_labels.py ran on the new GPU type:
 import json
 
 from trappm_ray.config_cli import parse_config
-from trappm_ray.train.finetune import TransferConfig, transfer_predictor
+from trappm_ray.train.finetune import FinetuneConfig, finetune_predictor
 
 if __name__ == "__main__":
-    print(json.dumps(transfer_predictor(parse_config(TransferConfig, description=__doc__)), indent=1))
+    print(json.dumps(finetune_predictor(parse_config(FinetuneConfig, description=__doc__)), indent=1))

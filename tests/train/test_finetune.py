@@ -8,8 +8,8 @@ from trappm_ray.model.networks import GraphEncoder
 from trappm_ray.model.predictor import Predictor, register
 from trappm_ray.train.regressors import embed, fit, prepare, recipe_with
 from trappm_ray.train.splits import split
-from trappm_ray.train.finetune import (TransferConfig, transfer_markdown, transfer_predictor,
-                                 transfer_table)
+from trappm_ray.train.finetune import (FinetuneConfig, finetune_markdown, finetune_predictor,
+                                 finetune_table)
 
 RECIPE = recipe_with("trappm-ray", max_epochs=40, patience=40, hidden=16, fc=32)
 
@@ -38,12 +38,12 @@ def source(tmp_path_factory):
 
 def test_fine_tuning_adapts_to_the_slower_device(source):
     root, pred = source
-    table = transfer_table(pred, root, "slow-device", sizes=(12,), scratch=RECIPE)
+    table = finetune_table(pred, root, "slow-device", sizes=(12,), scratch=RECIPE)
     r = table["train_step_ms"]
     assert r["no_transfer"] > 40  # 2.5x slower: the source predictor is ~60% off
     assert r["fine_tuned"][12] < 0.5 * r["no_transfer"]
     assert np.isfinite(r["scratch"][12])
-    md = transfer_markdown(table, SLUG, "slow-device")
+    md = finetune_markdown(table, SLUG, "slow-device")
     assert "fine-tuned n=12" in md[2] and md[-1].startswith("| train_step_ms |")
 
 
@@ -51,7 +51,7 @@ def test_transfer_job_registers_an_adapted_predictor(source, ray_session, tmp_pa
     root, pred = source
     registry = str(tmp_path / "registry")
     src_uri = register(pred, registry, SLUG)
-    out = transfer_predictor(TransferConfig(labels=root, device="slow-device", source=src_uri,
+    out = finetune_predictor(FinetuneConfig(labels=root, device="slow-device", source=src_uri,
                                             registry=registry, epochs=20))
     assert out["uri"].endswith("slow-device/v0001")
     assert out["val_mape"]["train_step_ms"] < 0.5 * out["val_mape_source_as_is"]["train_step_ms"]
@@ -68,4 +68,4 @@ def test_transfer_job_registers_an_adapted_predictor(source, ray_session, tmp_pa
 def test_transfer_job_needs_the_new_device(source):
     root, _ = source
     with pytest.raises(ValueError, match="required"):
-        transfer_predictor(TransferConfig(labels=root, source=""))
+        finetune_predictor(FinetuneConfig(labels=root, source=""))

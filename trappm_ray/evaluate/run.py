@@ -153,13 +153,13 @@ def evaluate(cfg: EvalConfig) -> dict:
         "results": results,
     }
     if cfg.transfer_to:
-        from trappm_ray.train.finetune import transfer_markdown, transfer_table
+        from trappm_ray.train.finetune import finetune_markdown, finetune_table
 
         source = P.Predictor.load(cfg.transfer_predictor)
-        table = transfer_table(source, cfg.labels, cfg.transfer_to)
+        table = finetune_table(source, cfg.labels, cfg.transfer_to)
         report["transfer"] = {"source": source.manifest["device"]["slug"], "target": cfg.transfer_to,
                               "predictor": cfg.transfer_predictor, "table": table,
-                              "markdown": transfer_markdown(table, source.manifest["device"]["slug"],
+                              "markdown": finetune_markdown(table, source.manifest["device"]["slug"],
                                                             cfg.transfer_to)}
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, "results.json"), "w") as f:

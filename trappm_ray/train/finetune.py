@@ -4,7 +4,7 @@ Each seed's regressor starts from the source device's weights and scaling and is
 labeled examples of the target device (the paper's Table V: A100 -> V100 with 543 labels).
 Before fine-tuning, the target's log-scale offset is re-centred on the new device's training
 rows, so that a device that is uniformly k times slower starts out right on average.
-:func:`transfer_table` measures the gain on held-out rows; :func:`transfer_predictor` adapts a
+:func:`finetune_table` measures the gain on held-out rows; :func:`finetune_predictor` adapts a
 predictor with all of a new device's labels and registers the result.
 """
 from __future__ import annotations
@@ -70,7 +70,7 @@ def _ensemble(heads, scalers, data, emb, idx) -> np.ndarray:
     return np.mean([predict_rows(h, sc, data, emb, idx) for h, sc in zip(heads, scalers)], 0)
 
 
-def transfer_table(pred: Predictor, labels_dir: str, slug: str, sizes=(25, 50, 100),
+def finetune_table(pred: Predictor, labels_dir: str, slug: str, sizes=(25, 50, 100),
                    seed: int = 1337, scratch: Recipe | None = None) -> dict:
     """MAPE on target-device test rows (30% per family): as is, fine-tuned, and from scratch.
 
@@ -116,7 +116,7 @@ def transfer_table(pred: Predictor, labels_dir: str, slug: str, sizes=(25, 50, 1
     return out
 
 
-def transfer_markdown(table: dict, source: str, target: str) -> list[str]:
+def finetune_markdown(table: dict, source: str, target: str) -> list[str]:
     sizes = sorted({n for t, r in table.items() if t != "test_rows" for n in r["fine_tuned"]})
     lines = [f"Source `{source}` -> target `{target}`; MAPE % on {table['test_rows']} target-device "
              "test rows (30% per family); n = target-device labels used.", "",
@@ -132,7 +132,7 @@ def transfer_markdown(table: dict, source: str, target: str) -> list[str]:
 
 
 @dataclass
-class TransferConfig:
+class FinetuneConfig:
     """Adapt a trained predictor to a new device with that device's labels, and register it.
 
     Args:
@@ -162,7 +162,7 @@ def _fine_tune_task(head, sc, data, emb, y, train_idx, val_idx, epochs, lr, pati
     return {**out, "head": out["head"].state_dict()}
 
 
-def transfer_predictor(cfg: TransferConfig) -> dict:
+def finetune_predictor(cfg: FinetuneConfig) -> dict:
     """Fine-tune every (target, seed) head of ``cfg.source`` on the new device as Ray tasks.
 
     Each seed holds out its own 15% per family of the new device's rows to choose the epoch.
@@ -231,5 +231,5 @@ def transfer_predictor(cfg: TransferConfig) -> dict:
             "wall_s": round(time.perf_counter() - t0, 1)}
 
 
-__all__ = ["recentred", "fine_tune_head", "fine_tune", "transfer_table", "transfer_markdown",
-           "TransferConfig", "transfer_predictor"]
+__all__ = ["recentred", "fine_tune_head", "fine_tune", "finetune_table", "finetune_markdown",
+           "FinetuneConfig", "finetune_predictor"]
