@@ -136,8 +136,8 @@ class Prediction:
         """Training samples per second: the batch (over every GPU of a data-parallel job, times
         the passes of gradient accumulation) over one step."""
         s = self.train_step_ms
-        gpus = (self.distributed or {}).get("gpus", 1) * int((self.options or {}).get("grad_accum", 1))
-        return gpus * self.batch_size * 1e3 / s.value if s and s.value > 0 else None
+        samples = self.batch_size * (self.distributed or {}).get("gpus", 1) * int((self.options or {}).get("grad_accum", 1))
+        return samples * 1e3 / s.value if s and s.value > 0 else None
 
     @property
     def inference_samples_s(self) -> float | None:
