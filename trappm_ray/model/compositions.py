@@ -14,7 +14,7 @@ All play :class:`~trappm_ray.model.estimator.Estimator`, as their parts do.
 from __future__ import annotations
 
 from trappm_ray import devices, errors
-from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, STEP_FIELDS, trained_options
+from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, STEP_FIELDS, step_fields, trained_options
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.roofline import device_rates, roofline
 from trappm_ray.physics.step_model import MODES, step_time
@@ -197,8 +197,7 @@ def _roofline_ms(graph, spec: devices.DeviceSpec, setting: dict, mode: str) -> f
 def _memory_mb(graph, setting: dict) -> float:
     """The CUDA memory model's device memory for ``setting`` (MB)."""
     return training_memory(graph, setting.get("precision") or "fp32", setting.get("optimizer") or "adam",
-                           recompute=bool(setting.get("recompute")),
-                           grad_accum=int(setting.get("grad_accum") or 1)).device_used / 2**20
+                           **step_fields(setting)).device_used / 2**20
 
 
 class TargetFill(_WithSpecModel):

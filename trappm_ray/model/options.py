@@ -25,6 +25,11 @@ DEFAULTS = {"precision": "fp32", "optimizer": "adam"}
 _DTYPE_PRECISION = {"float32": "fp32", "float16": "amp-fp16", "bfloat16": "amp-bf16"}
 
 
+def step_fields(setting: dict) -> dict:
+    """A resolved setting's activation checkpointing and passes per step (defaults when absent)."""
+    return {k: setting.get(k) or default for k, default in STEP_FIELDS.items()}
+
+
 def label_options(rows: list[dict]) -> dict[str, list]:
     """The option values a device's label rows hold, most frequent first (the default)."""
     out = {}
@@ -82,5 +87,5 @@ def resolve(requested: dict, manifest: dict) -> dict:
     return out
 
 
-__all__ = ["PRECISIONS", "OPTIMIZERS", "MEMORY_FORMATS", "FIELDS", "STEP_FIELDS", "DEFAULTS", "label_options",
+__all__ = ["PRECISIONS", "OPTIMIZERS", "MEMORY_FORMATS", "FIELDS", "STEP_FIELDS", "DEFAULTS", "step_fields", "label_options",
            "trained_options", "resolve"]

@@ -26,7 +26,7 @@ from trappm_ray import errors
 from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import read_model
-from trappm_ray.model.options import STEP_FIELDS
+from trappm_ray.model.options import step_fields
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.compositions import SettingMove
 from trappm_ray.model.estimator import Estimator, device_of, model_version
@@ -62,11 +62,6 @@ def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int
     """``proto`` featurized at ``batch_size`` (default the options'; None there: as exported)."""
     return featurize(proto, batch_size=batch_size or opts.batch_size, resolution=opts.resolution,
                      dims=dict(opts.dims) or None)
-
-
-def step_fields(setting: dict) -> dict:
-    """A resolved setting's activation checkpointing and passes per step (defaults when absent)."""
-    return {k: setting.get(k, default) for k, default in STEP_FIELDS.items()}
 
 
 def requested_setting(opts: PredictOptions, predictor: Estimator) -> dict:
