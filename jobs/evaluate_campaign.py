@@ -9,27 +9,47 @@ Writes docs/results-campaign.md and .json; needs the rows' graphs joined first
 """
 import json
 import logging
+import tempfile
 from dataclasses import asdict, dataclass
+from pathlib import Path
 
 import trappm_ray
 from trappm_ray.config_cli import parse_config
+from trappm_ray.corpus.text_models import config_dict
 from trappm_ray.evaluate.campaign import evaluate, evaluate_moves, report
 from trappm_ray.labels.campaign_import import is_campaign_device
 from trappm_ray.labels.store import device_slugs
+from trappm_ray.serving.model_input import model_bytes
+
+
+def _model(row: dict) -> tuple[object, dict[str, int] | None]:
+    """What a user passes for the row's model: the timm name, or a text model's ``config.json``
+    (exported once per model, its sequence length a dim) with ``seq`` set to the row's."""
+    if row["model_source"] != "transformers":
+        return row["arch"], None
+    if row["arch"] not in _TEXT_EXPORTS:
+        path = Path(tempfile.mkdtemp()) / "config.json"
+        path.write_text(json.dumps(config_dict(row["arch"])))
+        _TEXT_EXPORTS[row["arch"]] = model_bytes(path)[0]
+    return _TEXT_EXPORTS[row["arch"]], {"seq": int(row["seq_len"])}
+
+
+_TEXT_EXPORTS: dict[str, bytes] = {}
+log = logging.getLogger("evaluate_campaign")
 
 
 def product_answer(row: dict, graph) -> dict | None:
-    """What `trappm-ray predict <timm name> --device <the row's GPU>` answers for a row in its
-    setting; None for text models (their export needs the sequence length the row's graph was
-    built at)."""
-    if row["model_source"] != "timm":
-        return None
+    """What `trappm-ray predict <timm name or config.json> --device <the row's GPU>` answers for a
+    row in its setting (text models at the row's sequence length)."""
+    model, dims = _model(row)
     try:
-        p = trappm_ray.predict(row["arch"], row["batch_size"], row["device_spec"], resolution=row["resolution"],
+        p = trappm_ray.predict(model, row["batch_size"], row["device_spec"],
+                               resolution=None if dims else row["resolution"], dims=dims,
                                precision=row["precision"], optimizer=row["optimizer"],
-                               memory_format=row["memory_format"], recompute=row["recompute"] != "none",
+                               memory_format=None if dims else row["memory_format"], recompute=row["recompute"] != "none",
                                grad_accum=int(row["grad_accum"]))
-    except ValueError:  # an option or batch the product refuses
+    except ValueError as e:  # an option or batch the product refuses
+        log.info("no product answer for %s b%s: %s", row["arch"], row["batch_size"], e)
         return None
     return {"train_step_ms": p.train_step_ms.value, "inference_ms": p.inference_ms.value,
             "train_power_w": p.train_power_w.value, "inference_power_w": p.power["inference_power_w"]}
