@@ -41,10 +41,19 @@ def test_a_limit_that_binds_caps_the_power_and_lengthens_the_step():
 
 def test_fit_recovers_the_weights_that_made_the_measurements():
     truth = W.PowerModel(0.3, 0.5, 0.2)
-    rows = [(s, devices.get(g), W.power_at(s, devices.get(g), truth)[0])
-            for g in ("v100-pcie-32gb", "p100-pcie-16gb") for b in (1, 8, 64, 256) for s in [_step(b, g)]]
+    rows = [(s, devices.get(g), W.power_at(s, devices.get(g), truth, busy=busy)[0], busy)
+            for g in ("v100-pcie-32gb", "p100-pcie-16gb") for b in (1, 8, 64, 256) for s in [_step(b, g)]
+            for busy in (None, 0.4)]
     got = W.fit(rows)
     assert [got.k0, got.kc, got.km] == pytest.approx([0.3, 0.5, 0.2], abs=0.05)
+
+
+def test_a_gpu_waiting_on_its_data_loader_draws_idle_power_for_that_share():
+    spec, step = devices.get("v100-pcie-32gb"), _step(256, "v100-pcie-32gb")
+    idle, _ = W.board_power(spec)
+    busy = W.step_power(step, spec).power_w
+    half = W.step_power(step, spec, busy=0.5).power_w
+    assert half - idle == pytest.approx(0.5 * (busy - idle), rel=0.02)
 
 
 def test_the_shipped_weights_carry_their_provenance_and_error(tmp_path):

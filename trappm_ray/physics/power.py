@@ -15,8 +15,9 @@ stretches by ``1 / s``, memory traffic does not, so a memory-bound step barely s
 (You et al., NSDI'23) measured exactly this trade on V100, P100 and RTX 6000.
 
 The activity weights ``k0, kc, km`` (:class:`PowerModel`) are three non-negative numbers fitted by
-least squares on measured average power of other GPUs (``fit``): physics says what drives the
-power, the labels only how much each driver costs, the same for every GPU.
+least squares on measured average power of other GPUs (``fit``), each row with the share of its
+measured time the GPU was busy (``busy``): physics says what drives the power, the labels only how
+much each driver costs, the same for every GPU.
 """
 from __future__ import annotations
 
@@ -96,8 +97,13 @@ def board_power(spec: devices.DeviceSpec) -> tuple[float, float]:
     return IDLE_SHARE * spec.tdp_w, float(spec.tdp_w)
 
 
-def drivers(step: StepEstimate, clock: float = 1.0) -> tuple[float, float, float, float]:
-    """(busy share, compute saturation, memory saturation, step ms) of ``step`` at ``clock``."""
+def drivers(step: StepEstimate, clock: float = 1.0, busy: float | None = None) -> tuple[float, float, float, float]:
+    """(busy share, compute saturation, memory saturation, step ms) of ``step`` at ``clock``.
+
+    ``busy``: the share of the step the GPU is busy where it was measured (a training loop also
+    waits on its data loader, which the step model does not see); None: the step model's own
+    share (host issue time against device time). At a lower clock it grows as the device time does.
+    """
     device = step.at_clock(clock)
     busy_us = float(device.sum())
     total_ms = queue_ms(step.host_us, device)
@@ -105,48 +111,52 @@ def drivers(step: StepEstimate, clock: float = 1.0) -> tuple[float, float, float
         return 0.0, 0.0, 0.0, total_ms
     u_c = float(np.minimum(step.compute_us / clock, device).sum()) / busy_us
     u_m = float(np.minimum(step.memory_us, device).sum()) / busy_us
-    return min(busy_us / 1e3 / total_ms, 1.0), u_c, u_m, total_ms
+    share = busy_us / 1e3 / total_ms if busy is None else busy * busy_us / float(step.device_us.sum())
+    return min(share, 1.0), u_c, u_m, total_ms
 
 
-def power_at(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel, clock: float = 1.0) -> tuple[float, float]:
-    """(average W, step ms) of ``step`` on ``spec`` with the SMs at ``clock``."""
+def power_at(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel, clock: float = 1.0,
+             busy: float | None = None) -> tuple[float, float]:
+    """(average W, step ms) of ``step`` on ``spec`` with the SMs at ``clock`` (``busy``: :func:`drivers`)."""
     idle, tdp = board_power(spec)
-    busy, u_c, u_m, total_ms = drivers(step, clock)
+    share, u_c, u_m, total_ms = drivers(step, clock, busy)
     dynamic = (model.k0 + model.kc * u_c) * clock ** GAMMA + model.km * u_m
-    return idle + (tdp - idle) * busy * min(dynamic, 1.0), total_ms
+    return idle + (tdp - idle) * share * min(dynamic, 1.0), total_ms
 
 
 def step_power(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel = PowerModel(),
-               limit_w: float | None = None) -> PowerEstimate:
+               limit_w: float | None = None, busy: float | None = None) -> PowerEstimate:
     """The step's average power and time under ``limit_w`` (None: the board's TDP, its default
-    limit): the highest clock whose power meets the limit (bisection; power grows with clock)."""
+    limit): the highest clock whose power meets the limit (bisection; power grows with clock).
+    ``busy``: the measured busy share (:func:`drivers`; None: the step model's)."""
     idle, tdp = board_power(spec)
     limit = tdp if limit_w is None else float(limit_w)
     if limit <= idle:
         raise ValueError(f"a power limit of {limit:.0f} W is below the {spec.name}'s idle power ({idle:.0f} W)")
-    power, ms = power_at(step, spec, model, 1.0)
+    power, ms = power_at(step, spec, model, 1.0, busy)
     if power <= limit:
         return PowerEstimate(power, ms, 1.0, limit, idle, tdp)
     lo, hi = LEAST_CLOCK, 1.0
-    if power_at(step, spec, model, lo)[0] > limit:
-        power, ms = power_at(step, spec, model, lo)
+    if power_at(step, spec, model, lo, busy)[0] > limit:
+        power, ms = power_at(step, spec, model, lo, busy)
         return PowerEstimate(power, ms, lo, limit, idle, tdp)
     for _ in range(40):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if power_at(step, spec, model, mid)[0] <= limit else (lo, mid)
-    power, ms = power_at(step, spec, model, lo)
+        lo, hi = (mid, hi) if power_at(step, spec, model, mid, busy)[0] <= limit else (lo, mid)
+    power, ms = power_at(step, spec, model, lo, busy)
     return PowerEstimate(power, ms, lo, limit, idle, tdp)
 
 
-def fit(rows: list[tuple[StepEstimate, devices.DeviceSpec, float]]) -> PowerModel:
+def fit(rows: list[tuple[StepEstimate, devices.DeviceSpec, float, float | None]]) -> PowerModel:
     """The activity weights that best explain measured average power (W) of steps that ran
-    below their power limit (non-negative least squares on the dynamic share)."""
+    below their power limit (non-negative least squares on the dynamic share); each row is
+    ``(step, spec, watts, busy)`` with ``busy`` the measured busy share, or None (:func:`drivers`)."""
     from scipy.optimize import nnls
 
     a, b = [], []
-    for step, spec, watts in rows:
+    for step, spec, watts, measured_busy in rows:
         idle, tdp = board_power(spec)
-        busy, u_c, u_m, _ = drivers(step)
+        busy, u_c, u_m, _ = drivers(step, busy=measured_busy)
         a.append([busy, busy * u_c, busy * u_m])
         b.append((watts - idle) / (tdp - idle))
     k, _ = nnls(np.array(a), np.array(b))
