@@ -1,6 +1,7 @@
 """``trappm-ray graph``: in-process (capsys) and once as a real subprocess."""
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
 import subprocess
@@ -323,10 +324,21 @@ def test_graph_and_predict_agree_on_gpu_memory(capsys):
     (["CNN", "--device", "h100", "--grad-accum", "0"], "bad_options: grad_accum must be in 1..4096"),
     (["CNN", "--recompute"], "unsupported_option: recompute is answered on GPUs"),
     (["CNN", "--device", "i9-10940x", "--grad-accum", "2"], "unsupported_option: grad_accum is answered on GPUs"),
+    (["CNN", "--device", "h100", "--gpus", "0"], "bad_options: gpus must be in 1..65536, got 0"),
+    (["SEQ", "--dim", "seq=0"], "bad_options: dim seq must be in 1..1048576, got 0"),
+    (["CNN", "--dim", "seq=128"], "bad_options: --dim seq: the model has no input dimension of that name"),
+    (["CNN", "--resolution", "99"], "unsupported: input 'x' has shape ['N', 3, 8, 8]: the file fixes its size"),
+    (["CONFIG", "--dim", "seq=128"], "not_a_model: "),
+    pytest.param(["resnet5000", "--device", "h100"], "is neither a file, a timm model (did you mean resnet50",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="no timm")),
+    pytest.param(["resnet-50"], "(did you mean resnet50",
+                 marks=pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="no timm")),
 ])
-def test_common_mistakes_are_refused_before_any_heavy_import(files, argv, needle):
+def test_common_mistakes_are_refused_before_any_heavy_import(files, tmp_path, argv, needle):
     """What users get wrong most is answered without importing torch (well under a second)."""
-    argv = [files["cnn"] if a == "CNN" else a for a in argv]
+    (tmp_path / "config.json").write_text('{"hidden_size": 8}')  # says nothing of what to build
+    swap = {"CNN": files["cnn"], "SEQ": files["seq"], "CONFIG": tmp_path / "config.json"}
+    argv = [str(swap.get(a, a)) for a in argv]
     code = ("import sys; from trappm_ray.cli import main; "
             f"rc = main(['predict', *{argv!r}]); "
             "print(rc, 'torch' in sys.modules, 'trappm_ray.serving.api' in sys.modules)")

@@ -97,19 +97,33 @@ def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
     from pathlib import Path
 
     from trappm_ray import devices
-    from trappm_ray.graph.onnx_io import read_model
-    from trappm_ray.serving.model_input import cached_config, model_bytes
+    from trappm_ray.graph.onnx_io import declared_fixed_size, read_model, symbolic_dims
+    from trappm_ray.serving.model_input import cached_config, check_timm_name, checked_config, config_file, model_bytes
     from trappm_ray.serving.prediction import PredictOptions
 
     PredictOptions(args.batch_size, **{**opts, "dims": tuple(sorted(opts["dims"].items()))})
     text = str(args.file)
     path = Path(text)
+    config = None if text.startswith("s3://") else config_file(path)
     if text.startswith("s3://"):
         pass
-    elif path.is_file() and path.suffix != ".json":  # an ONNX file (a config is exported later, once)
-        read_model(model_bytes(text, args.resolution)[0])
-    elif not path.exists() and (path.suffix in (".onnx", ".json") or os.sep in text) and cached_config(text) is None:
+    elif config is not None:  # a transformers config: checked here, exported later, once
+        checked_config(config, text)
+    elif path.is_file():  # an ONNX file
+        model = read_model(model_bytes(text, args.resolution)[0])
+        if args.resolution and (refusal := declared_fixed_size(model, args.resolution)) is not None:
+            raise refusal
+        named = symbolic_dims(model)
+        unknown = sorted(set(opts["dims"]) - named)
+        if unknown:
+            raise errors.BadOption(f"--dim {unknown[0]}: the model has no input dimension of that name "
+                                   f"(its named dimensions: {', '.join(sorted(named)) or 'none'})")
+    elif path.exists() or cached_config(text) is not None:
+        pass
+    elif path.suffix in (".onnx", ".json") or os.sep in text:
         model_bytes(text, args.resolution)  # neither a file nor a cached hub id: says so
+    else:
+        check_timm_name(text)
     step = ["recompute"] * bool(opts.get("recompute")) + ["grad_accum"] * (opts.get("grad_accum") not in (None, 1))
     if step and args.predictor in (None, "", "default") and not args.device_spec:
         try:

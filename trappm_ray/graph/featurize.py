@@ -20,7 +20,7 @@ import onnx
 from onnx import helper
 
 from trappm_ray import errors
-from trappm_ray.graph.onnx_io import Limits, check_model, infer, read_model
+from trappm_ray.graph.onnx_io import Limits, check_model, fixed_size, infer, read_model
 from trappm_ray.graph.weights import INDEX_DTYPES, find_weights
 
 SHAPE_SLOTS = 6
@@ -324,11 +324,8 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     if resolution is None:  # the spatial size of an image-like first input; of token ids, their
         # sequence length (the corpus keys text models by it, so predictors were trained on it)
         resolution = first[-1] if len(first) == 4 or token_ids_input(m) else 0
-    elif resolution not in first[1:]:  # the file fixes the size: the graph's work is not at it
-        raise errors.UnsupportedConstruct(
-            f"input {m.data_inputs[0]!r} has shape {list(first)}: the file fixes its size, so a resolution "
-            f"of {resolution} cannot be bound to it; export the model at {resolution} (or with dynamic "
-            f"spatial axes), or leave the resolution out")
+    elif (refusal := fixed_size(m.data_inputs[0], first, resolution)) is not None:  # the graph's work is not at it
+        raise refusal
     static = {
         "batch_size": batch_size, "resolution": resolution,
         "nodes": N, "edges": int(edge_index.shape[1]), "macs": float(macs.sum()), "params": p,

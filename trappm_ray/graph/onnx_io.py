@@ -196,6 +196,32 @@ def strip_weights(model: onnx.ModelProto, keep_max_elements: int = 64) -> onnx.M
     return model
 
 
+def symbolic_dims(model: onnx.ModelProto) -> set[str]:
+    """The names of the graph inputs' symbolic dimensions after the first (the batch): what
+    ``--dim NAME=N`` can bind."""
+    return {d.dim_param for vi in model.graph.input if (shape := _dims(vi)) is not None
+            for d in list(shape)[1:] if d.dim_param}
+
+
+def fixed_size(name: str, shape: tuple[int | str, ...], resolution: int) -> errors.UnsupportedConstruct | None:
+    """The refusal of a ``resolution`` that a data input of static ``shape`` cannot take (None: it can)."""
+    if resolution in shape[1:]:
+        return None
+    return errors.UnsupportedConstruct(
+        f"input {name!r} has shape {list(shape)}: the file fixes its size, so a resolution of {resolution} cannot "
+        f"be bound to it; export the model at {resolution} (or with dynamic spatial axes), or leave the resolution out")
+
+
+def declared_fixed_size(model: onnx.ModelProto, resolution: int) -> errors.UnsupportedConstruct | None:
+    """:func:`fixed_size` of the first data input as the file declares it (before shape inference)."""
+    data, _ = split_inputs(model)
+    by_name = {vi.name: vi for vi in model.graph.input}
+    shape = _dims(by_name[data[0]]) if data else None
+    if not shape or any(not d.HasField("dim_value") for d in shape[1:]):
+        return None
+    return fixed_size(data[0], (shape[0].dim_param or shape[0].dim_value, *(d.dim_value for d in shape[1:])), resolution)
+
+
 def bind_inputs(model: onnx.ModelProto, data_inputs: list[str], batch_size: int,
                 resolution: int | None = None, dims: dict[str, int] | None = None) -> None:
     """Give every data input concrete dimensions, in place."""
@@ -326,5 +352,5 @@ def infer(model: onnx.ModelProto, batch_size: int | None, resolution: int | None
                          exported, rebound)
 
 
-__all__ = ["Limits", "InferredModel", "read_model", "check_model", "infer", "split_inputs",
+__all__ = ["Limits", "InferredModel", "read_model", "symbolic_dims", "fixed_size", "declared_fixed_size", "check_model", "infer", "split_inputs",
            "bind_inputs", "exported_batch"]

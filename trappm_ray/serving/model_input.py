@@ -11,8 +11,12 @@ head) count once.
 """
 from __future__ import annotations
 
+import difflib
+import functools
+import importlib.util
 import json
 import os
+import re
 from importlib import metadata
 from pathlib import Path
 
@@ -55,8 +59,9 @@ def cached_config(model_id: str) -> Path | None:
     return found[-1] if found else None
 
 
-def config_model(config: dict, label: str) -> bytes:
-    """A transformers model exported from its config (no weights, batch and ``seq`` dynamic)."""
+def checked_config(config: dict, label: str) -> dict:
+    """``config`` with its ``model_type`` and ``architectures`` filled in where a default says
+    them; errors.NotAModel when neither it nor GPT-2's keys say what to build (no import)."""
     config = dict(config)
     if "model_type" not in config and all(k in config for k in GPT2_KEYS):
         config["model_type"] = "gpt2"
@@ -65,6 +70,12 @@ def config_model(config: dict, label: str) -> bytes:
                                f"{', '.join(GPT2_KEYS)})")
     if not config.get("architectures"):
         config["architectures"] = [DEFAULT_ARCHITECTURE.get(config["model_type"], "AutoModelForCausalLM")]
+    return config
+
+
+def config_model(config: dict, label: str) -> bytes:
+    """A transformers model exported from its config (no weights, batch and ``seq`` dynamic)."""
+    config = checked_config(config, label)
     from trappm_ray.corpus.text_models import export_text_model  # torch/transformers, on use
 
     try:
@@ -75,7 +86,7 @@ def config_model(config: dict, label: str) -> bytes:
         raise errors.NotAModel(f"{label}: not a config transformers can build ({str(e).splitlines()[0][:200]})") from None
 
 
-def _config_file(path: Path) -> dict | None:
+def config_file(path: Path) -> dict | None:
     """The config dict when ``path`` is a ``config.json`` (or a folder holding one), else None."""
     if path.is_dir() and (path / "config.json").is_file():
         path = path / "config.json"
@@ -93,6 +104,31 @@ def _config_file(path: Path) -> dict | None:
 
 
 MAX_CONFIG_BYTES = 1 << 20
+# timm registers each model by decorating its entry point; reading that from timm's sources
+# answers "is this a timm name?" in ~25 ms, where importing timm (and torch) takes seconds.
+REGISTERED = re.compile(r"@register_model\s*\n\s*def\s+(\w+)")
+
+
+@functools.cache
+def timm_names() -> frozenset[str] | None:
+    """The model names the installed timm registers (None: timm is not installed)."""
+    spec = importlib.util.find_spec("timm")
+    if spec is None or spec.origin is None:
+        return None
+    return frozenset(n for f in (Path(spec.origin).parent / "models").glob("*.py")
+                     for n in REGISTERED.findall(f.read_text(encoding="utf-8", errors="replace")))
+
+
+def check_timm_name(text: str) -> None:
+    """errors.NotAModel, with the nearest names, when ``text`` (``name`` or ``name.pretrained_tag``)
+    is no model the installed timm registers; nothing when it is, or when timm is absent."""
+    names = timm_names()
+    if names is None or text.split(".")[0] in names:
+        return
+    near = difflib.get_close_matches(text.split(".")[0].replace("-", "_").lower(), names, n=4, cutoff=0.7)
+    hint = f" (did you mean {', '.join(near)}?)" if near else ""
+    raise errors.NotAModel(f"{text} is neither a file, a timm model{hint}, nor a Hugging Face id whose "
+                           f"config.json is in the local cache ({hub_cache()})")
 
 
 def _export_module(module, resolution: int, input_shape: tuple[int, ...] | None) -> bytes:
@@ -123,7 +159,7 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
             raise errors.TooLarge(f"{text} is above the limit of {limits.max_file_bytes:,} bytes")
         return storage.read_bytes(text), text
     path = Path(text)
-    config = _config_file(path)
+    config = config_file(path)
     if config is not None:
         return config_model(config, text), text
     if path.is_file():
@@ -135,10 +171,11 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
         return path.read_bytes(), text
     hub = cached_config(text) if not path.exists() and text.count("/") <= 1 else None
     if hub is not None:
-        return config_model(_config_file(hub) or {}, text), text
-    if path.suffix == ".onnx" or os.sep in text or not text.replace("_", "").replace(".", "").isalnum():
+        return config_model(config_file(hub) or {}, text), text
+    if path.suffix == ".onnx" or os.sep in text:
         raise errors.NotAModel(f"{text} is not a file, nor a Hugging Face id whose config.json is in the local cache "
                                f"({hub_cache()}): pass the config.json (no weights needed)")
+    check_timm_name(text)
     res = resolution or DEFAULT_RESOLUTION
     cached = export_cache() / f"{text}@{res}.onnx"
     if cached.is_file():  # a timm name exported before (18 s for ResNet-50): read it back
@@ -162,4 +199,5 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
                                f"is in the local cache ({hub_cache()}) ({e})") from None
 
 
-__all__ = ["DEFAULT_RESOLUTION", "export_cache", "hub_cache", "cached_config", "config_model", "model_bytes"]
+__all__ = ["DEFAULT_RESOLUTION", "export_cache", "hub_cache", "cached_config", "checked_config", "config_file", "config_model",
+           "timm_names", "check_timm_name", "model_bytes"]

@@ -90,6 +90,11 @@ class PredictOptions:
             value = getattr(self, name)
             if value is not None and not value > 0:
                 raise errors.BadOption(f"{name} must be positive, got {value}")
+        if self.gpus is not None and not 1 <= self.gpus <= 65536:
+            raise errors.BadOption(f"gpus must be in 1..65536, got {self.gpus}")
+        for name, value in self.dims:
+            if not 1 <= value <= 1 << 20:
+                raise errors.BadOption(f"dim {name} must be in 1..{1 << 20}, got {value}")
         if self.grad_accum is not None and not 1 <= self.grad_accum <= 4096:
             raise errors.BadOption(f"grad_accum must be in 1..4096, got {self.grad_accum}")
         if not 0 <= self.interval_z <= 10:
