@@ -98,6 +98,9 @@ def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
 
     from trappm_ray import devices
     from trappm_ray.graph.onnx_io import declared_fixed_size, read_model, symbolic_dims
+    from trappm_ray.physics.collectives import Cluster
+    from trappm_ray.physics.power import limit_refusal
+    from trappm_ray.physics.roofline import precision_refusal
     from trappm_ray.serving.model_input import cached_config, check_timm_name, checked_config, config_file, model_bytes
     from trappm_ray.serving.prediction import PredictOptions
 
@@ -124,6 +127,22 @@ def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
         model_bytes(text, args.resolution)  # neither a file nor a cached hub id: says so
     else:
         check_timm_name(text)
+    specs = [devices.from_json(args.device_spec)] if args.device_spec else []
+    for name in names if args.predictor in (None, "", "default") and not args.device_spec else []:
+        try:
+            specs.append(devices.resolve(name))
+        except devices.UnknownDevice:
+            pass  # a shipped CPU predictor's device
+    for spec in (s for s in specs if s.kind != "cpu" and len(names) <= 1):  # a comparison: an error row
+        refusal = ((args.precision and precision_refusal(spec, args.precision))
+                   or (args.power_limit is not None and limit_refusal(spec, args.power_limit)))
+        if refusal:
+            raise errors.UnsupportedOption(refusal)
+    if args.cluster:
+        try:
+            Cluster.of(args.cluster)
+        except ValueError as e:
+            raise errors.UnsupportedOption(str(e)) from None
     step = ["recompute"] * bool(opts.get("recompute")) + ["grad_accum"] * (opts.get("grad_accum") not in (None, 1))
     if step and args.predictor in (None, "", "default") and not args.device_spec:
         try:

@@ -16,7 +16,7 @@ from __future__ import annotations
 from trappm_ray import devices, errors
 from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, STEP_FIELDS, step_fields, trained_options
 from trappm_ray.physics.memory import training_memory
-from trappm_ray.physics.roofline import device_rates, roofline
+from trappm_ray.physics.roofline import precision_refusal, roofline
 from trappm_ray.physics.step_model import MODES, step_time
 
 # For a value no label holds, the values to move from, nearest first: the same arithmetic
@@ -153,15 +153,9 @@ class SettingMove:
 
     def check(self, setting: dict) -> None:
         """Refuse a precision the GPU has no units or sourced peak for, then as the inner one."""
-        precision = setting.get("precision")
-        if precision in ("amp-bf16", "bf16") and not self.spec.peak_bf16_tensor_tflops:
-            raise errors.UnsupportedOption(
-                f"{self.spec.name} cannot run {precision}: it has no bf16 units (NVIDIA Ampere or "
-                f"newer, AMD CDNA2 or newer); use amp-fp16 or fp32")
-        try:
-            device_rates(self.spec, precision or "fp32")
-        except ValueError as e:
-            raise errors.UnsupportedOption(str(e)) from None
+        refusal = precision_refusal(self.spec, setting.get("precision") or "fp32")
+        if refusal is not None:
+            raise errors.UnsupportedOption(refusal)
         self.inner.check(self.base(setting))
 
     def to(self, device: str) -> SettingMove:

@@ -35,6 +35,8 @@ GAMMA = 3.0  # SM dynamic power ~ clock^3 (f x V^2 with V following f, the DVFS 
 # 250-300 W datacenter boards (an assumption, stated, not fitted here).
 IDLE_SHARE = 0.12
 LEAST_CLOCK = 0.3  # the lowest SM clock a power limit drives a GPU to, as a share of full
+# Power limits GPUs accept: from about 30-50% of TDP (P100 125 W, V100 100 W of 250) to TDP.
+LOWEST_LIMIT_SHARE = 0.3
 # The weights fitted on every public power label, with their provenance and held-out error
 # (written by ``python jobs/evaluate_power.py``).
 FITTED = Path(__file__).resolve().parents[1] / "data" / "power_model.json"
@@ -95,6 +97,16 @@ def board_power(spec: devices.DeviceSpec) -> tuple[float, float]:
     if not spec.tdp_w:
         raise ValueError(f"device {spec.slug!r} has no sourced TDP: no power model")
     return IDLE_SHARE * spec.tdp_w, float(spec.tdp_w)
+
+
+def limit_refusal(spec: devices.DeviceSpec, limit_w: float) -> str | None:
+    """Why ``spec`` cannot be set to ``limit_w`` (None: it can)."""
+    if not spec.tdp_w:
+        return f"a power limit applies to a GPU with a sourced TDP; the {spec.name} has none"
+    if not LOWEST_LIMIT_SHARE * spec.tdp_w <= limit_w <= spec.tdp_w:
+        return (f"power limit {limit_w:g} W is outside what the {spec.name} accepts (about "
+                f"{LOWEST_LIMIT_SHARE * spec.tdp_w:.0f}-{spec.tdp_w:.0f} W: its TDP is the highest)")
+    return None
 
 
 def drivers(step: StepEstimate, clock: float = 1.0, busy: float | None = None) -> tuple[float, float, float, float]:
@@ -163,5 +175,5 @@ def fit(rows: list[tuple[StepEstimate, devices.DeviceSpec, float, float | None]]
     return PowerModel(*map(float, k))
 
 
-__all__ = ["GAMMA", "IDLE_SHARE", "LEAST_CLOCK", "FITTED", "PowerModel", "PowerEstimate", "board_power", "drivers",
+__all__ = ["GAMMA", "IDLE_SHARE", "LEAST_CLOCK", "LOWEST_LIMIT_SHARE", "FITTED", "limit_refusal", "PowerModel", "PowerEstimate", "board_power", "drivers",
            "power_at", "step_power", "fit"]

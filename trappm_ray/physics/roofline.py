@@ -120,6 +120,18 @@ class RooflineEstimate:
     device: str
 
 
+def precision_refusal(spec: devices.DeviceSpec, precision: str) -> str | None:
+    """Why ``spec`` cannot run ``precision`` (None: it can): no bf16 units, or no sourced peak."""
+    if precision in ("amp-bf16", "bf16") and not spec.peak_bf16_tensor_tflops:
+        return (f"{spec.name} cannot run {precision}: it has no bf16 units (NVIDIA Ampere or newer, "
+                f"AMD CDNA2 or newer); use amp-fp16 or fp32")
+    try:
+        device_rates(spec, precision)
+    except ValueError as e:
+        return str(e)
+    return None
+
+
 def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float, float]:
     """``(tensor peak, vector peak, bandwidth)`` in FLOP/s, FLOP/s and B/s for ``precision``.
 
@@ -310,6 +322,6 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-__all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "MATMUL_OPS", "OPTIMIZER_BYTES", "PRECISIONS",
+__all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "MATMUL_OPS", "OPTIMIZER_BYTES", "PRECISIONS", "precision_refusal",
            "TENSOR", "VECTOR", "WINOGRAD_FACTOR", "RooflineEstimate", "attention_scores", "device_rates", "node_classes",
            "node_features", "roofline"]

@@ -37,7 +37,7 @@ from trappm_ray.serving import batch_envelope
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
 from trappm_ray.physics.memory import fitting_batch
 from trappm_ray.physics.collectives import Cluster, allreduce_ms, exposed_allreduce_ms, load_clusters
-from trappm_ray.physics.power import PowerModel, step_power
+from trappm_ray.physics.power import PowerModel, limit_refusal, step_power
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
@@ -47,9 +47,6 @@ from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
 from trappm_ray.targets import REPORTED, TARGETS
 
-
-# Power limits GPUs accept: from about 30-50% of TDP (P100 125 W, V100 100 W of 250) to TDP.
-LOWEST_LIMIT_SHARE = 0.3
 
 
 @functools.lru_cache(maxsize=1)
@@ -196,10 +193,8 @@ def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, lau
                limit_w: float | None) -> list[str]:
     """Fill ``p``'s power (:mod:`trappm_ray.physics.power` on the step model of the same graph and
     setting) and, under a limit that binds, lengthen its step time; returns the notes to add."""
-    if limit_w is not None and not LOWEST_LIMIT_SHARE * spec.tdp_w <= limit_w <= spec.tdp_w:
-        raise errors.UnsupportedOption(
-            f"power limit {limit_w:g} W is outside what the {spec.name} accepts (about "
-            f"{LOWEST_LIMIT_SHARE * spec.tdp_w:.0f}-{spec.tdp_w:.0f} W: its TDP is the highest)")
+    if limit_w is not None and (refusal := limit_refusal(spec, limit_w)) is not None:
+        raise errors.UnsupportedOption(refusal)
     model, host = power_model(), step_host_us(launch_profiles)
     train, infer = (step_time(graph, spec, setting, mode, host) for mode in ("train", "infer"))
     at, free = step_power(train, spec, model, limit_w), step_power(train, spec, model, None)
