@@ -333,6 +333,10 @@ def test_graph_and_predict_agree_on_gpu_memory(capsys):
     (["CNN", "--device", "h100", "--power-limit", "10"], "unsupported_option: power limit 10 W is outside"),
     (["CNN", "--device", "h100", "--gpus", "2", "--cluster", "nosuch"], "unsupported_option: unknown cluster 'nosuch'"),
     (["CNN", "--device-spec", "missing.json"], "DeviceSpecError: missing.json: cannot read device spec JSON"),
+    (["CYCLE"], "cycle: graph has a cycle through node"),
+    (["IF"], "unsupported: node 'if' is control flow (If)"),
+    (["EXTERNAL"], "external_data: tensor 'conv.W' points to external data '../../etc/passwd' outside"),
+    (["SEQ"], "unresolved_shapes: input 'x' dim 1 ('seq') is symbolic"),
     pytest.param(["resnet5000", "--device", "h100"], "is neither a file, a timm model (did you mean resnet50",
                  marks=pytest.mark.skipif(importlib.util.find_spec("timm") is None, reason="no timm")),
     pytest.param(["resnet-50"], "(did you mean resnet50",
@@ -341,7 +345,8 @@ def test_graph_and_predict_agree_on_gpu_memory(capsys):
 def test_common_mistakes_are_refused_before_any_heavy_import(files, tmp_path, argv, needle):
     """What users get wrong most is answered without importing torch (well under a second)."""
     (tmp_path / "config.json").write_text('{"hidden_size": 8}')  # says nothing of what to build
-    swap = {"CNN": files["cnn"], "SEQ": files["seq"], "CONFIG": tmp_path / "config.json"}
+    swap = {"CNN": files["cnn"], "SEQ": files["seq"], "CYCLE": files["cycle"], "IF": files["if"],
+            "EXTERNAL": files["external"], "CONFIG": tmp_path / "config.json"}
     argv = [str(swap.get(a, a)) for a in argv]
     code = ("import sys; from trappm_ray.cli import main; "
             f"rc = main(['predict', *{argv!r}]); "
