@@ -8,7 +8,7 @@ from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model import predictor as P
 from trappm_ray.model.anchors import MeasuredAnchors
-from trappm_ray.model.roofline_inputs import static_input
+from trappm_ray.model.device_features import static_input
 from trappm_ray.train.gpu_predictor import GpuPredictorConfig, run_setting, train_gpu_predictor
 
 GPU = {"device_spec": "rtx3090", "precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw",

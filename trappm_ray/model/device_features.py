@@ -86,5 +86,24 @@ def feature_vector(graph_roof: np.ndarray, spec: devices.DeviceSpec, setting: di
     return np.concatenate([graph_roof, devices.spec_vector(spec), [setting[c] for c in SETTING_COLS]])
 
 
-__all__ = ["ROOF_COLS", "SETTING_COLS", "KERNELS_COL", "feature_names", "optimizer_of", "settings_of", "settings",
+EAGER_TORCH2 = {"torch2": 1, "compiled": 0}  # a prediction's framework setting unless a predictor's labels fix one
+
+
+def static_input(graph, spec: devices.DeviceSpec, setting: dict, mode: str, run: dict
+                 ) -> tuple[float, np.ndarray] | None:
+    """(roofline floor in ms, static vector) of ``graph`` on ``spec`` for one target, or None
+    without a roofline at the setting's precision.
+
+    Args:
+        setting: resolved options (``precision``, ``optimizer``, ``memory_format``).
+        mode: ``train`` or ``infer``. run: ``torch2``/``compiled`` of the predictor's labels.
+    """
+    s = settings(mode == "train", setting["precision"], setting.get("memory_format") == "nhwc",
+                 bool(run.get("compiled")), bool(run.get("torch2")))
+    found = roofline_features(graph, spec, setting["precision"], mode,
+                              setting["optimizer"] if mode == "train" else "none", s)
+    return None if found is None else (found[0], feature_vector(found[1], spec, s))
+
+
+__all__ = ["EAGER_TORCH2", "static_input", "ROOF_COLS", "SETTING_COLS", "KERNELS_COL", "feature_names", "optimizer_of", "settings_of", "settings",
            "roofline_features", "feature_vector"]

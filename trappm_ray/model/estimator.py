@@ -12,7 +12,15 @@ run time.
 from __future__ import annotations
 
 from collections.abc import Sequence
+from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
+
+# Where the predictors shipped inside the package live; ``default`` answers when no device is named.
+DEFAULT_DIR = Path(__file__).parents[1] / "predictors" / "default"
+
+
+class PredictorError(ValueError):
+    """A stored predictor is missing, incompatible or damaged."""
 
 
 @runtime_checkable
@@ -73,4 +81,4 @@ def names_device(dev: dict, device: str) -> bool:
     return wanted in names or slug.startswith(wanted + "-")
 
 
-__all__ = ["Estimator", "model_version", "device_of", "names_device"]
+__all__ = ["DEFAULT_DIR", "PredictorError", "Estimator", "model_version", "device_of", "names_device"]

@@ -30,7 +30,7 @@ from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.device_features import KERNELS_COL
 from trappm_ray.physics.floors import LEAST_HOST_US_PER_KERNEL
 from trappm_ray.model.options import trained_options
-from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
+from trappm_ray.model.device_features import EAGER_TORCH2, static_input
 
 TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
 TEXT_SOURCES = ("transformers",)  # label model sources of text models (NeuSight's LMs)

@@ -27,19 +27,15 @@ from trappm_ray import devices, storage
 from trappm_ray.graph import features
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.featurize import Graph
-from trappm_ray.model.device_features import KERNELS_COL
+from trappm_ray.model.device_features import KERNELS_COL, static_input
+from trappm_ray.model.estimator import DEFAULT_DIR, PredictorError
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
-from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM, node_data, static_input, with_static
+from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM, node_data, with_static
 from trappm_ray.model.static_mlp import StaticMLP
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.floor_ratio import TARGET_MODES
 
 FORMAT_VERSION = 1
-DEFAULT_DIR = Path(__file__).parents[1] / "predictors" / "default"
-
-
-class PredictorError(ValueError):
-    """A stored predictor is missing, incompatible or damaged."""
 
 
 @dataclass

@@ -21,13 +21,12 @@ from torch_geometric.data import Data
 from trappm_ray import devices
 from trappm_ray.graph import features
 from trappm_ray.graph.data import graph_data
-from trappm_ray.model.device_features import feature_names, feature_vector, roofline_features, settings
+from trappm_ray.model.device_features import feature_names
 from trappm_ray.physics.roofline import FEATURE_NAMES, node_features, roofline
 
 INPUTS = "roofline"  # the manifest's ``inputs`` of a predictor fed by this module
 NODE_DIM = features.get("v2").node_dim + len(FEATURE_NAMES)
 STATIC_DIM = len(feature_names())
-EAGER_TORCH2 = {"torch2": 1, "compiled": 0}  # a prediction's framework setting unless a predictor's labels fix one
 
 
 def node_data(graph, spec: devices.DeviceSpec, precision: str, torch2: bool, compiled: bool) -> Data:
@@ -47,20 +46,4 @@ def with_static(d: Data, x: np.ndarray) -> Data:
     return d
 
 
-def static_input(graph, spec: devices.DeviceSpec, setting: dict, mode: str, run: dict
-                 ) -> tuple[float, np.ndarray] | None:
-    """(roofline floor in ms, static vector) of ``graph`` on ``spec`` for one target, or None
-    without a roofline at the setting's precision.
-
-    Args:
-        setting: resolved options (``precision``, ``optimizer``, ``memory_format``).
-        mode: ``train`` or ``infer``. run: ``torch2``/``compiled`` of the predictor's labels.
-    """
-    s = settings(mode == "train", setting["precision"], setting.get("memory_format") == "nhwc",
-                 bool(run.get("compiled")), bool(run.get("torch2")))
-    found = roofline_features(graph, spec, setting["precision"], mode,
-                              setting["optimizer"] if mode == "train" else "none", s)
-    return None if found is None else (found[0], feature_vector(found[1], spec, s))
-
-
-__all__ = ["INPUTS", "NODE_DIM", "STATIC_DIM", "EAGER_TORCH2", "node_data", "with_static", "static_input"]
+__all__ = ["INPUTS", "NODE_DIM", "STATIC_DIM", "node_data", "with_static"]

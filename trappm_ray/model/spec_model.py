@@ -29,9 +29,9 @@ import numpy as np
 
 from trappm_ray import devices, errors, storage
 from trappm_ray.model import launch
+from trappm_ray.model.estimator import PredictorError
 from trappm_ray.model.intervals import quantile_offsets
-from trappm_ray.model.device_features import KERNELS_COL, feature_names
-from trappm_ray.model.roofline_inputs import EAGER_TORCH2, static_input
+from trappm_ray.model.device_features import EAGER_TORCH2, KERNELS_COL, feature_names, static_input
 from trappm_ray.model.floor_ratio import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
 from trappm_ray.physics.roofline import device_rates
 
@@ -114,8 +114,6 @@ class SpecModel:
     def load(cls, uri: str | Path = SPEC_DIR) -> SpecModel:
         """Read a stored spec model; boosters are XGBoost JSON, checked against their hashes."""
         import xgboost as xgb
-
-        from trappm_ray.model.predictor import PredictorError
 
         uri = str(uri)
         try:

@@ -15,8 +15,7 @@ from typing import Any
 
 from trappm_ray import devices, errors, storage
 from trappm_ray.model.anchors import MeasuredAnchors
-from trappm_ray.model.estimator import Estimator, device_of, model_version, names_device
-from trappm_ray.model.predictor import DEFAULT_DIR, Predictor, PredictorError, load_default
+from trappm_ray.model.estimator import DEFAULT_DIR, Estimator, PredictorError, device_of, model_version, names_device
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.floor_ratio import OWN_ROWS, image_only, own_rows
@@ -108,6 +107,17 @@ def spec_predictor(slug: str) -> SpecPredictor:
     return for_spec(devices.get(slug))
 
 
+def _network(uri: str | Path) -> Estimator:
+    """A stored network predictor (:class:`~trappm_ray.model.predictor.Predictor`). Its module
+    brings torch and torch_geometric (about 2 s): imported here, on the paths a network answers,
+    so that an answer of the spec-based predictor never loads them."""
+    from trappm_ray.model.predictor import Predictor  # noqa: PLC0415 - heavy, on use
+
+    if str(uri) == str(DEFAULT_DIR) and not (DEFAULT_DIR / "manifest.json").exists():
+        raise PredictorError(f"no default predictor shipped at {DEFAULT_DIR}")
+    return Predictor.load(uri)
+
+
 def _is_spec_dir(uri: str) -> bool:
     try:
         return json.loads(storage.read_bytes(storage.join(uri, "manifest.json"))).get("kind") == KIND
@@ -186,11 +196,11 @@ def load_predictor(predictor: str | os.PathLike | Estimator | None = None,
     elif custom:
         uri = str(predictor)
         if uri not in _LOADED:
-            _LOADED[uri] = Predictor.load(uri)
+            _LOADED[uri] = _network(uri)
         found = _LOADED[uri]
     elif device is None:
         if "default" not in _LOADED:
-            _LOADED["default"] = load_default()
+            _LOADED["default"] = _network(DEFAULT_DIR)
         found = _LOADED["default"]
     else:
         return _for_device(device)
