@@ -1,0 +1,25 @@
+import pytest
+
+from trappm_ray.evaluate import parallel
+from trappm_ray.physics.parallel import Layout, Part, Stack
+
+pytestmark = pytest.mark.skipif(not parallel.DATA.is_dir(), reason="no ../shared/data/public-distributed")
+
+
+def test_every_vtrain_row_is_read_with_a_layout_that_can_run():
+    rows = parallel.runs()
+    assert len(rows) == 1440 + 88
+    assert {r.layout.gpus for r in rows if not r.multi_node} == {2, 4, 8}
+    assert {r.layout.gpus for r in rows if r.multi_node} == {64, 256, 512}
+    assert all(r.layers % r.layout.pp == 0 for r in rows)
+
+
+def test_each_row_is_answered_and_the_layout_terms_add_to_perfect_scaling():
+    rows = [r for r in parallel.runs() if r.hidden == 1024 and r.layers == 12][:40]
+    part = Part(device_ms=3.0, host_ms=0.5, optimizer_ms=0.2)
+    stacks = {(r.hidden, r.heads, r.seq, r.layout.micro_batch, r.layers):
+              Stack(part, part, r.layers, 12e6, 50e6, r.layout.micro_batch * r.seq * r.hidden * 2, True) for r in rows}
+    found, summary = parallel.evaluate(rows, stacks)
+    assert len(found) == len(rows) and summary["layout model"]["all"].rows == len(rows)
+    assert all(f["predicted_ms"] >= f["ideal_ms"] for f in found)
+    assert f"| {len(rows)} | all |" in parallel.markdown(found, summary, 1.0)

@@ -1,0 +1,56 @@
+import pytest
+
+from trappm_ray.physics.collectives import Cluster
+from trappm_ray.physics.parallel import Layout, Part, Stack, iteration
+
+NODE = Cluster("test", "test node", "", 8, intra_busbw_gbs=200.0, intra_latency_us=10.0, inter_gbps=800.0,
+               inter_latency_us=10.0)
+
+
+def stack(host_ms: float = 0.1, recompute: bool = True) -> Stack:
+    return Stack(block=Part(device_ms=8.0, host_ms=host_ms, optimizer_ms=0.5),
+                 rest=Part(device_ms=4.0, host_ms=host_ms, optimizer_ms=1.0),
+                 blocks=8, block_params=12e6, rest_params=50e6, boundary_bytes=4 * 1024 * 1024 * 2,
+                 recompute=recompute)
+
+
+def test_one_gpu_is_the_micro_batches_in_a_row_plus_the_optimizer():
+    est = iteration(stack(), Layout(1, 1, 1, micro_batch=4, global_batch=16), NODE)
+    assert est.total_ms == pytest.approx(4 * (8 * 8.0 + 4.0) + 8 * 0.5 + 1.0)
+    assert est.tp_comm_ms == est.p2p_ms == est.dp_allreduce_ms == est.bubble_ms == 0
+
+
+def test_tensor_parallelism_splits_the_device_work_and_all_reduces_every_block():
+    one = iteration(stack(), Layout(1, 1, 1, 4, 16), NODE)
+    tp4 = iteration(stack(), Layout(4, 1, 1, 4, 16), NODE)
+    assert tp4.stage_ms - tp4.tp_comm_ms == pytest.approx(one.stage_ms / 4)
+    assert tp4.tp_comm_ms > 0
+    no_recompute = iteration(stack(recompute=False), Layout(4, 1, 1, 4, 16), NODE)
+    assert no_recompute.tp_comm_ms == pytest.approx(tp4.tp_comm_ms * 4 / 6)
+
+
+def test_host_time_is_not_split_by_tensor_parallelism():
+    est = iteration(stack(host_ms=5.0), Layout(8, 1, 1, 4, 16), NODE)
+    assert est.stage_ms - est.tp_comm_ms == pytest.approx(8 * 5.0 + 5.0)
+
+
+def test_the_pipeline_bubble_shrinks_with_more_micro_batches():
+    few = iteration(stack(), Layout(1, 4, 1, 4, 8), NODE)
+    many = iteration(stack(), Layout(1, 4, 1, 4, 64), NODE)
+    assert few.bubble_ms == pytest.approx(many.bubble_ms)
+    assert few.bubble_ms / few.pipeline_ms > many.bubble_ms / many.pipeline_ms
+    assert few.p2p_ms > 0
+
+
+def test_data_parallel_replicas_all_reduce_their_gradients_and_share_the_batch():
+    one = iteration(stack(), Layout(1, 1, 1, 4, 32), NODE)
+    dp4 = iteration(stack(), Layout(1, 1, 4, 4, 32), NODE)
+    assert dp4.pipeline_ms == pytest.approx(one.pipeline_ms / 4)
+    assert dp4.dp_allreduce_ms > 0 and one.dp_allreduce_ms == 0
+
+
+def test_layouts_that_cannot_run_are_refused():
+    with pytest.raises(ValueError, match="whole number of micro-batches"):
+        Layout(1, 1, 2, micro_batch=4, global_batch=12)
+    with pytest.raises(ValueError, match="do not split into 3 pipeline stages"):
+        iteration(stack(), Layout(1, 3, 1, 4, 12), NODE)

@@ -1,0 +1,170 @@
+"""A training iteration under tensor, pipeline and data parallelism (Megatron's layouts).
+
+A transformer is a stack of ``L`` identical blocks plus the rest (embeddings, final norm, the
+output head). The step model (:mod:`trappm_ray.physics.step_model`) gives one block's and the
+rest's device and host time for one micro-batch; this module lays them out on ``tp x pp x dp``
+GPUs the way Megatron-LM runs them (Shoeybi et al. 2019; Narayanan et al., SC'21):
+
+* **Tensor parallelism** splits every block's matrix multiplies over ``tp`` GPUs (device time /
+  ``tp``; each GPU still issues every kernel, so host time is not split) and all-reduces the
+  block's activations twice in the forward and twice in the backward (twice more where the
+  forward is recomputed), on the critical path.
+* **Pipeline parallelism** gives each of ``pp`` stages ``L / pp`` blocks (the rest on the last
+  stage, whose output head is the costliest part); the 1F1B schedule runs ``n`` micro-batches
+  in ``(n - 1)`` times the slowest stage plus one pass through every stage (fill and drain),
+  each stage boundary sending activations forward and gradients back.
+* **Data parallelism** replicates the pipeline ``dp`` times; the gradients of a GPU's share of
+  the parameters are all-reduced after the last micro-batch (no bucketing: not overlapped),
+  then the optimizer updates that share.
+
+A stage's micro-batch takes the longer of its host's issue time and its GPUs' device time (eager
+PyTorch issues ahead of the device). Calculon (Isaev et al., SC'23) and vTrain (Bang et al.,
+MICRO'24) compose the same terms; the check against vTrain's measured A100 iterations is
+``docs/results-parallel.md``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass
+
+from trappm_ray.physics.collectives import Cluster, allreduce_ms
+from trappm_ray.physics.step_model import StepEstimate
+
+GRAD_BYTES = 2  # fp16/bf16 gradients all-reduced (mixed precision)
+
+
+@dataclass(frozen=True)
+class Layout:
+    """How a model is spread over GPUs.
+
+    Attributes:
+        tp, pp, dp: tensor, pipeline and data parallel sizes (GPUs = ``tp x pp x dp``).
+        micro_batch: samples per micro-batch; global_batch: samples per iteration (all replicas).
+    """
+
+    tp: int
+    pp: int
+    dp: int
+    micro_batch: int
+    global_batch: int
+
+    def __post_init__(self) -> None:
+        if min(self.tp, self.pp, self.dp, self.micro_batch) < 1:
+            raise ValueError(f"a layout needs sizes >= 1: {self}")
+        if self.global_batch % (self.micro_batch * self.dp):
+            raise ValueError(f"global batch {self.global_batch} is not a whole number of micro-batches "
+                             f"of {self.micro_batch} on {self.dp} data-parallel replicas")
+
+    @property
+    def gpus(self) -> int:
+        return self.tp * self.pp * self.dp
+
+    @property
+    def micro_batches(self) -> int:
+        """Micro-batches each pipeline runs per iteration."""
+        return self.global_batch // (self.micro_batch * self.dp)
+
+
+@dataclass(frozen=True)
+class Part:
+    """One part of a training micro-batch, from the step model (ms): the device's forward and
+    backward time, the host's issue time, and the optimizer update of the part's parameters."""
+
+    device_ms: float
+    host_ms: float
+    optimizer_ms: float
+
+    @classmethod
+    def of(cls, step: StepEstimate) -> Part:
+        return cls(step.device_ms - step.optimizer_ms, step.host_ms, step.optimizer_ms)
+
+    def __sub__(self, other: Part) -> Part:
+        """What ``self`` has beyond ``other`` (a model with one more block: that block)."""
+        return Part(self.device_ms - other.device_ms, self.host_ms - other.host_ms,
+                    self.optimizer_ms - other.optimizer_ms)
+
+
+@dataclass(frozen=True)
+class Stack:
+    """A transformer as the layout sees it, at one micro-batch.
+
+    Attributes:
+        block, rest: one block and everything else (training, one micro-batch).
+        blocks: how many blocks. block_params, rest_params: their parameters.
+        boundary_bytes: one block's output activations (micro-batch x sequence x hidden x bytes):
+            what tensor parallelism all-reduces and a pipeline stage sends.
+        recompute: the forward is recomputed in the backward (activation checkpointing).
+    """
+
+    block: Part
+    rest: Part
+    blocks: int
+    block_params: float
+    rest_params: float
+    boundary_bytes: float
+    recompute: bool = False
+
+
+@dataclass(frozen=True)
+class IterationEstimate:
+    """One iteration's time (ms) and where it goes, on the slowest stage.
+
+    Attributes:
+        total_ms: the iteration. pipeline_ms: the micro-batches through the pipeline (compute,
+        tensor-parallel all-reduces, sends), of which bubble_ms is fill and drain.
+        stage_ms: one micro-batch on the slowest stage; tp_comm_ms: its all-reduces.
+        dp_allreduce_ms, optimizer_ms: after the pipeline.
+    """
+
+    total_ms: float
+    pipeline_ms: float
+    bubble_ms: float
+    stage_ms: float
+    tp_comm_ms: float
+    p2p_ms: float
+    dp_allreduce_ms: float
+    optimizer_ms: float
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _p2p_ms(nbytes: float, layout: Layout, cluster: Cluster) -> float:
+    """One send between adjacent stages: over the network once a pipeline spans nodes."""
+    if layout.pp == 1:
+        return 0.0
+    if layout.tp * layout.pp > cluster.gpus_per_node:
+        return (nbytes / (cluster.inter_gbps / 8 * 1e9) + cluster.inter_latency_us * 1e-6) * 1e3
+    return (nbytes / (cluster.intra_busbw_gbs * 1e9) + cluster.intra_latency_us * 1e-6) * 1e3
+
+
+def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstimate:
+    """The iteration of ``stack`` laid out as ``layout`` on ``cluster``."""
+    if stack.blocks % layout.pp:
+        raise ValueError(f"{stack.blocks} blocks do not split into {layout.pp} pipeline stages")
+    per_stage = stack.blocks // layout.pp
+    tp_nodes = -(-layout.tp // cluster.gpus_per_node)
+    reduces = (6 if stack.recompute else 4) * per_stage
+    tp_comm = reduces * allreduce_ms(stack.boundary_bytes, layout.tp, cluster, tp_nodes)
+    p2p = 2 * _p2p_ms(stack.boundary_bytes, layout, cluster)
+
+    def stage(last: bool) -> float:
+        parts = [(stack.block, per_stage)] + [(stack.rest, 1)] * last
+        device = sum(n * s.device_ms for s, n in parts) / layout.tp
+        host = sum(n * s.host_ms for s, n in parts)
+        return max(device, host) + tp_comm + p2p
+
+    first, last = stage(layout.pp == 1), stage(True)
+    slowest = max(first, last)
+    # 1F1B: the slowest stage paces every micro-batch; fill and drain pass once through the others
+    one_pass = first * (layout.pp - 1) + last if layout.pp > 1 else last
+    pipeline = (layout.micro_batches - 1) * slowest + one_pass
+    params = (per_stage * stack.block_params + stack.rest_params) / layout.tp  # the last stage's share
+    dp_nodes = min(layout.dp, math.ceil(layout.gpus / cluster.gpus_per_node))
+    dp_comm = allreduce_ms(params * GRAD_BYTES, layout.dp, cluster, dp_nodes if layout.dp > 1 else None)
+    optimizer = (per_stage * stack.block.optimizer_ms + stack.rest.optimizer_ms) / layout.tp
+    total = pipeline + dp_comm + optimizer
+    return IterationEstimate(total, pipeline, one_pass - slowest, slowest, tp_comm, p2p, dp_comm, optimizer)
+
+
+__all__ = ["GRAD_BYTES", "Layout", "Part", "Stack", "IterationEstimate", "iteration"]
