@@ -1,7 +1,6 @@
 """What the prediction benchmarks share: their common flags, the default input (a ResNet-101
 skeleton at 224 px) and the predictor they time (the given one, or an untrained stand-in)."""
 import argparse
-import sys
 import tempfile
 from pathlib import Path
 
@@ -32,8 +31,7 @@ def bench_predictor(predictor: str, random: bool) -> str:
     like the trained recipe (encoder 128-64-64-64, 5 seeds, heads 64): timing only."""
     if not random:
         return predictor
-    sys.path.insert(0, str(ROOT / "tests"))
-    from predictor_builders import random_predictor
+    from trappm_ray.train.build_predictor import random_predictor  # torch: on use
 
     path = tempfile.mkdtemp(prefix="bench-predictor-")
     random_predictor(seeds=(1, 2, 3, 4, 5), encoder_dims=(128, 64, 64, 64), hidden=64,

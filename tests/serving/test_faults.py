@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import os
 import shutil
-import sys
 import tempfile
 from dataclasses import asdict
 from pathlib import Path
@@ -33,9 +32,9 @@ import onnx_builders as B
 from predictor_builders import random_predictor
 from trappm_ray import storage
 
+import fault_scenarios as FS  # benchmarks/ is on pytest's pythonpath (pyproject.toml)
+
 ROOT = Path(__file__).resolve().parents[2]
-sys.path.append(str(ROOT / "benchmarks"))
-import fault_scenarios as FS  # noqa: E402
 
 REPLICAS = 2
 

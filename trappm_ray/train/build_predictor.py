@@ -21,7 +21,9 @@ from trappm_ray.model import predictor as P
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.options import label_options
 from trappm_ray import storage
+from trappm_ray.graph import features
 from trappm_ray.graph.rows import GRAPHS_FILE
+from trappm_ray.model.networks import GraphEncoder, Regressor
 from trappm_ray.labels.examples import join_graphs, load_examples
 from trappm_ray.labels.store import default_slug, ok_labels
 from trappm_ray.targets import TARGETS, label_column, unit
@@ -203,6 +205,32 @@ def ship(uri: str, dest: Path = P.DEFAULT_DIR) -> str:
         if name != ANCHOR_FILE or storage.exists(storage.join(uri, name)):  # measurements: GPU predictors only
             (dest / name).write_bytes(storage.read_bytes(storage.join(uri, name)))
     return str(dest)
+
+
+def random_predictor(targets=("train_step_ms", "train_memory_mb", "inference_ms"), seeds=(1, 2),
+                     feature_set: str = "v2", encoder_dims=(16, 8), hidden: int = 8, fc: int = 8,
+                     seed: int = 0, batch_affine=("train_memory_mb",)) -> P.Predictor:
+    """An untrained predictor of the given shapes: heads with plausible scaling (outputs of the
+    order of 100 units), for timing the prediction path and for tests that need no training."""
+    torch.manual_seed(seed)
+    fs = features.get(feature_set)
+    encoder = GraphEncoder(fs.node_dim, encoder_dims, 0.0) if encoder_dims else None
+    emb = encoder.out_dim if encoder is not None else 0
+    heads = {t: [Regressor(fs.node_dim, fs.static_dim, emb, hidden, fc, 0.0, node_dropout=False,
+                           batch_affine=t in batch_affine) for _ in seeds] for t in targets}
+    for t in batch_affine:
+        for head in heads.get(t, ()):
+            head.set_target_scale(0.1, 1.0)
+    scalers = {t: [P.Scaler(torch.zeros(fs.static_dim), torch.ones(fs.static_dim), torch.zeros(emb),
+                          torch.ones(emb), 4.6, 0.1) for _ in seeds] for t in targets}
+    manifest = {"name": "random", "feature_set": fs.name, "targets": list(targets),
+                "seeds": list(seeds),
+                "head": {"hidden": hidden, "fc": fc, "dropout": 0.0, "node_dropout": False,
+                         "batch_affine": list(batch_affine)},
+                "encoder": ({"in_dim": fs.node_dim, "dims": list(encoder_dims), "dropout": 0.0}
+                            if encoder is not None else None),
+                "device": {"slug": "test-device", "name": "test"}}
+    return P.Predictor(manifest, encoder, heads, scalers)
 
 
 __all__ = ["RegressConfig", "DEFAULT_ENCODER", "train_predictor", "available_targets", "ship",
