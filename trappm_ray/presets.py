@@ -41,8 +41,8 @@ PRESETS: dict[type, dict[str, object]] = {
     EvalConfig: {
         "results": EvalConfig(device=_CPU_DEVICE, arch_seeds=2, baseline_seeds=1,
                               split_targets=("train_step_ms", "train_memory_mb"),
-                              transfer_predictor="trappm_ray/predictors/default",
-                              transfer_to="intel-r-xeon-r-processor-t2"),
+                              finetune_source="trappm_ray/predictors/default",
+                              finetune_to="intel-r-xeon-r-processor-t2"),
     },
 }
 

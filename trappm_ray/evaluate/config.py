@@ -28,8 +28,8 @@ class EvalConfig:
         max_epochs: cap the GNN recipes' epochs (0 = recipe default).
         out: directory for results.json, results.md and plots.
         ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
-        transfer_to: a second device's slug under ``labels``: adds the transfer-learning table
-            (``transfer_predictor``, a registered predictor of the first device, fine-tuned).
+        finetune_to: a second device's slug under ``labels``: adds the fine-tuning table
+            (``finetune_source``, a registered predictor of the first device, fine-tuned to it).
     """
 
     labels: str = "data/labels"
@@ -47,5 +47,5 @@ class EvalConfig:
     max_epochs: int = 0
     out: str = "docs"
     ray_address: str | None = None
-    transfer_to: str = ""
-    transfer_predictor: str = ""
+    finetune_to: str = ""
+    finetune_source: str = ""

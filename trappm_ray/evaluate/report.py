@@ -140,8 +140,8 @@ def write_markdown(report: dict, path: str, plots: list[str], out_dir: str) -> N
     if plots:
         out += ["", "## Predicted vs measured (trappm-ray, random split, test rows of all seeds)", ""]
         out += [f"![{os.path.basename(p)}]({os.path.relpath(p, out_dir)})" for p in sorted(plots)]
-    if report.get("transfer"):
-        out += ["", "## Transfer learning", ""] + report["transfer"]["markdown"]
+    if report.get("finetune"):
+        out += ["", "## Transfer learning: fine-tuning to another device", ""] + report["finetune"]["markdown"]
     with open(path, "w") as f:
         f.write("\n".join(out) + "\n")
 

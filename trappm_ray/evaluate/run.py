@@ -152,15 +152,15 @@ def evaluate(cfg: EvalConfig) -> dict:
                  "encoders": encoders},
         "results": results,
     }
-    if cfg.transfer_to:
+    if cfg.finetune_to:
         from trappm_ray.train.finetune import finetune_markdown, finetune_table
 
-        source = P.Predictor.load(cfg.transfer_predictor)
-        table = finetune_table(source, cfg.labels, cfg.transfer_to)
-        report["transfer"] = {"source": source.manifest["device"]["slug"], "target": cfg.transfer_to,
-                              "predictor": cfg.transfer_predictor, "table": table,
+        source = P.Predictor.load(cfg.finetune_source)
+        table = finetune_table(source, cfg.labels, cfg.finetune_to)
+        report["finetune"] = {"source": source.manifest["device"]["slug"], "target": cfg.finetune_to,
+                              "predictor": cfg.finetune_source, "table": table,
                               "markdown": finetune_markdown(table, source.manifest["device"]["slug"],
-                                                            cfg.transfer_to)}
+                                                            cfg.finetune_to)}
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, "results.json"), "w") as f:
         json.dump(report, f, indent=1, sort_keys=True)
