@@ -54,3 +54,29 @@ def test_layouts_that_cannot_run_are_refused():
         Layout(1, 1, 2, micro_batch=4, global_batch=12)
     with pytest.raises(ValueError, match="do not split into 3 pipeline stages"):
         iteration(stack(), Layout(1, 3, 1, 4, 12), NODE)
+
+
+def with_memory(recompute: bool = True, rest_saved: float = 1e9) -> Stack:
+    from dataclasses import replace
+
+    from trappm_ray.physics.parallel import PartMemory
+    return replace(stack(recompute=recompute), block_memory=PartMemory(state=200e6, saved=400e6, transient=50e6),
+                   rest_memory=PartMemory(state=800e6, saved=rest_saved, transient=100e6), fixed_bytes=500e6)
+
+
+def test_memory_per_gpu_splits_the_state_over_tensor_parallel_ranks():
+    from trappm_ray.physics.parallel import memory_per_gpu
+    one = memory_per_gpu(with_memory(), Layout(1, 1, 1, 4, 16))
+    tp2 = memory_per_gpu(with_memory(), Layout(2, 1, 1, 4, 16))
+    state = 8 * 200e6 + 800e6
+    assert one - tp2 == pytest.approx(state / 2 + (400e6 + 50e6 + 1.1e9) / 2)
+
+
+def test_the_first_pipeline_stage_keeps_a_checkpoint_per_micro_batch_in_flight():
+    from trappm_ray.physics.parallel import memory_per_gpu
+    light_head = with_memory(rest_saved=0.0)  # the first stage is the fullest
+    few = memory_per_gpu(light_head, Layout(1, 4, 1, 4, 4))  # one micro-batch: nothing else in flight
+    many = memory_per_gpu(light_head, Layout(1, 4, 1, 4, 64))
+    assert many - few == pytest.approx(3 * 2 * with_memory().boundary_bytes)
+    assert memory_per_gpu(with_memory(recompute=False), Layout(1, 1, 1, 4, 16)) > memory_per_gpu(
+        with_memory(), Layout(1, 1, 1, 4, 16))

@@ -9,10 +9,10 @@ tokens). Every config states activation checkpointing on, the 1F1B schedule, no 
 bucketing, 8 GPUs per node, 800 Gb/s between nodes. Not stated, assumed here: AMP fp16 with Adam
 (Megatron's defaults), the A100 SXM4 80 GB, GPT-2's vocabulary (50,257; vTrain's default).
 
-Each model is built from its hidden size, heads and sequence length as a GPT-2 config with 0 and
-1 blocks (``transformers`` on the meta device, exported once per shape); the step model of the two
-at each micro-batch gives one block and the rest (:class:`trappm_ray.physics.parallel.Part`), which
-:func:`trappm_ray.physics.parallel.iteration` lays out. Nothing is fitted to these rows. The
+Each model is built from its hidden size, heads and sequence length as a GPT-2 config with 1 and
+2 blocks (``transformers`` on the meta device, exported once per shape); the step model of the two
+at each micro-batch gives one block and the rest (:func:`trappm_ray.physics.parallel.build_stack`),
+which :func:`trappm_ray.physics.parallel.iteration` lays out. Nothing is fitted to these rows. The
 baseline is perfect scaling: the same step model's work for the global batch divided by the GPUs,
 no communication and no pipeline bubble.
 """
@@ -28,7 +28,7 @@ from trappm_ray import devices
 from trappm_ray.evaluate.campaign import ErrorSummary
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import load_clusters
-from trappm_ray.physics.parallel import Layout, Part, Stack, iteration
+from trappm_ray.physics.parallel import Layout, Stack, build_stack, iteration
 from trappm_ray.physics.step_model import Setting, step_time
 
 log = logging.getLogger(__name__)
@@ -75,19 +75,16 @@ def stacks(rows: list[Run], onnx_of) -> dict[tuple, Stack]:
     """The :class:`Stack` of every (hidden, heads, seq, micro-batch, layers) of ``rows``;
     ``onnx_of(config)`` exports a GPT-2 config (ONNX bytes with dynamic batch and seq)."""
     spec = devices.get(GPU)
-    parts: dict[tuple, tuple[Part, Part, float, float]] = {}
+    out: dict[tuple, Stack] = {}
     for key in sorted({(r.hidden, r.heads, r.seq, r.layout.micro_batch) for r in rows}):
         hidden, heads, seq, micro = key
-        found = []
-        for blocks in (0, 1):
-            graph = featurize(onnx_of(gpt_config(hidden, heads, blocks, seq)), micro, dims={"seq": seq})
-            found.append((Part.of(step_time(graph, spec, SETTING, "train")), graph.static["params"]))
-        (rest, rest_params), (one, one_params) = found
-        parts[key] = (one - rest, rest, one_params - rest_params, rest_params)
+        one, two = (featurize(onnx_of(gpt_config(hidden, heads, n, seq)), micro, dims={"seq": seq}) for n in (1, 2))
+        for layers in sorted({r.layers for r in rows if (r.hidden, r.heads, r.seq, r.layout.micro_batch) == key}):
+            out[(*key, layers)] = build_stack(one, two, layers, spec, SETTING, micro * seq * hidden * 2)
+        block = out[(*key, layers)].block
         log.info("GPT h%d x %d heads @%d, micro-batch %d: block %.2f ms device, %.2f ms host", hidden, heads, seq,
-                 micro, parts[key][0].device_ms, parts[key][0].host_ms)
-    return {(*k, r.layers): Stack(p[0], p[1], r.layers, p[2], p[3], k[3] * k[2] * k[0] * 2, SETTING.recompute)
-            for r in rows for k in [(r.hidden, r.heads, r.seq, r.layout.micro_batch)] for p in [parts[k]]}
+                 micro, block.device_ms, block.host_ms)
+    return out
 
 
 def ideal_ms(stack: Stack, layout: Layout) -> float:
@@ -142,10 +139,10 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
               "On one node the answers read slow (the bias above), most where tensor parallelism splits the device "
               "work but not the host's: small micro-batches are host-bound in the step model, whose default host "
               "figures (30 us forward, 100 us backward per kernel: a typical eager PyTorch host, never measured on "
-              "vTrain's machines) put about 5 ms of issue time on each GPT block per micro-batch, where the "
+              "vTrain's machines) put about 4 ms of issue time on each GPT block per micro-batch, where the "
               "measured one-sequence micro-batches take at most 3.6 ms per block in all. Its kernel count is "
-              "not the cause: a GPT-2 block is about 28 kernels in the graph, as Megatron's fused block is "
-              "about two dozen. Assumed, not stated by the source: AMP fp16 with Adam, the A100 SXM4 80 GB, "
+              "not the cause: a GPT-2 block is about two dozen kernels in the graph, as Megatron's fused "
+              "block is. Assumed, not stated by the source: AMP fp16 with Adam, the A100 SXM4 80 GB, "
               "GPT-2's vocabulary; the cross-entropy over the vocabulary is not in the graph.", ""]
     return "\n".join(lines)
 

@@ -17,6 +17,12 @@ GPUs the way Megatron-LM runs them (Shoeybi et al. 2019; Narayanan et al., SC'21
   the parameters are all-reduced after the last micro-batch (no bucketing: not overlapped),
   then the optimizer updates that share.
 
+Memory per GPU (:func:`memory_per_gpu`, from the CUDA memory model of the block and the rest): a
+stage's weights, gradients and optimizer state over ``tp``; the activations each in-flight
+micro-batch keeps (1F1B: the first stage holds ``min(pp, n)`` of them; with checkpointing only
+each block's input, which tensor parallelism does not split); one block's full activations while
+its backward runs, over ``tp``; the rest's on the stages that hold it; workspace and context once.
+
 A stage's micro-batch takes the longer of its host's issue time and its GPUs' device time (eager
 PyTorch issues ahead of the device). Calculon (Isaev et al., SC'23) and vTrain (Bang et al.,
 MICRO'24) compose the same terms; the check against vTrain's measured A100 iterations is
@@ -28,7 +34,9 @@ import math
 from dataclasses import asdict, dataclass
 
 from trappm_ray.physics.collectives import Cluster, allreduce_ms
-from trappm_ray.physics.step_model import StepEstimate
+from trappm_ray import devices
+from trappm_ray.physics.memory import MemoryEstimate, training_memory
+from trappm_ray.physics.step_model import Setting, StepEstimate, step_time
 
 GRAD_BYTES = 2  # fp16/bf16 gradients all-reduced (mixed precision)
 
@@ -85,6 +93,25 @@ class Part:
 
 
 @dataclass(frozen=True)
+class PartMemory:
+    """One part's training memory (bytes, from :func:`trappm_ray.physics.memory.training_memory`
+    without checkpointing): weights, gradients and optimizer state; the activations kept for the
+    backward; the transient peak above them."""
+
+    state: float
+    saved: float
+    transient: float
+
+    @classmethod
+    def of(cls, m: MemoryEstimate) -> PartMemory:
+        return cls(m.weights + m.grads + m.optimizer_state, m.activations_saved, m.transient_peak)
+
+    def __sub__(self, other: PartMemory) -> PartMemory:
+        return PartMemory(self.state - other.state, self.saved - other.saved,
+                          max(self.transient - other.transient, 0.0))
+
+
+@dataclass(frozen=True)
 class Stack:
     """A transformer as the layout sees it, at one micro-batch.
 
@@ -103,6 +130,9 @@ class Stack:
     rest_params: float
     boundary_bytes: float
     recompute: bool = False
+    block_memory: PartMemory | None = None
+    rest_memory: PartMemory | None = None
+    fixed_bytes: float = 0.0  # workspace and CUDA context, once per GPU
 
 
 @dataclass(frozen=True)
@@ -167,4 +197,41 @@ def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstima
     return IterationEstimate(total, pipeline, one_pass - slowest, slowest, tp_comm, p2p, dp_comm, optimizer)
 
 
-__all__ = ["GRAD_BYTES", "Layout", "Part", "Stack", "IterationEstimate", "iteration"]
+def build_stack(one, two, blocks: int, spec: devices.DeviceSpec, setting: Setting, boundary_bytes: float) -> Stack:
+    """The :class:`Stack` of a model of ``blocks`` blocks from the graphs of the same model with
+    one block (``one``) and with two (``two``), featurized at the micro-batch: their difference is
+    a block, the rest is what the one-block model has besides it."""
+    steps = [Part.of(step_time(g, spec, setting, "train")) for g in (one, two)]
+    memory = [training_memory(g, "fp32" if setting.precision == "tf32" else setting.precision, setting.optimizer)
+              for g in (one, two)]
+    parts = [PartMemory.of(m) for m in memory]
+    block, block_memory = steps[1] - steps[0], parts[1] - parts[0]
+    params = [float(g.static["params"]) for g in (one, two)]
+    return Stack(block, steps[0] - block, blocks, params[1] - params[0], 2 * params[0] - params[1], boundary_bytes,
+                 setting.recompute, block_memory, parts[0] - block_memory, memory[0].workspace + memory[0].context)
+
+
+def memory_per_gpu(stack: Stack, layout: Layout) -> float:
+    """Training memory of the fullest GPU (bytes): the first stage (most micro-batches in flight)
+    or the last (the rest: the output head and its logits), as the module docstring says."""
+    if stack.block_memory is None or stack.rest_memory is None:
+        raise ValueError("a stack without memory parts: build it with block_memory and rest_memory")
+    block, rest = stack.block_memory, stack.rest_memory
+    per_stage = stack.blocks // layout.pp
+    in_flight = min(layout.pp, layout.micro_batches)
+
+    def stage(first: bool, last: bool) -> float:
+        kept = stack.boundary_bytes if stack.recompute else block.saved / layout.tp
+        live = (in_flight if first else 1) * per_stage * kept + block.transient / layout.tp
+        if stack.recompute:
+            live += block.saved / layout.tp  # the block recomputed for its backward
+        if last:  # the output head's activations (logits) live on the last stage only
+            live += (rest.saved + rest.transient) / layout.tp
+        # the rest's weights on both ends: tied input and output embeddings are kept on each
+        state = (per_stage * block.state + rest.state) / layout.tp
+        return state + live + stack.fixed_bytes
+
+    return max(stage(True, layout.pp == 1), stage(layout.pp == 1, True))
+
+
+__all__ = ["GRAD_BYTES", "Layout", "Part", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration"]
