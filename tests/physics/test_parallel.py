@@ -61,7 +61,7 @@ def with_memory(recompute: bool = True, rest_saved: float = 1e9) -> Stack:
 
     from trappm_ray.physics.parallel import PartMemory
     return replace(stack(recompute=recompute), block_memory=PartMemory(state=200e6, saved=400e6, transient=50e6),
-                   rest_memory=PartMemory(state=800e6, saved=rest_saved, transient=100e6), fixed_bytes=500e6)
+                   rest_memory=PartMemory(state=800e6, saved=rest_saved, transient=0.1 * rest_saved), fixed_bytes=500e6)
 
 
 def test_memory_per_gpu_splits_the_state_over_tensor_parallel_ranks():
