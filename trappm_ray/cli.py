@@ -279,6 +279,20 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_plan(args: argparse.Namespace) -> int:
+    from trappm_ray.serving import plan  # torch and transformers export the config
+    _check_device_name(args.device)
+    answers = plan.plan(args.model, args.gpus, args.device, args.global_batch, args.seq, args.precision,
+                        args.optimizer, not args.no_recompute, args.cluster)
+    if args.json:
+        print(json.dumps([a.to_dict() for a in answers]))
+    else:
+        print(f"{len(answers)} layouts of {args.model} on {args.gpus} x {args.device}, global batch {args.global_batch} "
+              f"x {args.seq} tokens, fastest first among those that fit (physics only: docs/results-parallel.md)")
+        print(plan.table(answers, args.top))
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trappm-ray", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
@@ -346,6 +360,19 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--plot", default=None, help="PNG path of --sweep (default: FILE-sweep.png)")
     p.add_argument("--json", action="store_true", help="print one JSON object")
     p.set_defaults(func=cmd_predict)
+    pl = sub.add_parser("plan", help="rank the tensor/pipeline/data parallel layouts of a transformer on N GPUs")
+    pl.add_argument("model", help="a transformers config.json, its folder, or a Hugging Face id in the local cache")
+    pl.add_argument("--gpus", type=int, required=True)
+    pl.add_argument("--device", required=True, help="the GPU, as people name it (a100, h100, ...)")
+    pl.add_argument("--global-batch", type=int, required=True, help="sequences per iteration, all GPUs")
+    pl.add_argument("--seq", type=int, required=True, help="tokens per sequence")
+    pl.add_argument("--cluster", default=None, help="a data/clusters.csv name or JSON file (default: the GPU's first)")
+    pl.add_argument("--precision", default="amp-fp16", choices=options.PRECISIONS)
+    pl.add_argument("--optimizer", default="adam", choices=options.OPTIMIZERS)
+    pl.add_argument("--no-recompute", action="store_true", help="keep every activation (default: checkpoint blocks)")
+    pl.add_argument("--top", type=int, default=10, help="layouts printed (--json prints every one)")
+    pl.add_argument("--json", action="store_true")
+    pl.set_defaults(func=cmd_plan)
     d = sub.add_parser("devices", help="list the shipped predictors and the device spec table")
     d.add_argument("--json", action="store_true", help="print one JSON object")
     d.set_defaults(func=cmd_devices)

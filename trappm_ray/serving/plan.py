@@ -1,0 +1,136 @@
+"""The fastest ways to spread a transformer over N GPUs: ``trappm-ray plan``.
+
+A transformers config (a ``config.json``, its folder or a Hugging Face id in the local cache; no
+weights) is exported with one and with two blocks; the step model and the CUDA memory model of
+the two at each micro-batch give one block and the rest, which
+:mod:`trappm_ray.physics.parallel` lays out over every tensor x pipeline x data parallel split of
+the GPUs that the model allows (tensor parallelism inside a node and across the attention heads,
+pipeline stages of whole blocks, micro-batches that divide the global batch). Each layout's
+iteration time, throughput and memory on the fullest GPU come back ranked, the ones that fit the
+GPU's memory first. Physics only: checked on vTrain's Megatron runs (``docs/results-parallel.md``).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from trappm_ray import devices, errors
+from trappm_ray.graph.featurize import featurize
+from trappm_ray.physics.collectives import Cluster, load_clusters
+from trappm_ray.physics.parallel import IterationEstimate, Layout, build_stack, iteration, memory_per_gpu
+from trappm_ray.physics.step_model import Setting
+from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model
+
+# a config's number of blocks, attention heads and hidden size, by the names model types use
+LAYER_KEYS = ("n_layer", "num_hidden_layers", "num_layers")
+HEAD_KEYS = ("n_head", "num_attention_heads", "num_heads")
+HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model")
+MICRO_BATCHES = (1, 2, 4, 8, 16)
+
+
+@dataclass(frozen=True)
+class LayoutAnswer:
+    """One layout's iteration, throughput and memory on its fullest GPU."""
+
+    layout: Layout
+    iteration: IterationEstimate
+    memory_gb: float
+    fits: bool
+    samples_per_s: float
+
+    def to_dict(self) -> dict:
+        lo = self.layout
+        return {"tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "micro_batch": lo.micro_batch, "global_batch": lo.global_batch,
+                "iteration_ms": self.iteration.total_ms, "samples_per_s": self.samples_per_s,
+                "memory_gb_per_gpu": self.memory_gb, "fits": self.fits, "breakdown": self.iteration.to_dict()}
+
+
+def read_config(model: str) -> dict:
+    """The config dict of a ``config.json``, its folder, or a Hugging Face id in the local cache."""
+    found = config_file(Path(model))
+    if found is None and (hub := cached_config(model)) is not None:
+        found = config_file(hub)
+    if found is None:
+        raise errors.NotAModel(f"{model}: plan reads a transformers config (config.json, its folder or a cached "
+                               "Hugging Face id): layouts split a model's blocks, which an ONNX file does not name")
+    return checked_config(found, model)
+
+
+def _key(config: dict, keys: tuple[str, ...], what: str, label: str) -> str:
+    key = next((k for k in keys if isinstance(config.get(k), int)), None)
+    if key is None:
+        raise errors.NotAModel(f"{label}: the config names no {what} ({' / '.join(keys)})")
+    return key
+
+
+def layouts(gpus: int, blocks: int, heads: int, global_batch: int, gpus_per_node: int,
+            micro_batches: tuple[int, ...] = MICRO_BATCHES) -> list[Layout]:
+    """Every ``tp x pp x dp = gpus`` split with tensor parallelism inside a node and across the
+    heads, whole blocks per stage, and micro-batches that divide each replica's share."""
+    out = []
+    for tp in (t for t in range(1, min(gpus, gpus_per_node) + 1) if gpus % t == 0 and heads % t == 0):
+        for pp in (p for p in range(1, blocks + 1) if blocks % p == 0 and (gpus // tp) % p == 0):
+            dp = gpus // (tp * pp)
+            out += [Layout(tp, pp, dp, m, global_batch) for m in micro_batches if global_batch % (m * dp) == 0]
+    return out
+
+
+def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precision: str = "amp-fp16",
+         optimizer: str = "adam", recompute: bool = True, cluster: str | None = None,
+         micro_batches: tuple[int, ...] = MICRO_BATCHES) -> list[LayoutAnswer]:
+    """Every layout of ``model`` on ``gpus`` GPUs of ``device``, fastest first among those that fit.
+
+    Args:
+        model: a transformers config (:func:`read_config`). gpus: GPUs in all.
+        device: the GPU as people name it. global_batch: sequences per iteration. seq: tokens each.
+        precision, optimizer, recompute: the training setting (checkpointing every block: Megatron's).
+        cluster: a ``data/clusters.csv`` name or JSON file (None: the table's first of that GPU).
+    """
+    if min(gpus, global_batch, seq) < 1:
+        raise errors.BadOption(f"gpus, global batch and seq must be >= 1, got {gpus}, {global_batch}, {seq}")
+    spec = devices.resolve(device)
+    name = cluster or next((c.slug for c in load_clusters().values() if c.gpu == spec.slug), None)
+    if name is None:
+        raise errors.UnsupportedOption(f"no cluster of {spec.name} in the table: name one (--cluster dgx-a100, or a "
+                                       "JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps)")
+    try:
+        nodes = Cluster.of(name)
+    except ValueError as e:
+        raise errors.UnsupportedOption(str(e)) from None
+    config = read_config(model)
+    layer, heads, hidden = (_key(config, k, w, model) for k, w in
+                            ((LAYER_KEYS, "number of blocks"), (HEAD_KEYS, "attention heads"), (HIDDEN_KEYS, "hidden size")))
+    blocks = config[layer]
+    options = layouts(gpus, blocks, config[heads], global_batch, nodes.gpus_per_node, micro_batches)
+    if not options:
+        raise errors.UnsupportedOption(f"no layout of {blocks} blocks and {config[heads]} heads on {gpus} GPUs "
+                                       f"divides a global batch of {global_batch}")
+    exports = [config_model({**config, layer: n}, f"{model} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
+    setting = Setting(precision=precision, optimizer=optimizer, recompute=recompute)
+    act_bytes = 4 if precision in ("fp32", "tf32") else 2
+    stacks = {}
+    for micro in sorted({lo.micro_batch for lo in options}):
+        one, two = (featurize(b, micro, dims={"seq": seq}) for b in exports)
+        stacks[micro] = build_stack(one, two, blocks, spec, setting, micro * seq * config[hidden] * act_bytes)
+    answers = []
+    for lo in options:
+        est = iteration(stacks[lo.micro_batch], lo, nodes)
+        memory = memory_per_gpu(stacks[lo.micro_batch], lo) / 1e9
+        answers.append(LayoutAnswer(lo, est, memory, memory <= (spec.memory_gb or 0), global_batch / est.total_ms * 1e3))
+    return sorted(answers, key=lambda a: (not a.fits, a.iteration.total_ms))
+
+
+def table(answers: list[LayoutAnswer], top: int) -> str:
+    """The first ``top`` answers as a text table."""
+    lines = [f"{'tp':>3} {'pp':>3} {'dp':>4} {'micro':>5} {'iteration':>11} {'samples/s':>10} {'GB/GPU':>7} "
+             f"{'bubble':>8} {'tp comm':>8} {'dp comm':>8}  fits"]
+    for a in answers[:top]:
+        lo, it = a.layout, a.iteration
+        lines.append(f"{lo.tp:>3} {lo.pp:>3} {lo.dp:>4} {lo.micro_batch:>5} {it.total_ms:>8.1f} ms {a.samples_per_s:>10.1f} "
+                     f"{a.memory_gb:>7.1f} {it.bubble_ms:>5.0f} ms {it.tp_comm_ms * lo.global_batch / lo.micro_batch / lo.dp:>5.0f} ms "
+                     f"{it.dp_allreduce_ms:>5.0f} ms  {'yes' if a.fits else 'no'}")
+    return "\n".join(lines)
+
+
+__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LayoutAnswer", "read_config", "layouts",
+           "plan", "table"]
