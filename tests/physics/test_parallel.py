@@ -60,8 +60,8 @@ def with_memory(recompute: bool = True, rest_saved: float = 1e9) -> Stack:
     from dataclasses import replace
 
     from trappm_ray.physics.parallel import PartMemory
-    return replace(stack(recompute=recompute), block_memory=PartMemory(state=200e6, saved=400e6, transient=50e6),
-                   rest_memory=PartMemory(state=800e6, saved=rest_saved, transient=0.1 * rest_saved), fixed_bytes=500e6)
+    return replace(stack(recompute=recompute), block_memory=PartMemory(50e6, 50e6, 100e6, saved=400e6, transient=50e6),
+                   rest_memory=PartMemory(200e6, 200e6, 400e6, saved=rest_saved, transient=0.1 * rest_saved), fixed_bytes=500e6)
 
 
 def test_memory_per_gpu_splits_the_state_over_tensor_parallel_ranks():
@@ -80,3 +80,25 @@ def test_the_first_pipeline_stage_keeps_a_checkpoint_per_micro_batch_in_flight()
     assert many - few == pytest.approx(3 * 2 * with_memory().boundary_bytes)
     assert memory_per_gpu(with_memory(recompute=False), Layout(1, 1, 1, 4, 16)) > memory_per_gpu(
         with_memory(), Layout(1, 1, 1, 4, 16))
+
+
+def test_zero_shards_state_over_the_replicas_stage_by_stage():
+    from trappm_ray.physics.parallel import memory_per_gpu
+    used = [memory_per_gpu(with_memory(), Layout(1, 1, 4, 4, 64, zero=z)) for z in (0, 1, 2, 3)]
+    assert used[0] > used[1] > used[2] > used[3]
+    weights, grads, optimizer = 8 * 50e6 + 200e6, 8 * 50e6 + 200e6, 8 * 100e6 + 400e6
+    assert used[0] - used[1] == pytest.approx(optimizer * 3 / 4)
+    assert used[1] - used[2] == pytest.approx(grads * 3 / 4)
+    assert used[2] - used[3] == pytest.approx(weights * 3 / 4 - 50e6)  # less the block gathered whole
+
+
+def test_zero_updates_a_shard_and_zero_3_gathers_weights_under_the_compute():
+    plain = iteration(stack(), Layout(1, 1, 4, 4, 64), NODE)
+    zero1 = iteration(stack(), Layout(1, 1, 4, 4, 64, zero=1), NODE)
+    assert zero1.optimizer_ms == pytest.approx(plain.optimizer_ms / 4)
+    assert zero1.dp_allreduce_ms == pytest.approx(plain.dp_allreduce_ms)
+    slow_net = Cluster("slow", "slow", "", 1, 200.0, 10.0, inter_gbps=1.0, inter_latency_us=10.0)
+    hidden = iteration(stack(), Layout(1, 1, 4, 4, 64, zero=3), NODE)
+    exposed = iteration(stack(), Layout(1, 1, 4, 4, 64, zero=3), slow_net)
+    assert hidden.stage_ms == pytest.approx(plain.stage_ms)
+    assert exposed.stage_ms > plain.stage_ms

@@ -21,6 +21,7 @@ def test_layouts_keep_tensor_parallelism_in_a_node_and_across_heads():
     assert found and all(lo.tp * lo.pp * lo.dp == 16 for lo in found)
     assert {lo.tp for lo in found} == {1, 2, 4} and {lo.pp for lo in found} == {1, 2, 4}
     assert all(32 % (lo.micro_batch * lo.dp) == 0 for lo in found)
+    assert {lo.zero for lo in found if lo.dp > 1} == {0, 1, 2, 3} and {lo.zero for lo in found if lo.dp == 1} == {0}
 
 
 def test_plan_ranks_every_layout_that_fits_fastest_first(config):
@@ -47,4 +48,4 @@ def test_the_cli_prints_the_ranked_table(config, capsys):
                      "--top", "3"]) == 0
     out = capsys.readouterr().out.splitlines()
     assert "layouts of" in out[0] and len(out) == 2 + 3
-    assert out[1].split()[:4] == ["tp", "pp", "dp", "micro"]
+    assert out[1].split()[:5] == ["tp", "pp", "dp", "zero", "micro"]

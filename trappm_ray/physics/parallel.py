@@ -15,7 +15,11 @@ GPUs the way Megatron-LM runs them (Shoeybi et al. 2019; Narayanan et al., SC'21
   each stage boundary sending activations forward and gradients back.
 * **Data parallelism** replicates the pipeline ``dp`` times; the gradients of a GPU's share of
   the parameters are all-reduced after the last micro-batch (no bucketing: not overlapped),
-  then the optimizer updates that share.
+  then the optimizer updates that share. ZeRO (Rajbhandari et al., SC'20) shards across the
+  replicas the optimizer state (stage 1), the gradients too (2: reduce-scatter and all-gather,
+  the all-reduce's traffic), and the weights too (3, FSDP): each micro-batch all-gathers a
+  stage's weights for its forward and again for its backward (and recompute), prefetched under
+  the compute; each replica updates only its shard.
 
 Memory per GPU (:func:`memory_per_gpu`, from the CUDA memory model of the block and the rest): a
 stage's weights, gradients and optimizer state over ``tp``; the activations each in-flight
@@ -48,6 +52,7 @@ class Layout:
     Attributes:
         tp, pp, dp: tensor, pipeline and data parallel sizes (GPUs = ``tp x pp x dp``).
         micro_batch: samples per micro-batch; global_batch: samples per iteration (all replicas).
+        zero: ZeRO stage over the data parallel replicas (0: none; 3: FSDP's full sharding).
     """
 
     tp: int
@@ -55,10 +60,13 @@ class Layout:
     dp: int
     micro_batch: int
     global_batch: int
+    zero: int = 0
 
     def __post_init__(self) -> None:
         if min(self.tp, self.pp, self.dp, self.micro_batch) < 1:
             raise ValueError(f"a layout needs sizes >= 1: {self}")
+        if self.zero not in (0, 1, 2, 3):
+            raise ValueError(f"ZeRO stage must be 0-3, got {self.zero}")
         if self.global_batch % (self.micro_batch * self.dp):
             raise ValueError(f"global batch {self.global_batch} is not a whole number of micro-batches "
                              f"of {self.micro_batch} on {self.dp} data-parallel replicas")
@@ -98,17 +106,24 @@ class PartMemory:
     without checkpointing): weights, gradients and optimizer state; the activations kept for the
     backward; the transient peak above them."""
 
-    state: float
+    weights: float
+    grads: float
+    optimizer: float
     saved: float
     transient: float
 
     @classmethod
     def of(cls, m: MemoryEstimate) -> PartMemory:
-        return cls(m.weights + m.grads + m.optimizer_state, m.activations_saved, m.transient_peak)
+        return cls(m.weights, m.grads, m.optimizer_state, m.activations_saved, m.transient_peak)
 
     def __sub__(self, other: PartMemory) -> PartMemory:
-        return PartMemory(self.state - other.state, self.saved - other.saved,
-                          max(self.transient - other.transient, 0.0))
+        return PartMemory(self.weights - other.weights, self.grads - other.grads, self.optimizer - other.optimizer,
+                          self.saved - other.saved, max(self.transient - other.transient, 0.0))
+
+    def state(self, zero: int, dp: int) -> float:
+        """Weights, gradients and optimizer state kept per GPU under ZeRO ``zero`` over ``dp`` replicas."""
+        shard = [1 / dp if zero >= stage else 1.0 for stage in (3, 2, 1)]
+        return self.weights * shard[0] + self.grads * shard[1] + self.optimizer * shard[2]
 
 
 @dataclass(frozen=True)
@@ -178,21 +193,26 @@ def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstima
     tp_comm = reduces * allreduce_ms(stack.boundary_bytes, layout.tp, cluster, tp_nodes)
     p2p = 2 * _p2p_ms(stack.boundary_bytes, layout, cluster)
 
+    params = (per_stage * stack.block_params + stack.rest_params) / layout.tp  # the last stage's share
+    dp_nodes = min(layout.dp, math.ceil(layout.gpus / cluster.gpus_per_node))
+    dp_comm = allreduce_ms(params * GRAD_BYTES, layout.dp, cluster, dp_nodes if layout.dp > 1 else None)
+    # ZeRO-3: the stage's weights gathered for the forward, the backward (and the recompute) of
+    # each micro-batch: an all-gather moves half an all-reduce's traffic
+    gathers = (3 if stack.recompute else 2) * dp_comm / 2 if layout.zero == 3 else 0.0
+
     def stage(last: bool) -> float:
         parts = [(stack.block, per_stage)] + [(stack.rest, 1)] * last
         device = sum(n * s.device_ms for s, n in parts) / layout.tp
         host = sum(n * s.host_ms for s, n in parts)
-        return max(device, host) + tp_comm + p2p
+        return max(device, host, gathers) + tp_comm + p2p
 
     first, last = stage(layout.pp == 1), stage(True)
     slowest = max(first, last)
     # 1F1B: the slowest stage paces every micro-batch; fill and drain pass once through the others
     one_pass = first * (layout.pp - 1) + last if layout.pp > 1 else last
     pipeline = (layout.micro_batches - 1) * slowest + one_pass
-    params = (per_stage * stack.block_params + stack.rest_params) / layout.tp  # the last stage's share
-    dp_nodes = min(layout.dp, math.ceil(layout.gpus / cluster.gpus_per_node))
-    dp_comm = allreduce_ms(params * GRAD_BYTES, layout.dp, cluster, dp_nodes if layout.dp > 1 else None)
     optimizer = (per_stage * stack.block.optimizer_ms + stack.rest.optimizer_ms) / layout.tp
+    optimizer /= layout.dp if layout.zero else 1  # each replica updates its shard
     total = pipeline + dp_comm + optimizer
     return IterationEstimate(total, pipeline, one_pass - slowest, slowest, tp_comm, p2p, dp_comm, optimizer)
 
@@ -228,7 +248,9 @@ def memory_per_gpu(stack: Stack, layout: Layout) -> float:
         if last:  # the output head's activations (logits) live on the last stage only
             live += (rest.saved + rest.transient) / layout.tp
         # the rest's weights on both ends: tied input and output embeddings are kept on each
-        state = (per_stage * block.state + rest.state) / layout.tp
+        state = (per_stage * block.state(layout.zero, layout.dp) + rest.state(layout.zero, layout.dp)) / layout.tp
+        if layout.zero == 3:  # a block's weights gathered whole while it runs
+            live += block.weights / layout.tp
         return state + live + stack.fixed_bytes
 
     return max(stage(True, layout.pp == 1), stage(layout.pp == 1, True))

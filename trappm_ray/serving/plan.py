@@ -5,7 +5,7 @@ weights) is exported with one and with two blocks; the step model and the CUDA m
 the two at each micro-batch give one block and the rest, which
 :mod:`trappm_ray.physics.parallel` lays out over every tensor x pipeline x data parallel split of
 the GPUs that the model allows (tensor parallelism inside a node and across the attention heads,
-pipeline stages of whole blocks, micro-batches that divide the global batch). Each layout's
+pipeline stages of whole blocks, micro-batches that divide the global batch, ZeRO stages 0-3). Each layout's
 iteration time, throughput and memory on the fullest GPU come back ranked, the ones that fit the
 GPU's memory first. Physics only: checked on vTrain's Megatron runs (``docs/results-parallel.md``).
 """
@@ -40,7 +40,8 @@ class LayoutAnswer:
 
     def to_dict(self) -> dict:
         lo = self.layout
-        return {"tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "micro_batch": lo.micro_batch, "global_batch": lo.global_batch,
+        return {"tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "zero": lo.zero, "micro_batch": lo.micro_batch,
+                "global_batch": lo.global_batch,
                 "iteration_ms": self.iteration.total_ms, "samples_per_s": self.samples_per_s,
                 "memory_gb_per_gpu": self.memory_gb, "fits": self.fits, "breakdown": self.iteration.to_dict()}
 
@@ -64,14 +65,16 @@ def _key(config: dict, keys: tuple[str, ...], what: str, label: str) -> str:
 
 
 def layouts(gpus: int, blocks: int, heads: int, global_batch: int, gpus_per_node: int,
-            micro_batches: tuple[int, ...] = MICRO_BATCHES) -> list[Layout]:
+            micro_batches: tuple[int, ...] = MICRO_BATCHES, zero_stages: tuple[int, ...] = (0, 1, 2, 3)) -> list[Layout]:
     """Every ``tp x pp x dp = gpus`` split with tensor parallelism inside a node and across the
-    heads, whole blocks per stage, and micro-batches that divide each replica's share."""
+    heads, whole blocks per stage, micro-batches that divide each replica's share, and each ZeRO
+    stage where there are replicas to shard over."""
     out = []
     for tp in (t for t in range(1, min(gpus, gpus_per_node) + 1) if gpus % t == 0 and heads % t == 0):
         for pp in (p for p in range(1, blocks + 1) if blocks % p == 0 and (gpus // tp) % p == 0):
             dp = gpus // (tp * pp)
-            out += [Layout(tp, pp, dp, m, global_batch) for m in micro_batches if global_batch % (m * dp) == 0]
+            out += [Layout(tp, pp, dp, m, global_batch, z) for m in micro_batches if global_batch % (m * dp) == 0
+                    for z in (zero_stages if dp > 1 else (0,))]
     return out
 
 
@@ -122,11 +125,11 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
 
 def table(answers: list[LayoutAnswer], top: int) -> str:
     """The first ``top`` answers as a text table."""
-    lines = [f"{'tp':>3} {'pp':>3} {'dp':>4} {'micro':>5} {'iteration':>11} {'samples/s':>10} {'GB/GPU':>7} "
+    lines = [f"{'tp':>3} {'pp':>3} {'dp':>4} {'zero':>4} {'micro':>5} {'iteration':>11} {'samples/s':>10} {'GB/GPU':>7} "
              f"{'bubble':>8} {'tp comm':>8} {'dp comm':>8}  fits"]
     for a in answers[:top]:
         lo, it = a.layout, a.iteration
-        lines.append(f"{lo.tp:>3} {lo.pp:>3} {lo.dp:>4} {lo.micro_batch:>5} {it.total_ms:>8.1f} ms {a.samples_per_s:>10.1f} "
+        lines.append(f"{lo.tp:>3} {lo.pp:>3} {lo.dp:>4} {lo.zero:>4} {lo.micro_batch:>5} {it.total_ms:>8.1f} ms {a.samples_per_s:>10.1f} "
                      f"{a.memory_gb:>7.1f} {it.bubble_ms:>5.0f} ms {it.tp_comm_ms * lo.global_batch / lo.micro_batch / lo.dp:>5.0f} ms "
                      f"{it.dp_allreduce_ms:>5.0f} ms  {'yes' if a.fits else 'no'}")
     return "\n".join(lines)
