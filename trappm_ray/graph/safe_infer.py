@@ -9,6 +9,7 @@ numpy folder (:mod:`trappm_ray.graph.shape_fold`) does the shape arithmetic.
 """
 from __future__ import annotations
 
+import itertools
 import logging
 
 import onnx
@@ -28,22 +29,22 @@ DATA_PROP_MAX_LENGTH = 2**16  # shape vectors are a few entries; anything longer
 def _data_prop_safe(inferred: onnx.ModelProto) -> bool:
     """False when a rank-0/1 tensor that is long, or of unknown length, meets DATA_PROP_OPS."""
     g = inferred.graph
+    # only the tensors such ops read are looked at: reading every value's shape through protobuf
+    # took 9 ms of ResNet-101's 12 ms featurize
+    wanted = {x for n in g.node if n.op_type in DATA_PROP_OPS for x in n.input}
     rank1: dict[str, int | None] = {}
-    for vi in list(g.input) + list(g.value_info) + list(g.output):
+    for vi in itertools.chain(g.input, g.value_info, g.output):
+        if vi.name not in wanted:
+            continue
         tt = vi.type.tensor_type
         if tt.HasField("shape") and len(tt.shape.dim) <= 1:
             d = tt.shape.dim
             rank1[vi.name] = d[0].dim_value if d and d[0].HasField("dim_value") else (
                 1 if not d else None)
     for t in g.initializer:
-        if len(t.dims) <= 1:
+        if t.name in wanted and len(t.dims) <= 1:
             rank1[t.name] = t.dims[0] if t.dims else 1
-    for n in g.node:
-        if n.op_type in DATA_PROP_OPS:
-            for x in n.input:
-                if x in rank1 and (rank1[x] is None or rank1[x] > DATA_PROP_MAX_LENGTH):
-                    return False
-    return True
+    return not any(n is None or n > DATA_PROP_MAX_LENGTH for n in rank1.values())
 
 
 def infer_shapes(model: onnx.ModelProto) -> onnx.ModelProto:
