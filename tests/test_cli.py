@@ -211,10 +211,9 @@ def test_predict_bad_input_one_line(capsys, files, predictor_dir, key, needle):
 
 
 def test_predict_without_default_predictor(capsys, files, monkeypatch, tmp_path):
-    import trappm_ray.model.predictor as predictor_mod
     import trappm_ray.serving.routing as routing
 
-    monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", tmp_path / "none")
+    monkeypatch.setattr(routing, "DEFAULT_DIR", tmp_path / "none")
     monkeypatch.setattr(routing, "_LOADED", {})
     rc, out, err = run_predict(capsys, files["cnn"], "--json")
     assert rc == 2 and out == ""

@@ -103,9 +103,6 @@ def test_bad_options(saved):
 
 
 def test_missing_default_is_one_clear_line(monkeypatch, tmp_path):
-    import trappm_ray.model.predictor as predictor_mod
-
-    monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", tmp_path / "default")
     monkeypatch.setattr(R, "DEFAULT_DIR", tmp_path / "default")
     monkeypatch.setattr(R, "_LOADED", {})
     with pytest.raises(PredictorError, match="no default predictor") as info:

@@ -248,10 +248,9 @@ def test_yaml_config_is_valid_and_loopback(dirs, monkeypatch):
     assert type(S.build_app(args)).__name__ == "Application"
     with pytest.raises(ValueError, match="unknown serve args"):
         S.build_app({"nope": 1})
-    import trappm_ray.model.predictor as predictor_mod
     import trappm_ray.serving.routing as P
 
-    monkeypatch.setattr(predictor_mod, "DEFAULT_DIR", dirs / "no-default")
+    monkeypatch.setattr(P, "DEFAULT_DIR", dirs / "no-default")
     monkeypatch.setattr(P, "_LOADED", {})
     with pytest.raises(PredictorError, match="no default predictor"):
         S.build_app(app["args"])
