@@ -63,6 +63,16 @@ class Cluster:
         raise ValueError(f"unknown cluster {text!r}; known: {', '.join(table)} (or a JSON file of the fields)")
 
 
+def cluster_for(gpu: str, name: str | None = None, gpu_name: str = "") -> Cluster:
+    """``name`` (a table name or JSON file), else the table's first cluster of the GPU ``gpu``
+    (a spec slug); ValueError naming what to pass where there is none."""
+    name = name or next((c.slug for c in load_clusters().values() if c.gpu == gpu), None)
+    if name is None:
+        raise ValueError(f"no cluster of {gpu_name or gpu} in the table: name one (--cluster dgx-a100, or a "
+                         "JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps)")
+    return Cluster.of(name)
+
+
 @lru_cache(maxsize=2)
 def load_clusters(path: str | Path = CLUSTERS_CSV) -> dict[str, Cluster]:
     """The cluster table by slug."""
@@ -103,5 +113,5 @@ def exposed_allreduce_ms(grad_bytes: float, backward_ms: float, gpus: int, clust
     return max(total - backward_ms * (1 - first), last)
 
 
-__all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "load_clusters", "ring_allreduce_ms", "allreduce_ms",
+__all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "cluster_for", "load_clusters", "ring_allreduce_ms", "allreduce_ms",
            "exposed_allreduce_ms"]

@@ -36,7 +36,7 @@ from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.serving import batch_envelope
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
 from trappm_ray.physics.memory import fitting_batch
-from trappm_ray.physics.collectives import Cluster, allreduce_ms, exposed_allreduce_ms, load_clusters
+from trappm_ray.physics.collectives import allreduce_ms, cluster_for, exposed_allreduce_ms
 from trappm_ray.physics.power import PowerModel, limit_refusal, step_power
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
@@ -138,7 +138,7 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     # the passes after the network, in order: several GPUs change the step that power, a power
     # limit and the cost of N steps are computed on
     if spec is not None and (opts.gpus or 1) > 1:
-        p.notes.append(with_data_parallel(p, graph, spec, setting, opts))
+        p.notes.append(with_data_parallel(p, graph, spec, setting, opts, predictor.manifest.get("launch") or {}))
     if spec is not None and spec.tdp_w and p.train_step_ms is not None:
         p.notes += with_power(p, graph, spec, setting, predictor.manifest.get("launch") or {}, opts.power_limit_w)
     elif opts.power_limit_w is not None:
@@ -151,22 +151,20 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     return p
 
 
-def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, opts: PredictOptions) -> str:
+def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, opts: PredictOptions,
+                       launch_profiles: dict) -> str:
     """Make ``p`` (one GPU's step at the per-GPU batch) the step of ``opts.gpus`` data-parallel
     GPUs: plus the gradient all-reduce the backward does not hide (DDP buckets, ring or
     hierarchical on the cluster, :mod:`trappm_ray.physics.collectives`); memory plus DDP's
-    gradient buckets; returns the note."""
-    name = opts.cluster or next((c.slug for c in load_clusters().values() if c.gpu == spec.slug), None)
-    if name is None:
-        raise errors.UnsupportedOption(f"no cluster of {spec.name} in the table: name one (--cluster dgx-a100, or a "
-                                       f"JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps)")
+    gradient buckets; returns the note. The backward's share of the step is the step model's,
+    with the predictor's host figures (``launch_profiles``) as the batch move and power use."""
     try:
-        cluster = Cluster.of(name)
+        cluster = cluster_for(spec.slug, opts.cluster, spec.name)
     except ValueError as e:
         raise errors.UnsupportedOption(str(e)) from None
     gpus, params = int(opts.gpus or 1), float(graph.static["params"])
     accum = step_fields(setting)["grad_accum"]
-    step = step_time(graph, spec, setting, "train")
+    step = step_time(graph, spec, setting, "train", step_host_us(launch_profiles))
     # with gradient accumulation DDP reduces once, during the last pass's backward
     backward = (p.train_step_ms.value * step.backward_ms / step.total_ms / accum
                 if p.train_step_ms and step.total_ms else 0.0)

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from trappm_ray import devices, errors
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.physics.collectives import Cluster, load_clusters
+from trappm_ray.physics.collectives import cluster_for
 from trappm_ray.physics.parallel import IterationEstimate, Layout, build_stack, iteration, memory_per_gpu
 from trappm_ray.physics.step_model import Setting
 from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model
@@ -92,12 +92,8 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
     if min(gpus, global_batch, seq) < 1:
         raise errors.BadOption(f"gpus, global batch and seq must be >= 1, got {gpus}, {global_batch}, {seq}")
     spec = devices.resolve(device)
-    name = cluster or next((c.slug for c in load_clusters().values() if c.gpu == spec.slug), None)
-    if name is None:
-        raise errors.UnsupportedOption(f"no cluster of {spec.name} in the table: name one (--cluster dgx-a100, or a "
-                                       "JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps)")
     try:
-        nodes = Cluster.of(name)
+        nodes = cluster_for(spec.slug, cluster, spec.name)
     except ValueError as e:
         raise errors.UnsupportedOption(str(e)) from None
     config = read_config(model)
