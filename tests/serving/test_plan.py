@@ -32,6 +32,9 @@ def test_plan_ranks_every_layout_that_fits_fastest_first(config):
     split = next(a for a in answers if a.layout.tp > 1)
     assert split.iteration.tp_comm_ms > 0 and split.memory_gb > 0
     assert answers[0].samples_per_s == pytest.approx(16 / times[0] * 1e3)
+    idle, tdp = 0.12 * 400, 400  # the A100 SXM4 80 GB's TDP; idle share as physics/power assumes
+    assert all(idle < a.power_w <= tdp for a in answers)
+    assert answers[0].energy_kj == pytest.approx(answers[0].power_w * 8 * times[0] / 1e6)
 
 
 def test_plan_refuses_what_it_cannot_lay_out(config, tmp_path):

@@ -159,6 +159,8 @@ class IterationEstimate:
         tensor-parallel all-reduces, sends), of which bubble_ms is fill and drain.
         stage_ms: one micro-batch on the slowest stage; tp_comm_ms: its all-reduces.
         dp_allreduce_ms, optimizer_ms: after the pipeline.
+        device_ms: the time the last stage's GPUs compute in the iteration (the rest is waiting on
+            the host, the network or the pipeline): their busy share is ``device_ms / total_ms``.
     """
 
     total_ms: float
@@ -169,6 +171,7 @@ class IterationEstimate:
     p2p_ms: float
     dp_allreduce_ms: float
     optimizer_ms: float
+    device_ms: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -200,11 +203,12 @@ def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstima
     # each micro-batch: an all-gather moves half an all-reduce's traffic
     gathers = (3 if stack.recompute else 2) * dp_comm / 2 if layout.zero == 3 else 0.0
 
+    def device(last: bool) -> float:
+        return (per_stage * stack.block.device_ms + last * stack.rest.device_ms) / layout.tp
+
     def stage(last: bool) -> float:
-        parts = [(stack.block, per_stage)] + [(stack.rest, 1)] * last
-        device = sum(n * s.device_ms for s, n in parts) / layout.tp
-        host = sum(n * s.host_ms for s, n in parts)
-        return max(device, host, gathers) + tp_comm + p2p
+        host = per_stage * stack.block.host_ms + last * stack.rest.host_ms
+        return max(device(last), host, gathers) + tp_comm + p2p
 
     first, last = stage(layout.pp == 1), stage(True)
     slowest = max(first, last)
@@ -214,7 +218,8 @@ def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstima
     optimizer = (per_stage * stack.block.optimizer_ms + stack.rest.optimizer_ms) / layout.tp
     optimizer /= layout.dp if layout.zero else 1  # each replica updates its shard
     total = pipeline + dp_comm + optimizer
-    return IterationEstimate(total, pipeline, one_pass - slowest, slowest, tp_comm, p2p, dp_comm, optimizer)
+    busy = layout.micro_batches * device(True) + optimizer
+    return IterationEstimate(total, pipeline, one_pass - slowest, slowest, tp_comm, p2p, dp_comm, optimizer, busy)
 
 
 def build_stack(one, two, blocks: int, spec: devices.DeviceSpec, setting: Setting, boundary_bytes: float) -> Stack:

@@ -6,8 +6,9 @@ the two at each micro-batch give one block and the rest, which
 :mod:`trappm_ray.physics.parallel` lays out over every tensor x pipeline x data parallel split of
 the GPUs that the model allows (tensor parallelism inside a node and across the attention heads,
 pipeline stages of whole blocks, micro-batches that divide the global batch, ZeRO stages 0-3). Each layout's
-iteration time, throughput and memory on the fullest GPU come back ranked, the ones that fit the
-GPU's memory first. Physics only: checked on vTrain's Megatron runs (``docs/results-parallel.md``).
+iteration time, throughput, memory on the fullest GPU and power per GPU (the power model at the
+share of the iteration the GPUs compute, :mod:`trappm_ray.physics.power`) come back ranked, the
+ones that fit the GPU's memory first. Physics only: checked on vTrain's Megatron runs (``docs/results-parallel.md``).
 """
 from __future__ import annotations
 
@@ -18,7 +19,8 @@ from trappm_ray import devices, errors
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import cluster_for
 from trappm_ray.physics.parallel import IterationEstimate, Layout, build_stack, iteration, memory_per_gpu
-from trappm_ray.physics.step_model import Setting
+from trappm_ray.physics.power import PowerModel, power_at
+from trappm_ray.physics.step_model import Setting, step_time
 from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model
 
 # a config's number of blocks, attention heads and hidden size, by the names model types use
@@ -37,13 +39,20 @@ class LayoutAnswer:
     memory_gb: float
     fits: bool
     samples_per_s: float
+    power_w: float | None = None  # per GPU; None where the GPU has no sourced TDP
+
+    @property
+    def energy_kj(self) -> float | None:
+        """Energy of one iteration over every GPU (kJ)."""
+        return None if self.power_w is None else self.power_w * self.layout.gpus * self.iteration.total_ms / 1e6
 
     def to_dict(self) -> dict:
         lo = self.layout
         return {"tp": lo.tp, "pp": lo.pp, "dp": lo.dp, "zero": lo.zero, "micro_batch": lo.micro_batch,
                 "global_batch": lo.global_batch,
                 "iteration_ms": self.iteration.total_ms, "samples_per_s": self.samples_per_s,
-                "memory_gb_per_gpu": self.memory_gb, "fits": self.fits, "breakdown": self.iteration.to_dict()}
+                "memory_gb_per_gpu": self.memory_gb, "fits": self.fits, "power_w_per_gpu": self.power_w,
+                "energy_kj_per_iteration": self.energy_kj, "breakdown": self.iteration.to_dict()}
 
 
 def read_config(model: str) -> dict:
@@ -107,26 +116,30 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
     exports = [config_model({**config, layer: n}, f"{model} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
     setting = Setting(precision=precision, optimizer=optimizer, recompute=recompute)
     act_bytes = 4 if precision in ("fp32", "tf32") else 2
-    stacks = {}
+    stacks, steps = {}, {}
     for micro in sorted({lo.micro_batch for lo in options}):
         one, two = (featurize(b, micro, dims={"seq": seq}) for b in exports)
         stacks[micro] = build_stack(one, two, blocks, spec, setting, micro * seq * config[hidden] * act_bytes)
-    answers = []
+        steps[micro] = step_time(two, spec, setting, "train")  # its kernel mix drives the power
+    power, answers = PowerModel.load(), []
     for lo in options:
         est = iteration(stacks[lo.micro_batch], lo, nodes)
         memory = memory_per_gpu(stacks[lo.micro_batch], lo) / 1e9
-        answers.append(LayoutAnswer(lo, est, memory, memory <= (spec.memory_gb or 0), global_batch / est.total_ms * 1e3))
+        watts = (power_at(steps[lo.micro_batch], spec, power, 1.0, min(est.device_ms / est.total_ms, 1.0))[0]
+                 if spec.tdp_w else None)
+        answers.append(LayoutAnswer(lo, est, memory, memory <= (spec.memory_gb or 0), global_batch / est.total_ms * 1e3,
+                                    watts))
     return sorted(answers, key=lambda a: (not a.fits, a.iteration.total_ms))
 
 
 def table(answers: list[LayoutAnswer], top: int) -> str:
     """The first ``top`` answers as a text table."""
     lines = [f"{'tp':>3} {'pp':>3} {'dp':>4} {'zero':>4} {'micro':>5} {'iteration':>11} {'samples/s':>10} {'GB/GPU':>7} "
-             f"{'bubble':>8} {'tp comm':>8} {'dp comm':>8}  fits"]
+             f"{'W/GPU':>6} {'bubble':>8} {'tp comm':>8} {'dp comm':>8}  fits"]
     for a in answers[:top]:
         lo, it = a.layout, a.iteration
         lines.append(f"{lo.tp:>3} {lo.pp:>3} {lo.dp:>4} {lo.zero:>4} {lo.micro_batch:>5} {it.total_ms:>8.1f} ms {a.samples_per_s:>10.1f} "
-                     f"{a.memory_gb:>7.1f} {it.bubble_ms:>5.0f} ms {it.tp_comm_ms * lo.global_batch / lo.micro_batch / lo.dp:>5.0f} ms "
+                     f"{a.memory_gb:>7.1f} {a.power_w or float('nan'):>6.0f} {it.bubble_ms:>5.0f} ms {it.tp_comm_ms * lo.global_batch / lo.micro_batch / lo.dp:>5.0f} ms "
                      f"{it.dp_allreduce_ms:>5.0f} ms  {'yes' if a.fits else 'no'}")
     return "\n".join(lines)
 
