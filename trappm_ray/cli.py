@@ -282,14 +282,11 @@ def cmd_devices(args: argparse.Namespace) -> int:
 def cmd_plan(args: argparse.Namespace) -> int:
     from trappm_ray.serving import plan  # torch and transformers export the config
     _check_device_name(args.device)
+    only = {k: v for k in ("tp", "pp", "dp", "zero", "micro_batch") if (v := getattr(args, k)) is not None}
     answers = plan.plan(args.model, args.gpus, args.device, args.global_batch, args.seq, args.precision,
-                        args.optimizer, not args.no_recompute, args.cluster)
-    if args.json:
-        print(json.dumps([a.to_dict() for a in answers]))
-    else:
-        print(f"{len(answers)} layouts of {args.model} on {args.gpus} x {args.device}, global batch {args.global_batch} "
-              f"x {args.seq} tokens, fastest first among those that fit (physics only: docs/results-parallel.md)")
-        print(plan.table(answers, args.top))
+                        args.optimizer, not args.no_recompute, args.cluster, only=only)
+    title = f"{args.model} on {args.gpus} x {args.device}, global batch {args.global_batch} x {args.seq} tokens"
+    print(json.dumps([a.to_dict() for a in answers]) if args.json else plan.table(answers, args.top, title))
     return 0
 
 
@@ -370,6 +367,8 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--precision", default="amp-fp16", choices=options.PRECISIONS)
     pl.add_argument("--optimizer", default="adam", choices=options.OPTIMIZERS)
     pl.add_argument("--no-recompute", action="store_true", help="keep every activation (default: checkpoint blocks)")
+    for name in ("tp", "pp", "dp", "zero", "micro-batch"):
+        pl.add_argument(f"--{name}", type=int, default=None, help=f"only layouts with this {name}")
     pl.add_argument("--top", type=int, default=10, help="layouts printed (--json prints every one)")
     pl.add_argument("--json", action="store_true")
     pl.set_defaults(func=cmd_plan)

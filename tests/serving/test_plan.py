@@ -37,6 +37,11 @@ def test_plan_ranks_every_layout_that_fits_fastest_first(config):
     assert answers[0].energy_kj == pytest.approx(answers[0].power_w * 8 * times[0] / 1e6)
 
 
+def test_plan_answers_a_given_layout(config):
+    answers = plan.plan(config, gpus=8, device="a100", global_batch=16, seq=128, only={"tp": 2, "pp": 2, "zero": 0})
+    assert answers and {(a.layout.tp, a.layout.pp, a.layout.dp, a.layout.zero) for a in answers} == {(2, 2, 2, 0)}
+
+
 def test_plan_refuses_what_it_cannot_lay_out(config, tmp_path):
     with pytest.raises(errors.NotAModel, match="plan reads a transformers config"):
         plan.plan("data/sample/onnx/resnet10t@64.onnx", 8, "a100", 16, 128)

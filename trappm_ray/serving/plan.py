@@ -89,7 +89,7 @@ def layouts(gpus: int, blocks: int, heads: int, global_batch: int, gpus_per_node
 
 def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precision: str = "amp-fp16",
          optimizer: str = "adam", recompute: bool = True, cluster: str | None = None,
-         micro_batches: tuple[int, ...] = MICRO_BATCHES) -> list[LayoutAnswer]:
+         micro_batches: tuple[int, ...] = MICRO_BATCHES, only: dict[str, int] | None = None) -> list[LayoutAnswer]:
     """Every layout of ``model`` on ``gpus`` GPUs of ``device``, fastest first among those that fit.
 
     Args:
@@ -97,6 +97,7 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
         device: the GPU as people name it. global_batch: sequences per iteration. seq: tokens each.
         precision, optimizer, recompute: the training setting (checkpointing every block: Megatron's).
         cluster: a ``data/clusters.csv`` name or JSON file (None: the table's first of that GPU).
+        only: the layouts whose fields (``tp``, ``pp``, ``dp``, ``zero``, ``micro_batch``) have these values.
     """
     if min(gpus, global_batch, seq) < 1:
         raise errors.BadOption(f"gpus, global batch and seq must be >= 1, got {gpus}, {global_batch}, {seq}")
@@ -109,10 +110,12 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
     layer, heads, hidden = (_key(config, k, w, model) for k, w in
                             ((LAYER_KEYS, "number of blocks"), (HEAD_KEYS, "attention heads"), (HIDDEN_KEYS, "hidden size")))
     blocks = config[layer]
-    options = layouts(gpus, blocks, config[heads], global_batch, nodes.gpus_per_node, micro_batches)
+    options = [lo for lo in layouts(gpus, blocks, config[heads], global_batch, nodes.gpus_per_node, micro_batches)
+               if all(getattr(lo, k) == v for k, v in (only or {}).items())]
     if not options:
+        asked = "".join(f", {k} {v}" for k, v in (only or {}).items())
         raise errors.UnsupportedOption(f"no layout of {blocks} blocks and {config[heads]} heads on {gpus} GPUs "
-                                       f"divides a global batch of {global_batch}")
+                                       f"divides a global batch of {global_batch}{asked}")
     exports = [config_model({**config, layer: n}, f"{model} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
     setting = Setting(precision=precision, optimizer=optimizer, recompute=recompute)
     act_bytes = 4 if precision in ("fp32", "tf32") else 2
@@ -132,9 +135,11 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
     return sorted(answers, key=lambda a: (not a.fits, a.iteration.total_ms))
 
 
-def table(answers: list[LayoutAnswer], top: int) -> str:
-    """The first ``top`` answers as a text table."""
-    lines = [f"{'tp':>3} {'pp':>3} {'dp':>4} {'zero':>4} {'micro':>5} {'iteration':>11} {'samples/s':>10} {'GB/GPU':>7} "
+def table(answers: list[LayoutAnswer], top: int, title: str = "") -> str:
+    """The first ``top`` answers as a text table under a line naming ``title``."""
+    lines = [f"{len(answers)} layouts of {title or 'the model'}, fastest first among those that fit "
+             "(physics only: docs/results-parallel.md)",
+             f"{'tp':>3} {'pp':>3} {'dp':>4} {'zero':>4} {'micro':>5} {'iteration':>11} {'samples/s':>10} {'GB/GPU':>7} "
              f"{'W/GPU':>6} {'bubble':>8} {'tp comm':>8} {'dp comm':>8}  fits"]
     for a in answers[:top]:
         lo, it = a.layout, a.iteration
