@@ -280,7 +280,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
-    from trappm_ray.serving import plan  # torch and transformers export the config
+    from trappm_ray.serving import plan  # featurize and physics: this command only
     _check_device_name(args.device)
     only = {k: v for k in ("tp", "pp", "dp", "zero", "micro_batch") if (v := getattr(args, k)) is not None}
     answers = plan.plan(args.model, args.gpus, args.device, args.global_batch, args.seq, args.precision,

@@ -110,11 +110,10 @@ def spec_predictor(slug: str) -> SpecPredictor:
 def _network(uri: str | Path) -> Estimator:
     """A stored network predictor (:class:`~trappm_ray.model.predictor.Predictor`). Its module
     brings torch and torch_geometric (about 2 s): imported here, on the paths a network answers,
-    so that an answer of the spec-based predictor never loads them."""
+    so that importing the API, its errors, and answers no network takes part in (a GPU of the
+    spec table without a reference GPU of its kind) do not load them."""
     from trappm_ray.model.predictor import Predictor  # noqa: PLC0415 - heavy, on use
 
-    if str(uri) == str(DEFAULT_DIR) and not (DEFAULT_DIR / "manifest.json").exists():
-        raise PredictorError(f"no default predictor shipped at {DEFAULT_DIR}")
     return Predictor.load(uri)
 
 
@@ -200,6 +199,8 @@ def load_predictor(predictor: str | os.PathLike | Estimator | None = None,
         found = _LOADED[uri]
     elif device is None:
         if "default" not in _LOADED:
+            if not (DEFAULT_DIR / "manifest.json").exists():
+                raise PredictorError(f"no default predictor shipped at {DEFAULT_DIR}")
             _LOADED["default"] = _network(DEFAULT_DIR)
         found = _LOADED["default"]
     else:
