@@ -69,3 +69,14 @@ def test_a_timm_name_is_exported_once_then_read_from_the_cache(tmp_path, monkeyp
 
     monkeypatch.setattr(zoo, "export_skeleton", no_export)
     assert M.model_bytes("resnet10t", resolution=32)[0] == first
+
+
+def test_timm_names_are_read_from_its_sources_with_their_deprecated_aliases():
+    timm = pytest.importorskip("timm")
+    from trappm_ray.serving.model_input import check_timm_name, timm_names
+
+    names = timm_names()
+    assert set(timm.list_models()) <= names and "vit_base_patch16_224_in21k" in names  # an old, accepted name
+    check_timm_name("resnet50.a1_in1k")  # a pretrained tag after the name
+    with pytest.raises(errors.NotAModel, match=r"did you mean resnet50"):
+        check_timm_name("resnet5000")

@@ -104,19 +104,26 @@ def config_file(path: Path) -> dict | None:
 
 
 MAX_CONFIG_BYTES = 1 << 20
-# timm registers each model by decorating its entry point; reading that from timm's sources
-# answers "is this a timm name?" in ~25 ms, where importing timm (and torch) takes seconds.
+# timm registers each model by decorating its entry point, and its old names in a table of
+# deprecations (still accepted); reading both from timm's sources answers "is this a timm name?"
+# in ~25 ms, where importing timm (and torch) takes seconds.
 REGISTERED = re.compile(r"@register_model\s*\n\s*def\s+(\w+)")
+DEPRECATED = re.compile(r"register_model_deprecations\(\s*__name__\s*,\s*\{(.*?)\}\s*\)", re.S)
+DEPRECATED_NAME = re.compile(r"['\"]([\w.\-]+)['\"]\s*:")
 
 
 @functools.cache
 def timm_names() -> frozenset[str] | None:
-    """The model names the installed timm registers (None: timm is not installed)."""
+    """The model names the installed timm accepts (None: timm is not installed)."""
     spec = importlib.util.find_spec("timm")
     if spec is None or spec.origin is None:
         return None
-    return frozenset(n for f in (Path(spec.origin).parent / "models").glob("*.py")
-                     for n in REGISTERED.findall(f.read_text(encoding="utf-8", errors="replace")))
+    names: set[str] = set()
+    for f in (Path(spec.origin).parent / "models").glob("*.py"):
+        text = f.read_text(encoding="utf-8", errors="replace")
+        names.update(REGISTERED.findall(text))
+        names.update(n for block in DEPRECATED.findall(text) for n in DEPRECATED_NAME.findall(block))
+    return frozenset(names)
 
 
 def check_timm_name(text: str) -> None:
