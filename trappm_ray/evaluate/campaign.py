@@ -52,13 +52,14 @@ class ErrorSummary:
     median_signed_pct: float
     worst_pct: float
     worst_row: str
+    mean_abs_pct: float = 0.0  # MAPE: what vTrain, NeuSight and Calculon report
 
     @classmethod
     def of(cls, errors: list[tuple[float, str]]) -> ErrorSummary:
         e = np.array([x for x, _ in errors])
         worst = int(np.argmax(np.abs(e)))
         return cls(len(e), float(np.median(np.abs(e)) * 100), float(np.percentile(np.abs(e), 90) * 100),
-                   float(np.median(e) * 100), float(e[worst] * 100), errors[worst][1])
+                   float(np.median(e) * 100), float(e[worst] * 100), errors[worst][1], float(np.abs(e).mean() * 100))
 
 
 # a step-time answer for one row and its graph: {target: ms}, None where it refuses the row
