@@ -62,3 +62,11 @@ def test_the_shipped_weights_carry_their_provenance_and_error(tmp_path):
     model = W.PowerModel.load()
     assert model.error_p90 == shipped["error_p90"] and min(model.k0, model.kc, model.km) >= 0
     assert W.PowerModel.load(tmp_path / "none.json") == W.PowerModel()
+
+
+def test_a_sourced_lowest_power_limit_bounds_what_a_gpu_accepts():
+    v100 = devices.get("v100-pcie-32gb")
+    assert v100.min_power_limit_w == 100  # the lowest limit Zeus set on it
+    assert W.limit_refusal(v100, 99) and W.limit_refusal(v100, 100) is None and W.limit_refusal(v100, 251)
+    h100 = devices.get("h100-sxm5-80gb")  # no sourced lowest limit: the stated share of TDP
+    assert h100.min_power_limit_w is None and "about" in W.limit_refusal(h100, 0.2 * h100.tdp_w)

@@ -100,12 +100,15 @@ def board_power(spec: devices.DeviceSpec) -> tuple[float, float]:
 
 
 def limit_refusal(spec: devices.DeviceSpec, limit_w: float) -> str | None:
-    """Why ``spec`` cannot be set to ``limit_w`` (None: it can)."""
+    """Why ``spec`` cannot be set to ``limit_w`` (None: it can): below its lowest settable limit
+    (the table's where sourced, else :data:`LOWEST_LIMIT_SHARE` of TDP) or above its TDP."""
     if not spec.tdp_w:
         return f"a power limit applies to a GPU with a sourced TDP; the {spec.name} has none"
-    if not LOWEST_LIMIT_SHARE * spec.tdp_w <= limit_w <= spec.tdp_w:
-        return (f"power limit {limit_w:g} W is outside what the {spec.name} accepts (about "
-                f"{LOWEST_LIMIT_SHARE * spec.tdp_w:.0f}-{spec.tdp_w:.0f} W: its TDP is the highest)")
+    lowest = spec.min_power_limit_w or LOWEST_LIMIT_SHARE * spec.tdp_w
+    if not lowest <= limit_w <= spec.tdp_w:
+        about = "" if spec.min_power_limit_w else "about "
+        return (f"power limit {limit_w:g} W is outside what the {spec.name} accepts ({about}"
+                f"{lowest:.0f}-{spec.tdp_w:.0f} W: its TDP is the highest)")
     return None
 
 
