@@ -49,6 +49,17 @@ def test_plan_refuses_what_it_cannot_lay_out(config, tmp_path):
         plan.plan(config, 0, "a100", 16, 128)
     with pytest.raises(errors.UnsupportedOption, match="no layout of 4 blocks and 4 heads on 7 GPUs"):
         plan.plan(config, 7, "a100", 16, 128)
+    with pytest.raises(errors.BadOption, match="seq 256 is longer than the model's 128 positions"):
+        plan.plan(config, 8, "a100", 16, 256)
+
+
+def test_grouped_query_attention_limits_tensor_parallelism_to_the_key_value_heads(tmp_path):
+    path = tmp_path / "config.json"
+    path.write_text(json.dumps({"model_type": "llama", "hidden_size": 64, "intermediate_size": 128,
+                                "num_hidden_layers": 2, "num_attention_heads": 8, "num_key_value_heads": 2,
+                                "vocab_size": 500, "max_position_embeddings": 128}))
+    answers = plan.plan(str(path), gpus=8, device="h100", global_batch=16, seq=64, micro_batches=(2,))
+    assert answers and {a.layout.tp for a in answers} == {1, 2}
 
 
 def test_the_cli_prints_the_ranked_table(config, capsys):

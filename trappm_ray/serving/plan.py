@@ -12,6 +12,7 @@ ones that fit the GPU's memory first. Physics only: checked on vTrain's Megatron
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -27,6 +28,8 @@ from trappm_ray.serving.model_input import cached_config, checked_config, config
 LAYER_KEYS = ("n_layer", "num_hidden_layers", "num_layers")
 HEAD_KEYS = ("n_head", "num_attention_heads", "num_heads")
 HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model")
+KV_HEAD_KEYS = ("num_key_value_heads",)  # grouped-query attention: tensor parallelism splits these too
+POSITION_KEYS = ("n_positions", "max_position_embeddings")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 
 
@@ -110,7 +113,13 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
     layer, heads, hidden = (_key(config, k, w, model) for k, w in
                             ((LAYER_KEYS, "number of blocks"), (HEAD_KEYS, "attention heads"), (HIDDEN_KEYS, "hidden size")))
     blocks = config[layer]
-    options = [lo for lo in layouts(gpus, blocks, config[heads], global_batch, nodes.gpus_per_node, micro_batches)
+    positions = next((config[k] for k in POSITION_KEYS if isinstance(config.get(k), int)), None)
+    if positions is not None and seq > positions:
+        raise errors.BadOption(f"{model}: seq {seq} is longer than the model's {positions} positions")
+    # tensor parallel ranks split the attention heads, and under grouped-query attention the
+    # key/value heads too: only a size dividing both splits them evenly
+    split = math.gcd(config[heads], *(config[k] for k in KV_HEAD_KEYS if isinstance(config.get(k), int)))
+    options = [lo for lo in layouts(gpus, blocks, split, global_batch, nodes.gpus_per_node, micro_batches)
                if all(getattr(lo, k) == v for k, v in (only or {}).items())]
     if not options:
         asked = "".join(f", {k} {v}" for k, v in (only or {}).items())
