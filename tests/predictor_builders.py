@@ -3,7 +3,6 @@ import json
 
 import torch
 
-from trappm_ray.graph import features
 from trappm_ray.model.networks import GraphEncoder
 from trappm_ray.train.build_predictor import random_predictor  # noqa: F401 - the tests' builder
 

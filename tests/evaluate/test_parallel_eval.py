@@ -1,7 +1,7 @@
 import pytest
 
 from trappm_ray.evaluate import parallel
-from trappm_ray.physics.parallel import Layout, Part, Stack
+from trappm_ray.physics.parallel import Part, Stack
 
 pytestmark = pytest.mark.skipif(not parallel.DATA.is_dir(), reason="no ../shared/data/public-distributed")
 

@@ -29,7 +29,7 @@ from trappm_ray.evaluate.campaign import ErrorSummary
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import load_clusters
 from trappm_ray.physics.parallel import Layout, Stack, build_stack, iteration
-from trappm_ray.physics.step_model import Setting, step_time
+from trappm_ray.physics.step_model import Setting
 
 log = logging.getLogger(__name__)
 
