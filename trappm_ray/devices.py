@@ -28,7 +28,7 @@ NUMERIC = {"release_year": (1990, 2100), "memory_gb": (0.001, 4096), "memory_bw_
            "peak_fp32_tflops": (0.001, 5000), "peak_fp16_tflops": (0.001, 5000), "peak_fp64_tflops": (0.001, 5000),
            **{f"peak_{p}_tensor_tflops": (0.001, 50000) for p in ("fp16", "bf16", "tf32")},
            "sm_count": (1, 100000), "l2_mb": (0.01, 4096), "boost_clock_mhz": (100, 10000), "tdp_w": (1, 5000),
-           "min_power_limit_w": (1, 5000)}
+           "min_power_limit_w": (1, 5000), "idle_power_w": (1, 5000)}
 REQUIRED_JSON = ("name", "memory_gb", "memory_bw_gbs", "peak_fp32_tflops")
 # spec_vector order: log1p(value) and a missing flag per field, then the one-hot of KINDS.
 VECTOR_FIELDS = ("memory_gb", "memory_bw_gbs", "peak_fp32_tflops", "eff_fp16_tflops", "eff_bf16_tflops",
@@ -68,6 +68,7 @@ class DeviceSpec:
     boost_clock_mhz: float | None = None
     tdp_w: float | None = None
     min_power_limit_w: float | None = None  # the lowest settable power limit, where sourced
+    idle_power_w: float | None = None  # board power idle at P0, where measured or sourced
     mig_capable: bool = False
     unsupported: tuple[str, ...] = ()
     label_names: tuple[str, ...] = ()

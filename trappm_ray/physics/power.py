@@ -32,7 +32,8 @@ from trappm_ray.physics.step_model import StepEstimate, queue_ms
 
 GAMMA = 3.0  # SM dynamic power ~ clock^3 (f x V^2 with V following f, the DVFS range)
 # Idle board power as a share of TDP where the table has none: NVML reads 25-40 W on idle
-# 250-300 W datacenter boards (an assumption, stated, not fitted here).
+# 250-300 W datacenter boards, 78 W on a 700 W H200 (11%; devices.csv idle_power_w). An
+# assumption, stated, not fitted here.
 IDLE_SHARE = 0.12
 LEAST_CLOCK = 0.3  # the lowest SM clock a power limit drives a GPU to, as a share of full
 # Power limits GPUs accept: from about 30-50% of TDP (P100 125 W, V100 100 W of 250) to TDP.
@@ -93,10 +94,11 @@ class PowerEstimate:
 
 
 def board_power(spec: devices.DeviceSpec) -> tuple[float, float]:
-    """(idle W, TDP W) of ``spec``; ValueError without a sourced TDP."""
+    """(idle W, TDP W) of ``spec`` (idle: the table's where measured, else :data:`IDLE_SHARE` of
+    TDP); ValueError without a sourced TDP."""
     if not spec.tdp_w:
         raise ValueError(f"device {spec.slug!r} has no sourced TDP: no power model")
-    return IDLE_SHARE * spec.tdp_w, float(spec.tdp_w)
+    return spec.idle_power_w or IDLE_SHARE * spec.tdp_w, float(spec.tdp_w)
 
 
 def limit_refusal(spec: devices.DeviceSpec, limit_w: float) -> str | None:
