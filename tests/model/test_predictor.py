@@ -7,7 +7,7 @@ from torch_geometric.data import Batch
 
 from tests.onnx_builders import cnn_model
 from tests.predictor_builders import random_predictor
-from trappm_ray.model import predictor as P
+from trappm_ray.model import predictor as P, stored
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.featurize import featurize
 
@@ -45,12 +45,12 @@ def test_save_load_round_trip(tmp_path, graphs):
     for a, b in zip(again.predict_graphs(graphs), pred.predict_graphs(graphs)):
         assert a == pytest.approx(b)
     assert P.register(random_predictor(seed=1), str(tmp_path), "cpu").endswith("v0002")
-    assert P.latest(str(tmp_path), "cpu").endswith("v0002")
+    assert stored.latest(str(tmp_path), "cpu").endswith("v0002")
 
 
 def test_load_refuses_damaged_or_incompatible(tmp_path):
     uri = random_predictor().save(str(tmp_path / "p"))
-    weights = tmp_path / "p" / "weights.pt"
+    weights = tmp_path / "p" / "weights.npz"
     weights.write_bytes(weights.read_bytes()[:-10] + b"0123456789")
     with pytest.raises(P.PredictorError, match="does not match"):
         P.Predictor.load(uri)

@@ -59,7 +59,8 @@ def test_answers_blend_each_network_with_its_static_mlp(trained):
     import torch
     from torch_geometric.data import Batch
 
-    from trappm_ray.model.roofline_inputs import node_data, with_static
+    from trappm_ray.graph.data import to_data, with_static
+    from trappm_ray.model.roofline_inputs import node_arrays
     from trappm_ray.model.static_mlp import GNN_SHARE
 
     pred = P.Predictor.load(trained["uri"])
@@ -68,7 +69,7 @@ def test_answers_blend_each_network_with_its_static_mlp(trained):
     assert trained["gnn_share"] == blend["weights"] and len(pred.mlps["train_step_ms"]) == 2
     graph, spec = featurize(cnn_model(), batch_size=4), devices.get("rtx3090")
     setting = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw"}
-    data = [with_static(node_data(graph, spec, "amp-fp16", True, False),
+    data = [with_static(to_data(node_arrays(graph, spec, "amp-fp16", True, False)),
                         static_input(graph, spec, setting, "train", pred.manifest["run"]["train_step_ms"])[1])]
     both = pred.predict_data(data, targets=["train_step_ms"])["train_step_ms"]
     alone = P.Predictor(pred.manifest, None, pred.heads, pred.scalers).predict_data(data, targets=["train_step_ms"])["train_step_ms"]

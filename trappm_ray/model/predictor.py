@@ -1,41 +1,32 @@
-"""A trained predictor: frozen encoder + per-target, per-seed regressors, and its registry format.
+"""A trained predictor in PyTorch: frozen encoder + per-target, per-seed regressors.
 
-A predictor is stored as a directory (local or ``s3://``) holding ``manifest.json`` (what it
-predicts, for which device, from which features, data and code, with its test metrics) and
-``weights.pt`` (one flat dict of tensors, loaded with ``weights_only=True``). Registry layout:
-``<root>/<name>/<version>/``, versions ``v0001``, ``v0002``, ... in order of registration.
-Predictions are the mean over the seed ensemble; the seeds' spread is returned beside it.
+Training builds one, registers it (:mod:`trappm_ray.model.stored`: ``manifest.json`` +
+``weights.npz``) and evaluates it; serving reads the same directory into a
+:class:`~trappm_ray.model.network_predictor.NetworkPredictor`, which runs the networks in NumPy.
+Both answer through :func:`~trappm_ray.model.network_predictor.answer_rows`: the mean over the
+seed ensemble, the seeds' spread beside it.
 """
 from __future__ import annotations
 
-import hashlib
-import io
-import json
-import math
-import re
 import subprocess
 from collections.abc import Sequence
 from dataclasses import dataclass
-from datetime import datetime, timezone
 from pathlib import Path
 
 import numpy as np
 import torch
 from torch_geometric.data import Batch, Data
 
-from trappm_ray import devices, storage
 from trappm_ray.graph import features
-from trappm_ray.graph.data import graph_data
+from trappm_ray.graph.arrays import GraphArrays
+from trappm_ray.graph.data import to_data
 from trappm_ray.graph.featurize import Graph
-from trappm_ray.model.device_features import KERNELS_COL, static_input
+from trappm_ray.model import stored
 from trappm_ray.model.estimator import DEFAULT_DIR, PredictorError
+from trappm_ray.model.network_predictor import answer_rows
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
-from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM, node_data, with_static
+from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM
 from trappm_ray.model.static_mlp import StaticMLP
-from trappm_ray.model.intervals import quantile_offsets
-from trappm_ray.model.floor_ratio import TARGET_MODES
-
-FORMAT_VERSION = 1
 
 
 @dataclass
@@ -190,64 +181,14 @@ class Predictor:
             out[target] = torch.cat(cols, 1).cpu().numpy()
         return out
 
+    def predict_arrays(self, graphs: Sequence[GraphArrays], targets: Sequence[str]) -> dict[str, np.ndarray]:
+        """:meth:`predict_data` on graphs' arrays (:mod:`trappm_ray.graph.arrays`)."""
+        return self.predict_data([to_data(g) for g in graphs], targets=targets)
+
     def predict_graphs(self, graphs: Sequence[Graph], settings_list: Sequence[dict] | None = None,
                        chunk: int = 64) -> list[dict[str, float]]:
-        """One dict per graph: ``{target: mean over seeds, target + "_std": their spread}``; for
-        ``roofline`` inputs also ``_floor``, ``_kernels`` (the graph's kernel count) and the
-        conformal ``_low``/``_high``.
-
-        Args:
-            graphs: featurized graphs at their batch sizes.
-            settings_list: per graph the resolved options (``precision``, ``optimizer``,
-                ``memory_format``, ``interval_z``); read by ``roofline`` inputs only (None:
-                the manifest's defaults).
-        """
-        if self.inputs == INPUTS:
-            return self._roofline_rows(graphs, settings_list, chunk)
-        rows: list[dict[str, float]] = []
-        for i in range(0, len(graphs), chunk):
-            preds = self.predict_data([graph_data(g, self.feature_set) for g in graphs[i:i + chunk]])
-            for j in range(len(graphs[i:i + chunk])):
-                row = {}
-                for target, p in preds.items():
-                    row[target] = float(p[j].mean())
-                    row[f"{target}_std"] = float(p[j].std())
-                rows.append(row)
-        return rows
-
-    def _roofline_rows(self, graphs, settings_list, chunk: int) -> list[dict[str, float]]:
-        spec = devices.get(self.manifest["device"]["spec"])
-        default = {k: v[0] for k, v in self.manifest["options"].items()} | {"interval_z": 1.96}
-        settings_list = [{**default, **{k: v for k, v in s.items() if v is not None}}
-                         for s in (settings_list or [default] * len(graphs))]
-        rows: list[dict[str, float]] = [{} for _ in graphs]
-        nodes: dict = {}
-        for target, mode in TARGET_MODES:
-            if target not in self.heads:
-                continue
-            run = self.manifest["run"][target]
-            data, floors, kernels = [], [], []
-            for i, (graph, s) in enumerate(zip(graphs, settings_list)):
-                found = static_input(graph, spec, s, mode, run)
-                if found is None:
-                    raise PredictorError(f"{spec.slug} has no roofline at {s['precision']}")
-                key = (i, s["precision"], run["torch2"], run["compiled"])
-                if key not in nodes:
-                    nodes[key] = node_data(graph, spec, s["precision"], bool(run["torch2"]), bool(run["compiled"]))
-                data.append(with_static(nodes[key], found[1]))
-                floors.append(found[0])
-                kernels.append(round(math.exp(found[1][KERNELS_COL])))
-            ratio = np.concatenate([self.predict_data(data[i:i + chunk], targets=[target])[target]
-                                    for i in range(0, len(data), chunk)])
-            ms = np.maximum(ratio, 1.0) * np.asarray(floors)[:, None]  # no step beats the roofline
-            for row, p, floor, k, s in zip(rows, ms, floors, kernels, settings_list):
-                value = float(p.mean())
-                lo, hi = quantile_offsets(self.manifest, target, float(s.get("interval_z", 1.96)))
-                row.update({target: value, f"{target}_std": float(p.std()), f"{target}_floor": floor,
-                            f"{target}_kernels": k,
-                            f"{target}_low": max(value * math.exp(lo), floor),
-                            f"{target}_high": value * math.exp(max(hi, 0.0))})
-        return rows
+        """One row per graph (:func:`~trappm_ray.model.network_predictor.answer_rows`)."""
+        return answer_rows(self.manifest, self.predict_arrays, graphs, settings_list, chunk)
 
     # -- registry -----------------------------------------------------------------------------
     def state(self) -> dict[str, torch.Tensor]:
@@ -264,42 +205,17 @@ class Predictor:
         return flat
 
     def save(self, uri: str) -> str:
-        """Write ``weights.pt`` then ``manifest.json`` (its presence marks a complete save)."""
-        buf = io.BytesIO()
-        torch.save(self.state(), buf)
-        weights = buf.getvalue()
-        manifest = {**self.manifest, "format": FORMAT_VERSION,
-                    "weights_sha256": hashlib.sha256(weights).hexdigest()}
-        storage.write_bytes(storage.join(uri, "weights.pt"), weights)
-        storage.write_bytes(storage.join(uri, "manifest.json"), json.dumps(manifest, indent=1).encode())
-        self.manifest = manifest
+        """Store the predictor at ``uri`` (:func:`trappm_ray.model.stored.write`)."""
+        self.manifest = stored.write(uri, self.manifest, {k: v.detach().cpu().numpy() for k, v in self.state().items()})
         return uri
 
     @classmethod
     def load(cls, uri: str | Path) -> Predictor:
-        """Load and validate a stored predictor (``weights_only=True``: no code runs)."""
-        uri = str(uri)
+        """Read and check a stored predictor (:func:`trappm_ray.model.stored.read`; no code runs)."""
+        manifest, arrays = stored.read(str(uri))
         try:
-            manifest = json.loads(storage.read_bytes(storage.join(uri, "manifest.json")))
-            weights = storage.read_bytes(storage.join(uri, "weights.pt"))
-        except (OSError, ValueError) as e:
-            raise PredictorError(f"no readable predictor at {uri}: {e}") from e
-        if manifest.get("format") != FORMAT_VERSION:
-            raise PredictorError(f"{uri}: predictor format {manifest.get('format')!r}, "
-                                 f"this version reads {FORMAT_VERSION}")
-        if hashlib.sha256(weights).hexdigest() != manifest.get("weights_sha256"):
-            raise PredictorError(f"{uri}: weights.pt does not match its manifest (damaged copy?)")
-        try:
-            fs = features.get(manifest["feature_set"])
-        except KeyError as e:
-            raise PredictorError(f"{uri}: unknown feature set {manifest['feature_set']!r}") from e
-        enc = manifest.get("encoder")
-        if enc and enc["in_dim"] != fs.node_dim:
-            raise PredictorError(f"{uri}: encoder expects {enc['in_dim']} node features, "
-                                 f"feature set {fs.name} has {fs.node_dim}")
-        try:
-            return cls._from_state(manifest, fs, torch.load(io.BytesIO(weights), map_location="cpu",
-                                                            weights_only=True))
+            return cls._from_state(manifest, features.get(manifest["feature_set"]),
+                                   {k: torch.from_numpy(v) for k, v in arrays.items()})
         except (KeyError, RuntimeError) as e:  # missing or misshapen tensors: a broken save
             raise PredictorError(f"{uri}: weights do not fit the manifest: {e}"[:400]) from e
 
@@ -335,29 +251,11 @@ class Predictor:
         return cls(manifest, encoder, heads, scalers, mlps)
 
 
-def _versions(base: str) -> list[str]:
-    names = (p.rstrip("/").rsplit("/", 1)[-1] for p in storage.listdir(base))
-    return sorted(n for n in names if re.fullmatch(r"v\d{4}", n))
-
-
 def register(predictor: Predictor, root: str, name: str) -> str:
     """Save ``predictor`` as the next version under ``<root>/<name>/``; its URI."""
-    base = storage.join(root, name)
-    versions = _versions(base)
-    version = f"v{int(versions[-1][1:]) + 1 if versions else 1:04d}"
-    predictor.manifest = {**predictor.manifest, "name": name, "version": version,
-                          "registered_at": datetime.now(timezone.utc).isoformat(timespec="seconds")}
-    return predictor.save(storage.join(base, version))
-
-
-def latest(root: str, name: str) -> str:
-    """URI of the newest complete version of ``name`` under ``root``."""
-    base = storage.join(root, name)
-    for version in reversed(_versions(base)):
-        uri = storage.join(base, version)
-        if storage.exists(storage.join(uri, "manifest.json")):
-            return uri
-    raise PredictorError(f"no complete version of {name!r} under {root}")
+    uri, fields = stored.next_version(root, name)
+    predictor.manifest = {**predictor.manifest, **fields}
+    return predictor.save(uri)
 
 
 def load_default() -> Predictor:
@@ -367,5 +265,4 @@ def load_default() -> Predictor:
     return Predictor.load(DEFAULT_DIR)
 
 
-__all__ = ["FORMAT_VERSION", "DEFAULT_DIR", "PredictorError", "Scaler", "Predictor", "code_version", "register",
-           "latest", "load_default"]
+__all__ = ["DEFAULT_DIR", "PredictorError", "Scaler", "Predictor", "code_version", "register", "load_default"]

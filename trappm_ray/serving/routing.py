@@ -16,6 +16,7 @@ from typing import Any
 from trappm_ray import devices, errors, storage
 from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.estimator import DEFAULT_DIR, Estimator, PredictorError, device_of, model_version, names_device
+from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.floor_ratio import OWN_ROWS, image_only, own_rows
@@ -108,13 +109,8 @@ def spec_predictor(slug: str) -> SpecPredictor:
 
 
 def _network(uri: str | Path) -> Estimator:
-    """A stored network predictor (:class:`~trappm_ray.model.predictor.Predictor`). Its module
-    brings torch and torch_geometric (about 2 s): imported here, on the paths a network answers,
-    so that importing the API, its errors, and answers no network takes part in (a GPU of the
-    spec table without a reference GPU of its kind) do not load them."""
-    from trappm_ray.model.predictor import Predictor  # noqa: PLC0415 - heavy, on use
-
-    return Predictor.load(uri)
+    """A stored network predictor, answering in NumPy (no torch on the serving path)."""
+    return NetworkPredictor.load(uri)
 
 
 def _is_spec_dir(uri: str) -> bool:

@@ -18,6 +18,7 @@ import torch
 
 from trappm_ray.model.anchors import ANCHOR_FILE
 from trappm_ray.model import predictor as P
+from trappm_ray.model import stored
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.options import label_options
 from trappm_ray import storage
@@ -201,7 +202,7 @@ def ship(uri: str, dest: Path = P.DEFAULT_DIR) -> str:
     if dest.exists():
         shutil.rmtree(dest)
     dest.mkdir(parents=True)
-    for name in ("manifest.json", "weights.pt", ANCHOR_FILE):
+    for name in (stored.MANIFEST, stored.WEIGHTS, ANCHOR_FILE):
         if name != ANCHOR_FILE or storage.exists(storage.join(uri, name)):  # measurements: GPU predictors only
             (dest / name).write_bytes(storage.read_bytes(storage.join(uri, name)))
     return str(dest)

@@ -40,7 +40,8 @@ from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.options import label_options
 from trappm_ray.model.device_features import SETTING_COLS
-from trappm_ray.model.roofline_inputs import INPUTS, STATIC_DIM, node_data, with_static
+from trappm_ray.graph.data import to_data, with_static
+from trappm_ray.model.roofline_inputs import INPUTS, STATIC_DIM, node_arrays
 from trappm_ray.model.static_mlp import GNN_SHARE, blend, blend_weight, fit_static_mlp
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.targets import unit
@@ -102,8 +103,8 @@ def gnn_inputs(ex: list[dict], index: dict) -> list:
         key = (arch, res, bs, spec_slug, precision, torch2, compiled)
         if key not in base:
             graph = row_to_graph(index[(arch, res, bs)])
-            base[key] = prepare([node_data(graph, devices.get(spec_slug), precision, bool(torch2),
-                                           bool(compiled))], keep_nodes=False)[0]
+            base[key] = prepare([to_data(node_arrays(graph, devices.get(spec_slug), precision, bool(torch2),
+                                                     bool(compiled)))], keep_nodes=False)[0]
         out.append(with_static(base[key], e["x"]))
     return out
 
