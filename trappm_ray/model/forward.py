@@ -39,7 +39,7 @@ def _relu(x: np.ndarray) -> np.ndarray:
 
 
 class Batch:
-    """Several graphs as one: nodes stacked, edges offset, a graph index per node.
+    """Several graphs as one: nodes stacked (each graph's rows from ``graph_starts`` on), edges offset.
 
     Args:
         graphs: the graphs' arrays (:mod:`trappm_ray.graph.arrays`).
@@ -52,22 +52,25 @@ class Batch:
         self.x = np.concatenate([g.x for g in graphs]).astype(np.float32, copy=False)
         edges = np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets)], axis=1)
         self.src, self.dst = edges[0], edges[1]
-        self.graph = np.repeat(np.arange(len(graphs)), sizes)
         self.static = np.stack([g.static for g in graphs]).astype(np.float32, copy=False)
         self.log_samples = np.array([[g.log_samples] for g in graphs], dtype=np.float32)
-        self.in_degree = np.bincount(self.dst, minlength=len(self.x)).astype(np.float32)[:, None]
+        # edges grouped by target node, so that sums over in-neighbours are one reduceat
+        order = np.argsort(self.dst, kind="stable")
+        self.src_by_dst = self.src[order]
+        self.targets, starts, degree = np.unique(self.dst[order], return_index=True, return_counts=True)
+        self.starts, self.degree = starts, degree.astype(np.float32)[:, None]
+        self.graph_starts = offsets
 
     def neighbor_mean(self, h: np.ndarray) -> np.ndarray:
         """Mean of each node's in-neighbours' rows of ``h`` (zeros for none)."""
         out = np.zeros_like(h)
-        np.add.at(out, self.dst, h[self.src])
-        return out / np.maximum(self.in_degree, 1)
+        if len(self.src_by_dst):
+            out[self.targets] = np.add.reduceat(h[self.src_by_dst], self.starts, axis=0) / self.degree
+        return out
 
     def pool(self, h: np.ndarray) -> np.ndarray:
-        """Sum of ``h``'s rows per graph, ``[num_graphs, d]``."""
-        out = np.zeros((self.num_graphs, h.shape[1]), dtype=h.dtype)
-        np.add.at(out, self.graph, h)
-        return out
+        """Sum of ``h``'s rows per graph, ``[num_graphs, d]`` (every graph has a node)."""
+        return np.add.reduceat(h, self.graph_starts, axis=0)
 
 
 def sage(w: dict[str, np.ndarray], name: str, b: Batch, h: np.ndarray, agg: np.ndarray | None = None) -> np.ndarray:
