@@ -184,15 +184,14 @@ def load_predictor(predictor: str | os.PathLike | Estimator | None = None,
     found: Estimator
     if isinstance(predictor, Estimator):
         found = predictor
+    elif custom and str(predictor) in _LOADED:  # a network read before (no manifest read again)
+        found = _LOADED[str(predictor)]
     elif custom and _is_spec_dir(str(predictor)):
         if device is None:
             raise PredictorError(f"{predictor} is the spec-based predictor: name a device or {SPEC_HELP}")
         return for_spec(devices.get(device), uri=str(predictor))
     elif custom:
-        uri = str(predictor)
-        if uri not in _LOADED:
-            _LOADED[uri] = _network(uri)
-        found = _LOADED[uri]
+        found = _LOADED[str(predictor)] = _network(str(predictor))
     elif device is None:
         if "default" not in _LOADED:
             if not (DEFAULT_DIR / "manifest.json").exists():
