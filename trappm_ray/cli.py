@@ -97,7 +97,6 @@ def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
     from pathlib import Path
 
     from trappm_ray import devices
-    from trappm_ray.graph.featurize import featurize
     from trappm_ray.graph.onnx_io import declared_fixed_size, read_model, symbolic_dims
     from trappm_ray.physics.collectives import Cluster
     from trappm_ray.physics.power import limit_refusal
@@ -113,8 +112,9 @@ def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
         pass
     elif config is not None:  # a transformers config: checked here, exported later, once
         checked_config(config, text)
-    elif path.is_file():  # an ONNX file: featurized here too (torch-free, tens of ms), so that what is
-        # wrong with it (a cycle, control flow, external data, a symbolic dim left open) is said at once
+    elif path.is_file():  # an ONNX file: its options checked against its inputs here; what is wrong
+        # with the graph itself (a cycle, control flow, a symbolic dim left open) the prediction's
+        # one featurize says, before any answer is computed
         model = read_model(model_bytes(text, args.resolution)[0])
         if args.resolution and (refusal := declared_fixed_size(model, args.resolution)) is not None:
             raise refusal
@@ -123,7 +123,6 @@ def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
         if unknown:
             raise errors.BadOption(f"--dim {unknown[0]}: the model has no input dimension of that name "
                                    f"(its named dimensions: {', '.join(sorted(named)) or 'none'})")
-        featurize(model, args.batch_size, args.resolution, opts["dims"] or None)
     elif path.exists() or cached_config(text) is not None:
         pass
     elif path.suffix in (".onnx", ".json") or os.sep in text:

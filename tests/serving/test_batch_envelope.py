@@ -5,7 +5,6 @@ import pytest
 
 import numpy as np
 
-from trappm_ray import errors
 from trappm_ray.physics.step_model import StepEstimate
 from trappm_ray.serving import api
 from trappm_ray.serving import batch_envelope as E

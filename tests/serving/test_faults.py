@@ -206,7 +206,7 @@ def test_actor_read_failures_row_or_stop(predictor_dir, tmp_path, monkeypatch):
     stops the job, since an error row would make a re-run skip the file for good."""
     from trappm_ray.serving import batch
 
-    actor = batch.PredictActor(predictor_dir, 1, None, 2**20, use_gpu=False)
+    actor = batch.PredictActor(predictor_dir, 1, None, 2**20)
     missing = str(tmp_path / "gone.onnx")
     out = actor(pa.table({"path": [missing]})).to_pylist()
     assert out[0]["status"] == "error" and out[0]["error_code"] == "read_error"

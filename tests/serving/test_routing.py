@@ -6,7 +6,8 @@ import pytest
 import onnx_builders as B
 from spec_builders import train_tiny
 from trappm_ray import devices, errors
-from trappm_ray.model.predictor import Predictor, PredictorError
+from trappm_ray.model.estimator import PredictorError
+from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.physics.roofline import roofline
 from trappm_ray.serving import api as P
@@ -37,7 +38,7 @@ def gpu_json(tmp_path):
 
 
 def test_devices_resolve_to_shipped_then_spec(tiny, gpu_json):
-    assert isinstance(R.load_predictor(None, "rtx3090"), Predictor)  # shipped rtx3090-amp
+    assert isinstance(R.load_predictor(None, "rtx3090"), NetworkPredictor)  # shipped rtx3090-amp
     spec = R.load_predictor(None, "a100-sxm4-80gb")
     assert isinstance(spec, SpecPredictor) and spec.spec.slug == "a100-sxm4-80gb"
     assert R.load_predictor(None, "A100-SXM4-80GB") is spec  # any spelling, cached
@@ -105,7 +106,7 @@ def test_batch_actor_predicts_for_a_device(tiny, tmp_path):
     f = tmp_path / "cnn.onnx"
     f.write_bytes(B.to_bytes(B.cnn_model()))
     cfg = BatchPredictConfig(src=str(tmp_path), dst=str(tmp_path / "out"), device="h100-sxm5-80gb")
-    actor = PredictActor("default", 4, None, 2**20, False, cfg.setting())
+    actor = PredictActor("default", 4, None, 2**20, cfg.setting())
     row = actor(pa.table({"path": [str(f)]})).to_pylist()[0]
     assert row["status"] == "ok" and row["device"] == "h100-sxm5-80gb"
     assert row["model_version"].startswith("gpu-spec:h100-sxm5-80gb")

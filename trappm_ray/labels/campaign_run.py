@@ -269,7 +269,6 @@ def run_job(job: Job, item: str, info: dict, path: str, deadline: float) -> None
     import torch
 
     signal.alarm(int(max(deadline - time.monotonic(), 1)) + 60)  # dies should the parent vanish
-    cuda = info["device"] == "cuda"
     # Autotuning off: on the first H200 slot it spent 4-15 s on every new batch size of a
     # ResNet-50 (sweeps stopped at batch 6-12 inside their cap) and its trial workspaces, not
     # the step, set the reserved peak (4.7 GB at batch 1 in fp32, 1.6 GB in use during the steps).

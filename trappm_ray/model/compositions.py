@@ -46,12 +46,6 @@ class _WithSpecModel:
         """As :meth:`SpecPredictor.check`: a precision the device has no roofline for is refused."""
         self.spec_predictor.check(setting)
 
-    def to(self, device: str) -> _WithSpecModel:
-        """Both parts compute on ``device``; returns self."""
-        self.shipped.to(device)
-        self.spec_predictor.to(device)
-        return self
-
 
 class SettingRatio(_WithSpecModel):
     """A shipped GPU predictor answering an option it was never trained on, through the spec-based
@@ -157,11 +151,6 @@ class SettingMove:
         if refusal is not None:
             raise errors.UnsupportedOption(refusal)
         self.inner.check(self.base(setting))
-
-    def to(self, device: str) -> SettingMove:
-        """The inner estimator computes on ``device``; returns self."""
-        self.inner.to(device)
-        return self
 
     def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
         """The inner rows in the base settings, each target scaled by the step model's ratio."""

@@ -1,13 +1,14 @@
 """The one interface every predictor that answers for a device plays.
 
-Four classes answer for a device: :class:`~trappm_ray.model.predictor.Predictor` (a shipped
-network), :class:`~trappm_ray.model.spec_model.SpecPredictor` (the spec-based model bound to a
+Four classes answer for a device: :class:`~trappm_ray.model.network_predictor.NetworkPredictor`
+(a shipped network, run in NumPy), :class:`~trappm_ray.model.spec_model.SpecPredictor` (the spec-based model bound to a
 GPU) and two compositions of them in :mod:`trappm_ray.model.compositions`
 (:class:`~trappm_ray.model.compositions.SettingRatio`: a setting the shipped network lacks;
 :class:`~trappm_ray.model.compositions.TargetFill`: targets its device has no labels of). Serving,
 the HTTP app and the batch job hold any of them through :class:`Estimator`, so a composition
 that forgets a method fails the type checker (and ``isinstance`` in the tests), not a worker at
-run time.
+run time. (A training-side :class:`~trappm_ray.model.predictor.Predictor`, PyTorch, plays it too.)
+Every one computes on the CPU: nothing to place on a device.
 """
 from __future__ import annotations
 
@@ -46,10 +47,6 @@ class Estimator(Protocol):
     def predict_graphs(self, graphs: Sequence[Any], settings_list: list[dict]) -> list[dict[str, float]]:
         """One row per featurized graph: per target the value, ``_low``/``_high``/``_std`` and,
         where known, ``_floor``; ``settings_list`` holds each graph's resolved setting."""
-        ...
-
-    def to(self, device: str) -> Estimator:
-        """Move the computation to a torch device (``cpu``, ``cuda``); returns itself."""
         ...
 
 

@@ -123,11 +123,6 @@ class NetworkPredictor:
     def check(self, setting: dict) -> None:
         """Nothing to refuse beyond the manifest's options, which ``options.resolve`` checks."""
 
-    def to(self, device: str) -> NetworkPredictor:
-        """The networks run on the CPU in NumPy wherever the caller runs (small per-graph
-        products, faster there than a transfer to a GPU); kept for the Estimator interface."""
-        return self
-
     def networks(self, graphs: Sequence[GraphArrays], targets: Sequence[str]) -> dict[str, np.ndarray]:
         """Per target ``[G, S]`` predictions (graphs x seeds) in the network's unit."""
         return forward.predict(self.manifest, self.weights, graphs, targets)

@@ -215,10 +215,6 @@ class SpecPredictor:
     def targets(self) -> tuple[str, ...]:
         return tuple(self.model.manifest["targets"])
 
-    def to(self, device) -> SpecPredictor:
-        """Boosters run on the CPU wherever the caller computes; kept for the Predictor interface."""
-        return self
-
     def check(self, setting: dict) -> None:
         """Raise ``errors.UnsupportedOption`` when the device has no roofline at the setting's
         precision (e.g. fp64 on a card whose FP64 peak is not sourced)."""

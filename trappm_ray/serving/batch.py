@@ -42,7 +42,6 @@ class BatchPredictConfig:
         predictor: predictor directory / URI; ``default`` = the shipped one.
         batch_size: batch size to predict for; resolution: value of symbolic spatial dims.
         actors: size of the actor pool.
-        gpu: give each actor a GPU; None = when the cluster has one.
         rows_per_batch: files per actor call (one ensemble pass).
         rows_per_file: rows per output parquet file, about (whole blocks are written as they come).
         max_file_mb: larger files become error rows without being read.
@@ -65,7 +64,6 @@ class BatchPredictConfig:
     batch_size: int = 1
     resolution: int | None = None
     actors: int = 1
-    gpu: bool | None = None
     rows_per_batch: int = 4
     rows_per_file: int = 1000
     max_file_mb: float = 2048.0
@@ -145,14 +143,11 @@ class PredictActor:
     """Holds one predictor; maps a batch of paths to rows (callable class for ``map_batches``)."""
 
     def __init__(self, predictor: str, batch_size: int, resolution: int | None,
-                 max_file_bytes: int, use_gpu: bool, setting: dict | None = None):
+                 max_file_bytes: int, setting: dict | None = None):
         from trappm_ray.serving.api import PredictOptions, device_of, load_predictor, model_version
 
-        import torch
-
         self.predictor = load_predictor(predictor, (setting or {}).get("device"))
-        self.compute = "cuda" if use_gpu and torch.cuda.is_available() else "cpu"
-        self.predictor.to(self.compute)
+        self.compute = "cpu"  # every estimator runs on the CPU (networks in NumPy, boosters)
         self.opts = PredictOptions(batch_size, resolution, **(setting or {}))
         self.version = model_version(self.predictor)
         self.device = str(device_of(self.predictor).get("slug", ""))
@@ -262,7 +257,6 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
         ensure_ray(cfg.ray_address, cfg.num_cpus)
         import ray
 
-        use_gpu = cfg.gpu if cfg.gpu is not None else ray.cluster_resources().get("GPU", 0) > 0
         # A few blocks per actor balance the pool; one block per batch would pay Ray Data's
         # per-task overhead (measured: most of the job's time) for every few files.
         blocks = max(1, min(math.ceil(len(todo) / cfg.rows_per_batch), 4 * cfg.actors))
@@ -273,8 +267,8 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
             fn_constructor_kwargs=dict(predictor=cfg.predictor, batch_size=cfg.batch_size,
                                        resolution=cfg.resolution,
                                        max_file_bytes=int(cfg.max_file_mb * 2**20),
-                                       use_gpu=use_gpu, setting=cfg.setting()),
-            num_cpus=1, num_gpus=1 if use_gpu else 0)
+                                       setting=cfg.setting()),
+            num_cpus=1)
         # One streaming pass: a separate write_parquet over a materialized dataset was a second
         # Ray Data job (2 actors: 8.6 s fixed cost per run before, 5.8 s now; docs/predict.md)
         # and wrote nothing until the end.
