@@ -200,8 +200,11 @@ def markdown(result: dict, seconds: float) -> str:
               "What limits it: the three GPUs reach different shares of their TDP on the same device-bound work "
               "(ResNet-50 and BERT at their highest limit: P100 about 0.65, V100 and RTX 6000 about 0.9), which "
               "no shared weight explains and three GPUs cannot teach; the compute weight fits to 0 (on these "
-              "rows power follows being busy and memory traffic, not compute saturation); idle power is taken "
-              "as 12% of TDP (not sourced per GPU); precision is assumed fp32.", ""]
+              "rows power follows being busy and memory traffic, not compute saturation), where an H200 read "
+              "on a lent slot says otherwise for saturating kernels: a bf16 GEMM reaches the 700 W cap at 74% "
+              "clock, a memory copy draws 472 W (`data/measurements/h200-2026-11-27/`); idle power is taken "
+              "as 12% of TDP for these GPUs (not measured here; the H200 idles at 78 W, 11%); precision is "
+              "assumed fp32.", ""]
     return "\n".join(lines)
 
 
