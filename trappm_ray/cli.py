@@ -194,7 +194,8 @@ def _predict(args: argparse.Namespace) -> int:
     from trappm_ray.serving import api
 
     predictor = api.load_predictor(args.predictor, args.device, args.device_spec)
-    p = api.predict(args.file, args.batch_size, predictor=predictor, **opts)
+    p = api.predict(args.file, args.batch_size, predictor=predictor, parallel=args.parallel,
+                    global_batch=args.global_batch, **opts)
     report, sweep_rows, plot = p.to_dict(), None, None
     if args.sweep:
         data, label = api.model_bytes(args.file, args.resolution)
@@ -320,18 +321,19 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the device as you name it (h100, 3090, 'A100 80GB PCIe'): its shipped predictor, else "
                         "the spec-based one; several, comma-separated (a100,h100,l4), compares them in one "
                         "table; `trappm-ray devices` lists them")
-    p.add_argument("--device-spec", default=None, metavar="FILE.json",
-                   help="a GPU described by its specs (fields of data/devices.csv; required: name, "
-                        "memory_gb, memory_bw_gbs, peak_fp32_tflops): the spec-based predictor")
+    p.add_argument("--device-spec", default=None, metavar="FILE.json", help="a GPU described by its specs (fields of "
+                   "data/devices.csv; required: name, memory_gb, memory_bw_gbs, peak_fp32_tflops): the spec-based predictor")
     p.add_argument("--precision", default=None, choices=options.PRECISIONS,
                    help="training precision (default: what the device's labels used)")
     p.add_argument("--optimizer", default=None, choices=options.OPTIMIZERS,
                    help="optimizer of the training step (default: the labels')")
     p.add_argument("--gpus", type=int, default=None,
-                   help="GPUs: on a GPU, data parallelism at --batch-size per GPU (see --cluster)")
-    p.add_argument("--cluster", default=None, metavar="NAME|FILE.json",
-                   help="where --gpus run: dgx-a100, dgx-h100, hgx-h200, aws-p5, aws-g4dn-12xlarge, ... "
-                        "(data/clusters.csv) or a JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps")
+                   help="GPUs: on a GPU, data parallelism at --batch-size per GPU (see --cluster, --parallel)")
+    p.add_argument("--parallel", default=None, metavar="dp|fsdp|zero1-3|tp=T,pp=P[,dp=D]",
+                   help="the layout over --gpus; tp/pp/ZeRO for a transformers config, --batch-size its micro-batch")
+    p.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step over every GPU")
+    p.add_argument("--cluster", default=None, metavar="NAME|FILE.json", help="where --gpus run: dgx-a100, dgx-h100, "
+                   "hgx-h200, aws-p5, ... (data/clusters.csv) or a JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps")
     p.add_argument("--memory-format", default=None, choices=options.MEMORY_FORMATS)
     p.add_argument("--recompute", action="store_true",
                    help="activation checkpointing of every residual block (GPUs): less memory, a longer step")

@@ -2,6 +2,7 @@ import json
 
 import pytest
 
+import trappm_ray
 from trappm_ray import cli, errors
 from trappm_ray.serving import plan
 
@@ -68,3 +69,62 @@ def test_the_cli_prints_the_ranked_table(config, capsys):
     out = capsys.readouterr().out.splitlines()
     assert "layouts of" in out[0] and len(out) == 2 + 3
     assert out[1].split()[:5] == ["tp", "pp", "dp", "zero", "micro"]
+
+
+@pytest.mark.parametrize("text,gpus,want", [
+    ("dp", 8, {"tp": 1, "pp": 1, "dp": 8, "zero": 0}),
+    ("fsdp", 8, {"tp": 1, "pp": 1, "dp": 8, "zero": 3}),
+    ("zero2", 4, {"tp": 1, "pp": 1, "dp": 4, "zero": 2}),
+    ("tp=2,pp=32,dp=8", 512, {"tp": 2, "pp": 32, "dp": 8, "zero": 0}),
+    ("tp=2, pp=2", 8, {"tp": 2, "pp": 2, "dp": 2, "zero": 0}),
+    ("tp=2,pp=2,dp=2,zero=1", None, {"tp": 2, "pp": 2, "dp": 2, "zero": 1}),
+])
+def test_parallel_as_users_write_it(text, gpus, want):
+    assert plan.parse_parallel(text, gpus) == want
+
+
+@pytest.mark.parametrize("text,gpus,needle", [
+    ("tp=2,pp=2,dp=2", 16, "uses 8 GPUs, gpus says 16"), ("tp=3", 8, "does not divide gpus 8"),
+    ("tp=two", 8, "expected dp, fsdp"), ("zero2", None, "give gpus"), ("tp=1,zero=4", 1, "ZeRO stages are 0-3"),
+])
+def test_parallel_refusals_say_why(text, gpus, needle):
+    with pytest.raises(errors.BadOption, match=needle):
+        plan.parse_parallel(text, gpus)
+
+
+def test_the_api_answers_a_layout_of_a_config_dict_on_a_cluster_dict():
+    """The call a platform team makes: a GPT config as a dict, tp x pp x dp over two 4-GPU nodes."""
+    gpt = {"n_embd": 64, "n_layer": 4, "n_head": 4, "n_positions": 128, "vocab_size": 1000}
+    cluster = {"gpus_per_node": 4, "intra_node_gbs": 150, "inter_node_gbps": 100}
+    p = trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=8, parallel="tp=2,pp=2,dp=2", global_batch=16,
+                           recompute=True, cluster=cluster)
+    d = p.distributed
+    assert (d["parallel"], d["gpus"], d["nodes"], d["global_batch"], d["cluster"]) == ("tp=2,pp=2,dp=2", 8, 2, 16, "custom")
+    assert p.train_step_ms.low < p.train_step_ms.value == d["total_ms"] < p.train_step_ms.high
+    assert d["bubble_ms"] > 0 and d["tp_comm_ms"] > 0 and p.train_memory_mb.value > 0 and p.train_power_w.value > 0
+    assert p.throughput_samples_s == pytest.approx(16e3 / p.train_step_ms.value)
+    assert p.options["precision"] == "amp-fp16" and p.options["optimizer"] == "adam" and p.graph["seq"] == 128
+    # a faster network between the nodes shortens the step; a layout the GPUs cannot hold is refused
+    fast = trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=8, parallel="tp=2,pp=2,dp=2", global_batch=16,
+                              recompute=True, cluster={**cluster, "inter_node_gbps": 3200})
+    assert fast.train_step_ms.value < p.train_step_ms.value
+    with pytest.raises(errors.BadOption, match="uses 8 GPUs, gpus says 4"):
+        trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2,dp=2")
+    with pytest.raises(errors.NotAModel, match="plan reads a transformers config"):
+        trappm_ray.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2")
+
+
+def test_data_parallel_makes_up_the_global_batch_by_accumulation():
+    p = trappm_ray.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=8, device="a100", gpus=4, parallel="dp",
+                           global_batch=64)
+    assert p.options["grad_accum"] == 2 and p.distributed["global_batch"] == 64
+    with pytest.raises(errors.BadOption, match="no multiple of batch_size x gpus = 32"):
+        trappm_ray.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=8, device="a100", gpus=4, global_batch=48)
+
+
+def test_the_cli_predicts_a_layout(config, capsys):
+    assert cli.main(["predict", config, "--batch-size", "2", "--device", "a100", "--gpus", "8",
+                     "--parallel", "tp=2,pp=2", "--global-batch", "16", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["distributed"]["parallel"] == "tp=2,pp=2,dp=2" and out["train_step_ms"] > 0
+    assert "tensor x pipeline x data" in " ".join(out["notes"])

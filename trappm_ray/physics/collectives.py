@@ -44,7 +44,7 @@ class Cluster:
     @classmethod
     def of(cls, value: str | dict | Path) -> Cluster:
         """A table name, a dict of the fields (missing ``slug``/``name``/``gpu``/``source`` are
-        filled), or a JSON file of one."""
+        filled), a JSON object of them as text, or a JSON file of one."""
         if isinstance(value, dict):
             d = {"slug": "custom", "name": "custom cluster", "gpu": "", "intra_latency_us": DEFAULT_LATENCY_US,
                  "inter_latency_us": DEFAULT_LATENCY_US, **{ALIASES.get(k, k): v for k, v in value.items()}}
@@ -54,6 +54,11 @@ class Cluster:
                 raise ValueError(f"a cluster needs gpus_per_node, intra_busbw_gbs (intra_node_gbs) and inter_gbps "
                                  f"(inter_node_gbps): {e}") from None
         text = str(value)
+        if text.lstrip().startswith("{"):  # a JSON object given inline (the API passes a dict so)
+            try:
+                return cls.of(json.loads(text))
+            except json.JSONDecodeError as e:
+                raise ValueError(f"a cluster given as JSON does not parse: {e}") from None
         table = load_clusters()
         if text in table:
             return table[text]

@@ -42,6 +42,7 @@ from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, ste
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
 from trappm_ray.serving.model_input import model_bytes
+from trappm_ray.serving.plan import accumulation, cluster_text, config_dims, layout_prediction, parse_parallel
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
@@ -316,7 +317,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             precision: str | None = None, optimizer: str | None = None, gpus: int | None = None,
             memory_format: str | None = None, recompute: bool | None = None, grad_accum: int | None = None,
             device_spec: str | os.PathLike | DeviceSpec | None = None, power_limit_w: float | None = None,
-            price_per_kwh: float | None = None, layers: int = 0, cluster: str | None = None) -> Prediction:
+            price_per_kwh: float | None = None, layers: int = 0, cluster: str | dict | None = None,
+            parallel: str | None = None, global_batch: int | None = None) -> Prediction:
     """Predict the training step time, memory, power and inference latency of ``model``.
 
     Args:
@@ -346,13 +348,31 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
         power_limit_w: the GPU's power limit (W; None: its TDP): power and a slower step where it binds.
         layers: when positive, the breakdown of that many layers, costliest first.
         gpus, cluster: on a GPU, ``gpus`` above 1 is data parallelism at ``batch_size`` per GPU on
-            ``cluster`` (a ``data/clusters.csv`` name or JSON file; None: the table's first of that GPU).
+            ``cluster`` (a ``data/clusters.csv`` name, a JSON file, or a dict such as
+            ``{"gpus_per_node": 8, "intra_node_gbs": 150, "inter_node_gbps": 800}``; None: the
+            table's first of that GPU).
+        parallel: the layout over ``gpus``: ``dp`` (the default), or for a transformers config
+            ``fsdp``, ``zero1``-``zero3``, ``tp=T,pp=P[,dp=D][,zero=Z]``: then ``batch_size`` is the
+            micro-batch, the step one optimizer step over ``global_batch`` sequences of the
+            config's positions (or ``dims["seq"]``), answered by the layout model alone
+            (:func:`trappm_ray.serving.plan.layout_prediction`; precision and optimizer default to
+            amp-fp16 and Adam).
+        global_batch: samples per optimizer step over every GPU: with ``dp``, gradient accumulation
+            makes it up (``global_batch / (batch_size x gpus)`` passes).
 
     Raises:
         errors.ModelError: the model cannot be read or featurized (``.code``, ``.status``).
         PredictorError: no predictor (e.g. the default is not shipped in this checkout), or an
             unknown device (the message says how to pass ``device_spec``).
     """
+    cluster = cluster_text(cluster)
+    layout = parse_parallel(parallel, gpus) if parallel else None
+    if layout is not None and (layout["tp"], layout["pp"], layout["zero"]) != (1, 1, 0):
+        return layout_prediction(model, batch_size, gpu_spec(load_predictor(predictor, device, device_spec)),
+                                 layout, global_batch, dict(dims or {}).get("seq"), precision, optimizer,
+                                 bool(recompute), cluster, interval_z)
+    dims = {**config_dims(model), **(dims or {})}
+    grad_accum = accumulation(batch_size, gpus, global_batch) or grad_accum
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
                           optimizer=optimizer, gpus=gpus, memory_format=memory_format,

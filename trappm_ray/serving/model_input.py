@@ -151,8 +151,12 @@ def _export_module(module, resolution: int, input_shape: tuple[int, ...] | None)
 
 def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ...] | None = None,
                 limits: Limits = Limits()) -> tuple[bytes, str]:
-    """``(ONNX bytes, a label)`` for a path, ``s3://`` URI, bytes, ModelProto, torch module or
-    timm name (the last two need the ``zoo`` extra and are exported on the fly)."""
+    """``(ONNX bytes, a label)`` for a path, ``s3://`` URI, bytes, ModelProto, transformers config
+    (its dict too), torch module or timm name (configs, modules and timm names need the ``zoo``
+    extra and are exported on the fly)."""
+    if isinstance(model, dict):
+        label = f"config ({model.get('model_type') or 'gpt2'})"
+        return config_model(model, label), label
     if isinstance(model, (bytes, bytearray, memoryview)):
         return bytes(model), "<bytes>"
     if isinstance(model, onnx.ModelProto):

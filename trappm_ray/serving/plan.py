@@ -12,17 +12,19 @@ ones that fit the GPU's memory first. Physics only: checked on vTrain's Megatron
 """
 from __future__ import annotations
 
+import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
 
 from trappm_ray import devices, errors
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.physics.collectives import cluster_for
+from trappm_ray.physics.collectives import Cluster, cluster_for
 from trappm_ray.physics.parallel import IterationEstimate, Layout, build_stack, iteration, memory_per_gpu
 from trappm_ray.physics.power import PowerModel, power_at
 from trappm_ray.physics.step_model import Setting, step_time
 from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model
+from trappm_ray.serving.prediction import Estimate, Prediction
 
 # a config's number of blocks, attention heads and hidden size, by the names model types use
 LAYER_KEYS = ("n_layer", "num_hidden_layers", "num_layers")
@@ -31,6 +33,9 @@ HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model")
 KV_HEAD_KEYS = ("num_key_value_heads",)  # grouped-query attention: tensor parallelism splits these too
 POSITION_KEYS = ("n_positions", "max_position_embeddings")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
+# 90th percentile of |error| of the layout model on vTrain's A100 Megatron runs (python
+# jobs/evaluate_parallel.py, docs/results-parallel.md, 2026-11-27): the interval of a layout's answer.
+LAYOUT_ERROR_P90 = {"one node": 0.448, "many nodes": 0.243}
 
 
 @dataclass(frozen=True)
@@ -58,8 +63,11 @@ class LayoutAnswer:
                 "energy_kj_per_iteration": self.energy_kj, "breakdown": self.iteration.to_dict()}
 
 
-def read_config(model: str) -> dict:
-    """The config dict of a ``config.json``, its folder, or a Hugging Face id in the local cache."""
+def read_config(model: str | dict) -> dict:
+    """The config dict of a ``config.json``, its folder, a Hugging Face id in the local cache, or
+    the dict itself."""
+    if isinstance(model, dict):
+        return checked_config(model, "config")
     found = config_file(Path(model))
     if found is None and (hub := cached_config(model)) is not None:
         found = config_file(hub)
@@ -90,32 +98,34 @@ def layouts(gpus: int, blocks: int, heads: int, global_batch: int, gpus_per_node
     return out
 
 
-def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precision: str = "amp-fp16",
+def plan(model: str | dict, gpus: int, device: str | devices.DeviceSpec, global_batch: int, seq: int,
+         precision: str = "amp-fp16",
          optimizer: str = "adam", recompute: bool = True, cluster: str | None = None,
          micro_batches: tuple[int, ...] = MICRO_BATCHES, only: dict[str, int] | None = None) -> list[LayoutAnswer]:
     """Every layout of ``model`` on ``gpus`` GPUs of ``device``, fastest first among those that fit.
 
     Args:
-        model: a transformers config (:func:`read_config`). gpus: GPUs in all.
-        device: the GPU as people name it. global_batch: sequences per iteration. seq: tokens each.
+        model: a transformers config or its dict (:func:`read_config`). gpus: GPUs in all.
+        device: the GPU as people name it, or its spec. global_batch: sequences per iteration. seq: tokens each.
         precision, optimizer, recompute: the training setting (checkpointing every block: Megatron's).
-        cluster: a ``data/clusters.csv`` name or JSON file (None: the table's first of that GPU).
+        cluster: a ``data/clusters.csv`` name, a JSON file or JSON text (None: the table's first of that GPU).
         only: the layouts whose fields (``tp``, ``pp``, ``dp``, ``zero``, ``micro_batch``) have these values.
     """
     if min(gpus, global_batch, seq) < 1:
         raise errors.BadOption(f"gpus, global batch and seq must be >= 1, got {gpus}, {global_batch}, {seq}")
-    spec = devices.resolve(device)
+    spec = device if isinstance(device, devices.DeviceSpec) else devices.resolve(device)
     try:
         nodes = cluster_for(spec.slug, cluster, spec.name)
     except ValueError as e:
         raise errors.UnsupportedOption(str(e)) from None
     config = read_config(model)
-    layer, heads, hidden = (_key(config, k, w, model) for k, w in
+    label = model if isinstance(model, str) else "config"
+    layer, heads, hidden = (_key(config, k, w, label) for k, w in
                             ((LAYER_KEYS, "number of blocks"), (HEAD_KEYS, "attention heads"), (HIDDEN_KEYS, "hidden size")))
     blocks = config[layer]
     positions = next((config[k] for k in POSITION_KEYS if isinstance(config.get(k), int)), None)
     if positions is not None and seq > positions:
-        raise errors.BadOption(f"{model}: seq {seq} is longer than the model's {positions} positions")
+        raise errors.BadOption(f"{label}: seq {seq} is longer than the model's {positions} positions")
     # tensor parallel ranks split the attention heads, and under grouped-query attention the
     # key/value heads too: only a size dividing both splits them evenly
     split = math.gcd(config[heads], *(config[k] for k in KV_HEAD_KEYS if isinstance(config.get(k), int)))
@@ -125,7 +135,7 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
         asked = "".join(f", {k} {v}" for k, v in (only or {}).items())
         raise errors.UnsupportedOption(f"no layout of {blocks} blocks and {config[heads]} heads on {gpus} GPUs "
                                        f"divides a global batch of {global_batch}{asked}")
-    exports = [config_model({**config, layer: n}, f"{model} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
+    exports = [config_model({**config, layer: n}, f"{label} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
     setting = Setting(precision=precision, optimizer=optimizer, recompute=recompute)
     act_bytes = 4 if precision in ("fp32", "tf32") else 2
     stacks, steps = {}, {}
@@ -144,6 +154,125 @@ def plan(model: str, gpus: int, device: str, global_batch: int, seq: int, precis
     return sorted(answers, key=lambda a: (not a.fits, a.iteration.total_ms))
 
 
+def parse_parallel(text: str, gpus: int | None) -> dict[str, int]:
+    """``tp``, ``pp``, ``dp`` and ``zero`` of a layout as users write it: ``dp``, ``fsdp`` (ZeRO-3),
+    ``zero1``/``zero2``/``zero3`` (data parallelism over every GPU, states sharded), or
+    ``tp=T,pp=P[,dp=D][,zero=Z]`` (``dp`` defaults to what ``gpus`` leaves)."""
+    named = {"dp": 0, "ddp": 0, "zero1": 1, "zero2": 2, "zero3": 3, "fsdp": 3}
+    text = text.strip().lower()
+    if text in named:
+        if not gpus:
+            raise errors.BadOption(f"parallel {text!r} spreads over gpus: give gpus")
+        return {"tp": 1, "pp": 1, "dp": gpus, "zero": named[text]}
+    out = {"tp": 1, "pp": 1, "zero": 0}
+    for part in filter(None, (p.strip() for p in text.split(","))):
+        key, _, value = part.partition("=")
+        if key not in ("tp", "pp", "dp", "zero") or not value.isdigit() or int(value) < (0 if key == "zero" else 1):
+            raise errors.BadOption(f"parallel {text!r}: expected dp, fsdp, zero1-3 or tp=T,pp=P[,dp=D][,zero=Z], "
+                                   f"each a positive number")
+        out[key] = int(value)
+    if "dp" not in out:
+        if not gpus or gpus % (out["tp"] * out["pp"]):
+            raise errors.BadOption(f"parallel {text!r}: tp x pp = {out['tp'] * out['pp']} does not divide gpus {gpus}")
+        out["dp"] = gpus // (out["tp"] * out["pp"])
+    if out["zero"] > 3:
+        raise errors.BadOption(f"parallel {text!r}: ZeRO stages are 0-3")
+    if gpus and out["tp"] * out["pp"] * out["dp"] != gpus:
+        raise errors.BadOption(f"parallel {text!r} uses {out['tp'] * out['pp'] * out['dp']} GPUs, gpus says {gpus}")
+    return out
+
+
+def cluster_text(cluster: str | dict | None) -> str | None:
+    """A cluster as the options carry it (hashable): a dict checked and written as JSON text."""
+    if not isinstance(cluster, dict):
+        return cluster
+    try:
+        Cluster.of(cluster)
+    except ValueError as e:
+        raise errors.BadOption(str(e)) from None
+    return json.dumps(cluster, sort_keys=True)
+
+
+def config_dims(model) -> dict[str, int]:
+    """A config dict's sequence length where none is given: its positions (its context)."""
+    seq = next((model[k] for k in POSITION_KEYS if isinstance(model.get(k), int)), None) if isinstance(model, dict) else None
+    return {"seq": seq} if seq else {}
+
+
+def accumulation(batch_size: int | None, gpus: int | None, global_batch: int | None) -> int | None:
+    """The gradient accumulation that makes data parallelism's global batch (None: none asked)."""
+    if global_batch is None:
+        return None
+    per_step = (batch_size or 1) * (gpus or 1)
+    if global_batch % per_step:
+        raise errors.BadOption(f"global_batch {global_batch} is no multiple of batch_size x gpus = {per_step}")
+    return global_batch // per_step
+
+
+def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec | None, layout: dict[str, int],
+                      global_batch: int | None = None, seq: int | None = None, precision: str | None = None,
+                      optimizer: str | None = None, recompute: bool = False, cluster: str | None = None,
+                      interval_z: float = 1.96) -> Prediction:
+    """One layout (:func:`parse_parallel`) of a transformers config answered as a prediction: the
+    time of one optimizer step over ``global_batch`` sequences (default: one micro-batch per
+    replica), memory and power on the fullest GPU, where the step goes in ``distributed``.
+
+    Args:
+        seq: tokens per sequence; None: the model's positions (its context length).
+        precision, optimizer: None: amp-fp16 and Adam, as Megatron trains.
+    """
+    if micro_batch is None:
+        raise errors.BadOption("a layout needs batch_size: the micro-batch")
+    if not isinstance(model, (str, Path, dict)):
+        raise errors.NotAModel("a tensor, pipeline or ZeRO layout is answered for a transformers config "
+                               "(a config.json, its folder, a cached Hugging Face id, or a dict)")
+    if spec is None:
+        raise errors.UnsupportedOption("a layout is answered on a GPU: name one (device or device_spec)")
+    model = model if isinstance(model, dict) else str(model)
+    config = read_config(model)
+    if seq is None:
+        seq = next((config[k] for k in POSITION_KEYS if isinstance(config.get(k), int)), None)
+        if seq is None:
+            raise errors.BadOption("the config names no positions (n_positions / max_position_embeddings): give dims seq")
+    gpus = layout["tp"] * layout["pp"] * layout["dp"]
+    global_batch = global_batch or micro_batch * layout["dp"]
+    precision, optimizer = precision or "amp-fp16", optimizer or "adam"
+    answer = plan(model, gpus, spec, global_batch, seq, precision, optimizer, recompute, cluster,
+                  (micro_batch,), {**layout, "micro_batch": micro_batch})[0]
+    it = answer.iteration
+    nodes = cluster_for(spec.slug, cluster, spec.name)
+    span = -(-gpus // nodes.gpus_per_node)
+    err = LAYOUT_ERROR_P90["many nodes" if span > 1 else "one node"]
+    band = lambda v: (v / (1 + err * interval_z / 1.645), v * (1 + err * interval_z / 1.645))  # noqa: E731 - p90 at z 1.645
+    memory_mb = answer.memory_gb * 1e3
+    label = model if isinstance(model, str) else "config"
+    setting = {"precision": precision, "optimizer": optimizer, "recompute": recompute, "gpus": gpus}
+    p = Prediction(label, "", micro_batch, Estimate(it.total_ms, *band(it.total_ms), 0.0, "ms"),
+                   Estimate(memory_mb, memory_mb, memory_mb, 0.0, "MB"), None,
+                   None if answer.power_w is None else Estimate(answer.power_w, *band(answer.power_w), 0.0, "W"),
+                   "physics:parallel", {"slug": spec.slug, "name": spec.name, "kind": spec.kind,
+                                        "memory_gb": spec.memory_gb},
+                   {"blocks": config[next(k for k in LAYER_KEYS if isinstance(config.get(k), int))], "seq": seq}, interval_z,
+                   options=setting, interval=f"physics only: +-{err:.0%} at the p90 of vTrain's {'multi' if span > 1 else 'single'}-node rows")
+    lo = answer.layout
+    p.distributed = {"gpus": gpus, "nodes": span, "cluster": nodes.slug, "global_batch": global_batch,
+                     "parallel": f"tp={lo.tp},pp={lo.pp},dp={lo.dp}" + (f",zero={lo.zero}" if lo.zero else ""),
+                     "fits": answer.fits, **it.to_dict()}
+    p.notes.append(f"{lo.tp} x {lo.pp} x {lo.dp} (tensor x pipeline x data) GPUs of {spec.name} on {span} node(s) of "
+                   f"{nodes.name}, micro-batch {micro_batch} of {seq} tokens, {global_batch} sequences per optimizer "
+                   f"step: the step model's blocks laid out by trappm_ray/physics/parallel.py (nothing learned); "
+                   f"vTrain's Megatron runs read at 7.3% median error across nodes, 23.9% (too slow) on one "
+                   "(docs/results-parallel.md)")
+    tp_ms = it.tp_comm_ms * global_batch / micro_batch / lo.dp
+    p.notes.append(f"where the step goes on the fullest GPU: computing {it.device_ms:.4g} ms of {it.total_ms:.4g}; "
+                   f"pipeline bubble {it.bubble_ms:.3g} ms, tensor-parallel all-reduces {tp_ms:.3g} ms, "
+                   f"stage-to-stage sends {it.p2p_ms * global_batch / micro_batch / lo.dp:.3g} ms, data-parallel "
+                   f"all-reduce {it.dp_allreduce_ms:.3g} ms, optimizer {it.optimizer_ms:.3g} ms")
+    if not answer.fits:
+        p.warnings.append(f"{answer.memory_gb:.1f} GB on the fullest GPU: more than its {spec.memory_gb:g} GB")
+    return p
+
+
 def table(answers: list[LayoutAnswer], top: int, title: str = "") -> str:
     """The first ``top`` answers as a text table under a line naming ``title``."""
     lines = [f"{len(answers)} layouts of {title or 'the model'}, fastest first among those that fit "
@@ -158,5 +287,5 @@ def table(answers: list[LayoutAnswer], top: int, title: str = "") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LayoutAnswer", "read_config", "layouts",
-           "plan", "table"]
+__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LAYOUT_ERROR_P90", "LayoutAnswer", "read_config",
+           "layouts", "plan", "parse_parallel", "cluster_text", "config_dims", "accumulation", "layout_prediction", "table"]

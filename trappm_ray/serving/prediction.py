@@ -141,7 +141,8 @@ class Prediction:
         """Training samples per second: the batch (over every GPU of a data-parallel job, times
         the passes of gradient accumulation) over one step."""
         s = self.train_step_ms
-        samples = self.batch_size * (self.distributed or {}).get("gpus", 1) * int((self.options or {}).get("grad_accum", 1))
+        samples = ((self.distributed or {}).get("global_batch")
+                   or self.batch_size * int((self.options or {}).get("grad_accum", 1)))
         return samples * 1e3 / s.value if s and s.value > 0 else None
 
     @property
@@ -155,9 +156,12 @@ class Prediction:
         parts = []
         name = self.device.get("name") or self.device.get("slug") or "the device"
         if self.distributed:
-            name = f"{self.distributed['gpus']} x {name} (data parallel, {self.distributed['cluster']})"
+            how = "data parallel" if self.distributed["parallel"] == "dp" else self.distributed["parallel"]
+            name = f"{self.distributed['gpus']} x {name} ({how}, {self.distributed['cluster']})"
         if self.train_step_ms is not None:
-            parts.append(f"~{self.train_step_ms.value:.3g} ms per training step at batch {self.batch_size} "
+            batch = (f"batch {self.batch_size}" if not self.distributed else
+                     f"batch {self.distributed['global_batch']} ({self.batch_size} per GPU and pass)")
+            parts.append(f"~{self.train_step_ms.value:.3g} ms per training step at {batch} "
                          f"({self.throughput_samples_s or 0:,.0f} samples/s) on {name}")
         elif self.inference_ms is not None:
             parts.append(f"~{self.inference_ms.value:.3g} ms per inference at batch {self.batch_size} on {name}")

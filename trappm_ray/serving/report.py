@@ -15,8 +15,11 @@ def print_report(p: Prediction, sweep_rows: list[dict] | None = None, plot: str 
     dev = p.device
     print(p.summary() + "\n")
     print(f"model      {p.model}  (sha256 {p.model_sha256[:12]})")
-    print(f"graph      {p.graph.get('nodes')} nodes, {p.graph.get('macs', 0) / 1e9:.3g} GMACs, "
-          f"{p.graph.get('params', 0) / 1e6:.3g} M params")
+    if "blocks" in p.graph:  # a transformers config laid out over GPUs (no one graph answers)
+        print(f"graph      {p.graph['blocks']} blocks, {p.graph['seq']} tokens a sequence")
+    else:
+        print(f"graph      {p.graph.get('nodes')} nodes, {p.graph.get('macs', 0) / 1e9:.3g} GMACs, "
+              f"{p.graph.get('params', 0) / 1e6:.3g} M params")
     band = "interval: " + p.interval.replace("interval_z", f"{p.interval_z:g}")
     print(f"predictor  {p.model_version}  device {dev.get('name', '?')} ({dev.get('kind')})  {band}")
     print(f"batch size {p.batch_size}\n")
