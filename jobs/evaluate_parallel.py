@@ -36,8 +36,11 @@ if __name__ == "__main__":
     start = time.time()
     rows = parallel.runs()
     found, summary = parallel.evaluate(rows, parallel.stacks(rows, exporter(Path(cfg.cache))))
-    text = parallel.markdown(found, summary, time.time() - start)
+    big = [parallel.megatron_175b()]
+    paper = parallel.published(parallel.stacks(big, exporter(Path(cfg.cache))))
+    text = parallel.markdown(found, summary, time.time() - start, paper)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(
-        {"summary": {a: {g: asdict(e) for g, e in gs.items()} for a, gs in summary.items()}, "rows": found}, indent=1))
+        {"summary": {a: {g: asdict(e) for g, e in gs.items()} for a, gs in summary.items()}, "rows": found,
+         "published": paper}, indent=1))
     print(text)

@@ -4,6 +4,7 @@ import pytest
 
 import trappm_ray
 from trappm_ray import cli, errors
+from trappm_ray.evaluate.parallel import megatron_175b
 from trappm_ray.serving import plan
 
 pytest.importorskip("transformers")
@@ -128,3 +129,14 @@ def test_the_cli_predicts_a_layout(config, capsys):
     out = json.loads(capsys.readouterr().out)
     assert out["distributed"]["parallel"] == "tp=2,pp=2,dp=2" and out["train_step_ms"] > 0
     assert "tensor x pipeline x data" in " ".join(out["notes"])
+
+
+@pytest.mark.slow
+def test_gpt3_175b_on_1024_a100s_reads_as_megatron_measured_it():
+    """Narayanan et al. (SC'21): 140 TFLOP/s per GPU, a 31.5 s iteration by the paper's FLOP count
+    (``evaluate.parallel.megatron_175b``); answered from the config alone, weights never built."""
+    gpt3 = {"n_embd": 12288, "n_layer": 96, "n_head": 96, "n_positions": 2048, "vocab_size": 50257}
+    p = trappm_ray.predict(gpt3, batch_size=1, device="a100-sxm4-80gb", gpus=1024, parallel="tp=8,pp=16,dp=8",
+                           global_batch=1536, recompute=True, cluster="dgx-a100")
+    assert p.train_step_ms.value == pytest.approx(megatron_175b().measured_ms, rel=0.15)
+    assert p.distributed["fits"]
