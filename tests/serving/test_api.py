@@ -12,6 +12,7 @@ from predictor_builders import random_predictor
 from trappm_ray import devices, errors
 from trappm_ray.physics.step_model import step_time
 from trappm_ray.serving import api as P
+from trappm_ray.serving.app import ApiError, parse_options
 from trappm_ray.serving import routing as R
 
 SAMPLE_FILE = "data/sample/onnx/resnet10t@64.onnx"
@@ -264,3 +265,14 @@ def test_a_faster_setting_is_not_held_at_the_slower_settings_floor():
     ratio = (step_time(g, spec, {"precision": "tf32", "optimizer": "adamw"}, "train").total_ms
              / step_time(g, spec, {"precision": "fp32", "optimizer": "adamw"}, "train").total_ms)
     assert ratio < 0.5 and tf32.train_step_ms.value / fp32.train_step_ms.value == pytest.approx(ratio, rel=0.02)
+
+
+def test_a_global_batch_is_made_up_by_accumulation_in_every_interface():
+    """The options every adapter builds (Python, HTTP fields, batch job) turn a global batch into
+    gradient accumulation, or refuse one that does not divide or contradicts grad_accum."""
+    assert P.PredictOptions(8, gpus=4, global_batch=64).grad_accum == 2
+    assert parse_options({"batch_size": "8", "gpus": "4", "global_batch": "64"}, 4096).grad_accum == 2
+    with pytest.raises(errors.BadOption, match="disagree"):
+        P.PredictOptions(8, gpus=4, global_batch=64, grad_accum=3)
+    with pytest.raises(ApiError, match="no multiple of batch_size x gpus = 32"):
+        parse_options({"batch_size": "8", "gpus": "4", "global_batch": "48"}, 4096)

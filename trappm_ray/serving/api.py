@@ -42,7 +42,7 @@ from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, ste
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
 from trappm_ray.serving.model_input import model_bytes
-from trappm_ray.serving.plan import accumulation, cluster_text, config_dims, layout_prediction, parse_parallel
+from trappm_ray.serving.plan import cluster_text, config_dims, layout_prediction, parse_parallel
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
@@ -372,12 +372,11 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
                                  layout, global_batch, dict(dims or {}).get("seq"), precision, optimizer,
                                  bool(recompute), cluster, interval_z)
     dims = {**config_dims(model), **(dims or {})}
-    grad_accum = accumulation(batch_size, gpus, global_batch) or grad_accum
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
                           optimizer=optimizer, gpus=gpus, memory_format=memory_format,
-                          recompute=recompute, grad_accum=grad_accum, power_limit_w=power_limit_w, price_per_kwh=price_per_kwh, layers=layers,
-                          cluster=cluster)
+                          recompute=recompute, grad_accum=grad_accum, power_limit_w=power_limit_w,
+                          price_per_kwh=price_per_kwh, layers=layers, cluster=cluster, global_batch=global_batch)
     chosen = load_predictor(predictor, device, device_spec)
     data, label = model_bytes(model, resolution, input_shape)
     result = predict_many([(data, opts, label)], chosen)[0]

@@ -35,7 +35,7 @@ RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx
 MAX_JSON_BYTES = 64 * 1024
 OPTION_NAMES = ("batch_size", "resolution", "memory_budget_mb", "steps", "price_per_hour",
                 "interval_z", "precision", "optimizer", "gpus", "memory_format", "recompute", "grad_accum",
-                "device", "power_limit_w", "price_per_kwh", "layers", "cluster")
+                "device", "power_limit_w", "price_per_kwh", "layers", "cluster", "global_batch")
 
 
 def _flag(raw) -> bool:
@@ -47,7 +47,7 @@ def _flag(raw) -> bool:
 
 
 _CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "layers": int, "cluster": str,
-            "precision": str, "grad_accum": int, "recompute": _flag,
+            "precision": str, "grad_accum": int, "global_batch": int, "recompute": _flag,
             "optimizer": str, "memory_format": str, "device": str}
 
 

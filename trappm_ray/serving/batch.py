@@ -78,12 +78,13 @@ class BatchPredictConfig:
     device: str | None = None
     power_limit_w: float | None = None
     cluster: str | None = None
+    global_batch: int | None = None
     dim: str | None = None
 
     def setting(self) -> dict:
         """The options every file is predicted with (``PredictOptions`` fields beside the batch)."""
         out = {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "recompute",
-                                             "grad_accum", "device", "power_limit_w", "cluster")}
+                                             "grad_accum", "device", "power_limit_w", "cluster", "global_batch")}
         try:
             dims = dict(item.split("=", 1) for item in (self.dim or "").split(",") if item)
             out["dims"] = tuple(sorted((k.strip(), int(v)) for k, v in dims.items()))

@@ -199,16 +199,6 @@ def config_dims(model) -> dict[str, int]:
     return {"seq": seq} if seq else {}
 
 
-def accumulation(batch_size: int | None, gpus: int | None, global_batch: int | None) -> int | None:
-    """The gradient accumulation that makes data parallelism's global batch (None: none asked)."""
-    if global_batch is None:
-        return None
-    per_step = (batch_size or 1) * (gpus or 1)
-    if global_batch % per_step:
-        raise errors.BadOption(f"global_batch {global_batch} is no multiple of batch_size x gpus = {per_step}")
-    return global_batch // per_step
-
-
 def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec | None, layout: dict[str, int],
                       global_batch: int | None = None, seq: int | None = None, precision: str | None = None,
                       optimizer: str | None = None, recompute: bool = False, cluster: str | None = None,
@@ -288,4 +278,4 @@ def table(answers: list[LayoutAnswer], top: int, title: str = "") -> str:
 
 
 __all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LAYOUT_ERROR_P90", "LayoutAnswer", "read_config",
-           "layouts", "plan", "parse_parallel", "cluster_text", "config_dims", "accumulation", "layout_prediction", "table"]
+           "layouts", "plan", "parse_parallel", "cluster_text", "config_dims", "layout_prediction", "table"]

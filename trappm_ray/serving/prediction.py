@@ -60,7 +60,9 @@ class PredictOptions:
         price_per_kwh: with ``steps``, the energy cost beside the GPU-hour cost.
         layers: when positive, a per-layer breakdown of that many layers, the costliest first.
         cluster: with ``gpus`` above 1 on a GPU, the cluster data parallelism runs on (a name of
-            ``data/clusters.csv`` or a JSON file; None: the table's first of that GPU).
+            ``data/clusters.csv``, a JSON file or JSON text; None: the table's first of that GPU).
+        global_batch: samples per optimizer step over every GPU; gradient accumulation makes it up
+            (``grad_accum`` becomes ``global_batch / (batch_size x gpus)``, which must divide).
     """
 
     batch_size: int | None = 1
@@ -82,6 +84,7 @@ class PredictOptions:
     price_per_kwh: float | None = None
     layers: int = 0
     cluster: str | None = None
+    global_batch: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
@@ -95,6 +98,14 @@ class PredictOptions:
         for name, value in self.dims:
             if not 1 <= value <= 1 << 20:
                 raise errors.BadOption(f"dim {name} must be in 1..{1 << 20}, got {value}")
+        if self.global_batch is not None:
+            per_pass = (self.batch_size or 1) * (self.gpus or 1)
+            if self.global_batch < 1 or self.global_batch % per_pass:
+                raise errors.BadOption(f"global_batch {self.global_batch} is no multiple of batch_size x gpus = {per_pass}")
+            if self.grad_accum not in (None, self.global_batch // per_pass):
+                raise errors.BadOption(f"global_batch {self.global_batch} and grad_accum {self.grad_accum} disagree: "
+                                       "give one of them")
+            object.__setattr__(self, "grad_accum", self.global_batch // per_pass)  # frozen: set once, here
         if self.grad_accum is not None and not 1 <= self.grad_accum <= 4096:
             raise errors.BadOption(f"grad_accum must be in 1..4096, got {self.grad_accum}")
         if not 0 <= self.interval_z <= 10:
