@@ -38,5 +38,5 @@ def test_clusters_come_from_the_table_a_dict_or_a_file(tmp_path):
     assert C.Cluster.of(str(path)).gpus_per_node == 2
     with pytest.raises(ValueError, match="unknown cluster"):
         C.Cluster.of("nope")
-    with pytest.raises(ValueError, match="needs gpus_per_node"):
+    with pytest.raises(ValueError, match="needs intra_busbw_gbs, inter_gbps .*it has gpus_per_node"):
         C.Cluster.of({"gpus_per_node": 4})

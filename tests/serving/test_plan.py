@@ -113,6 +113,10 @@ def test_the_api_answers_a_layout_of_a_config_dict_on_a_cluster_dict():
         trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2,dp=2")
     with pytest.raises(errors.NotAModel, match="plan reads a transformers config"):
         trappm_ray.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2")
+    with pytest.raises(errors.UnsupportedOption, match="T4 cannot run amp-bf16"):
+        trappm_ray.predict(gpt, batch_size=2, device="t4", gpus=4, parallel="tp=2,pp=2", precision="amp-bf16")
+    with pytest.raises(errors.BadOption, match="a cluster needs intra_busbw_gbs, inter_gbps"):
+        trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2", cluster={"gpus_per_node": 8})
 
 
 def test_data_parallel_makes_up_the_global_batch_by_accumulation():

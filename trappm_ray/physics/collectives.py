@@ -46,6 +46,11 @@ class Cluster:
         """A table name, a dict of the fields (missing ``slug``/``name``/``gpu``/``source`` are
         filled), a JSON object of them as text, or a JSON file of one."""
         if isinstance(value, dict):
+            missing = [k for k in ("gpus_per_node", "intra_busbw_gbs", "inter_gbps")
+                       if k not in value and not any(value.get(a) is not None for a, t in ALIASES.items() if t == k)]
+            if missing:
+                raise ValueError(f"a cluster needs {', '.join(missing)} (or intra_node_gbs / inter_node_gbps); "
+                                 f"it has {', '.join(sorted(value)) or 'nothing'}")
             d = {"slug": "custom", "name": "custom cluster", "gpu": "", "intra_latency_us": DEFAULT_LATENCY_US,
                  "inter_latency_us": DEFAULT_LATENCY_US, **{ALIASES.get(k, k): v for k, v in value.items()}}
             try:

@@ -22,6 +22,7 @@ from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import Cluster, cluster_for
 from trappm_ray.physics.parallel import IterationEstimate, Layout, build_stack, iteration, memory_per_gpu
 from trappm_ray.physics.power import PowerModel, power_at
+from trappm_ray.physics.roofline import OPTIMIZER_BYTES, precision_refusal
 from trappm_ray.physics.step_model import Setting, step_time
 from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model
 from trappm_ray.serving.prediction import Estimate, Prediction
@@ -114,6 +115,10 @@ def plan(model: str | dict, gpus: int, device: str | devices.DeviceSpec, global_
     if min(gpus, global_batch, seq) < 1:
         raise errors.BadOption(f"gpus, global batch and seq must be >= 1, got {gpus}, {global_batch}, {seq}")
     spec = device if isinstance(device, devices.DeviceSpec) else devices.resolve(device)
+    if (refusal := precision_refusal(spec, precision)) is not None:
+        raise errors.UnsupportedOption(refusal)
+    if optimizer not in OPTIMIZER_BYTES:
+        raise errors.BadOption(f"unknown optimizer {optimizer!r}; expected one of {', '.join(sorted(OPTIMIZER_BYTES))}")
     try:
         nodes = cluster_for(spec.slug, cluster, spec.name)
     except ValueError as e:
