@@ -116,10 +116,6 @@ class NetworkPredictor:
     def targets(self) -> tuple[str, ...]:
         return tuple(self.manifest["targets"])
 
-    @property
-    def feature_set(self) -> str:
-        return self.manifest["feature_set"]
-
     def check(self, setting: dict) -> None:
         """Nothing to refuse beyond the manifest's options, which ``options.resolve`` checks."""
 

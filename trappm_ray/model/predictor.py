@@ -152,11 +152,6 @@ class Predictor:
     def feature_set(self) -> str:
         return self.manifest["feature_set"]
 
-    @property
-    def inputs(self) -> str:
-        """``graph`` (the graph's features) or ``roofline`` (:mod:`trappm_ray.model.roofline_inputs`)."""
-        return self.manifest.get("inputs", "graph")
-
     @torch.no_grad()
     def predict_data(self, data: Sequence[Data], emb: torch.Tensor | None = None,
                      targets: Sequence[str] | None = None) -> dict[str, np.ndarray]:

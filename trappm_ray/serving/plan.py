@@ -225,10 +225,9 @@ def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec |
         raise errors.UnsupportedOption("a layout is answered on a GPU: name one (device or device_spec)")
     model = model if isinstance(model, dict) else str(model)
     config = read_config(model)
+    seq = seq or config_dims(config).get("seq")
     if seq is None:
-        seq = next((config[k] for k in POSITION_KEYS if isinstance(config.get(k), int)), None)
-        if seq is None:
-            raise errors.BadOption("the config names no positions (n_positions / max_position_embeddings): give dims seq")
+        raise errors.BadOption("the config names no positions (n_positions / max_position_embeddings): give dims seq")
     gpus = layout["tp"] * layout["pp"] * layout["dp"]
     global_batch = global_batch or micro_batch * layout["dp"]
     precision, optimizer = precision or "amp-fp16", optimizer or "adam"
@@ -239,7 +238,7 @@ def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec |
     span = -(-gpus // nodes.gpus_per_node)
     err = LAYOUT_ERROR_P90["many nodes" if span > 1 else "one node"]
     band = lambda v: (v / (1 + err * interval_z / 1.645), v * (1 + err * interval_z / 1.645))  # noqa: E731 - p90 at z 1.645
-    memory_mb = answer.memory_gb * 1e3
+    memory_mb = answer.memory_gb * 1e9 / 2**20  # MB as every memory answer counts them (MiB)
     label = model if isinstance(model, str) else "config"
     setting = {"precision": precision, "optimizer": optimizer, "recompute": recompute, "gpus": gpus}
     p = Prediction(label, "", micro_batch, Estimate(it.total_ms, *band(it.total_ms), 0.0, "ms"),
