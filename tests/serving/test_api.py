@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
@@ -272,6 +273,10 @@ def test_a_global_batch_is_made_up_by_accumulation_in_every_interface():
     gradient accumulation, or refuse one that does not divide or contradicts grad_accum."""
     assert P.PredictOptions(8, gpus=4, global_batch=64).grad_accum == 2
     assert parse_options({"batch_size": "8", "gpus": "4", "global_batch": "64"}, 4096).grad_accum == 2
+    cluster = {"gpus_per_node": 4, "intra_node_gbs": 100, "inter_node_gbps": 200}  # a JSON body's object
+    opts = parse_options({"batch_size": 8, "gpus": 8, "cluster": cluster}, 4096)
+    p = P.predict_many([(open(SAMPLE_FILE, "rb").read(), replace(opts, device="a100"), "m")], P.load_predictor())[0]
+    assert p.distributed["nodes"] == 2 and p.distributed["cluster"] == "custom"
     with pytest.raises(errors.BadOption, match="disagree"):
         P.PredictOptions(8, gpus=4, global_batch=64, grad_accum=3)
     with pytest.raises(ApiError, match="no multiple of batch_size x gpus = 32"):

@@ -46,7 +46,12 @@ def _flag(raw) -> bool:
     return value in ("1", "true", "yes")
 
 
-_CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "layers": int, "cluster": str,
+def _cluster(raw) -> str:
+    """A cluster's name, or its fields as a JSON object (checked where it is used)."""
+    return json.dumps(raw, sort_keys=True) if isinstance(raw, dict) else str(raw)
+
+
+_CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "layers": int, "cluster": _cluster,
             "precision": str, "grad_accum": int, "global_batch": int, "recompute": _flag,
             "optimizer": str, "memory_format": str, "device": str}
 
