@@ -108,11 +108,6 @@ def spec_predictor(slug: str) -> SpecPredictor:
     return for_spec(devices.get(slug))
 
 
-def _network(uri: str | Path) -> Estimator:
-    """A stored network predictor, answering in NumPy (no torch on the serving path)."""
-    return NetworkPredictor.load(uri)
-
-
 def _is_spec_dir(uri: str) -> bool:
     try:
         return json.loads(storage.read_bytes(storage.join(uri, "manifest.json"))).get("kind") == KIND
@@ -191,12 +186,12 @@ def load_predictor(predictor: str | os.PathLike | Estimator | None = None,
             raise PredictorError(f"{predictor} is the spec-based predictor: name a device or {SPEC_HELP}")
         return for_spec(devices.get(device), uri=str(predictor))
     elif custom:
-        found = _LOADED[str(predictor)] = _network(str(predictor))
+        found = _LOADED[str(predictor)] = NetworkPredictor.load(str(predictor))
     elif device is None:
         if "default" not in _LOADED:
             if not (DEFAULT_DIR / "manifest.json").exists():
                 raise PredictorError(f"no default predictor shipped at {DEFAULT_DIR}")
-            _LOADED["default"] = _network(DEFAULT_DIR)
+            _LOADED["default"] = NetworkPredictor.load(DEFAULT_DIR)
         found = _LOADED["default"]
     else:
         return _for_device(device)
