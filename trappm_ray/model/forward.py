@@ -49,16 +49,15 @@ class Batch:
     def __init__(self, graphs: Sequence[GraphArrays]):
         sizes = [g.num_nodes for g in graphs]
         offsets = np.cumsum([0] + sizes[:-1])
-        self.num_graphs = len(graphs)
         self.x = np.concatenate([g.x for g in graphs]).astype(np.float32, copy=False)
         edges = np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets)], axis=1)
-        self.src, self.dst = edges[0], edges[1]
+        src, dst = edges[0], edges[1]
         self.static = np.stack([g.static for g in graphs]).astype(np.float32, copy=False)
         self.log_samples = np.array([[g.log_samples] for g in graphs], dtype=np.float32)
         n = len(self.x)
         # sums over in-neighbours and over each graph's nodes as sparse products (scipy's CSR:
         # ten times faster than numpy's scatter-adds on a batch of graphs)
-        self.adjacency = sparse.csr_matrix((np.ones(len(self.src), np.float32), (self.dst, self.src)), shape=(n, n))
+        self.adjacency = sparse.csr_matrix((np.ones(len(src), np.float32), (dst, src)), shape=(n, n))
         self.in_degree = np.maximum(np.asarray(self.adjacency.sum(axis=1), dtype=np.float32), 1)
         graph = np.repeat(np.arange(len(graphs)), sizes)
         self.membership = sparse.csr_matrix((np.ones(n, np.float32), (graph, np.arange(n))), shape=(len(graphs), n))

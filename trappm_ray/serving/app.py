@@ -27,6 +27,7 @@ from ray import serve
 from trappm_ray import errors
 from trappm_ray import storage
 from trappm_ray.graph.onnx_io import MAX_FILE_BYTES, Limits, read_model
+from trappm_ray.serving.plan import cluster_text
 
 RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx",
              "application/x-protobuf",
@@ -46,12 +47,7 @@ def _flag(raw) -> bool:
     return value in ("1", "true", "yes")
 
 
-def _cluster(raw) -> str:
-    """A cluster's name, or its fields as a JSON object (checked where it is used)."""
-    return json.dumps(raw, sort_keys=True) if isinstance(raw, dict) else str(raw)
-
-
-_CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "layers": int, "cluster": _cluster,
+_CONVERT = {"batch_size": int, "resolution": int, "steps": int, "gpus": int, "layers": int, "cluster": cluster_text,
             "precision": str, "grad_accum": int, "global_batch": int, "recompute": _flag,
             "optimizer": str, "memory_format": str, "device": str}
 

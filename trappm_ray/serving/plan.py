@@ -187,10 +187,11 @@ def parse_parallel(text: str, gpus: int | None) -> dict[str, int]:
     return out
 
 
-def cluster_text(cluster: str | dict | None) -> str | None:
-    """A cluster as the options carry it (hashable): a dict checked and written as JSON text."""
+def cluster_text(cluster) -> str | None:
+    """A cluster as the options carry it (hashable text): a name or file as given, a dict checked
+    and written as JSON (the API's argument, an HTTP body's object)."""
     if not isinstance(cluster, dict):
-        return cluster
+        return None if cluster is None else str(cluster)
     try:
         Cluster.of(cluster)
     except ValueError as e:
@@ -246,7 +247,7 @@ def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec |
                    None if answer.power_w is None else Estimate(answer.power_w, *band(answer.power_w), 0.0, "W"),
                    "physics:parallel", {"slug": spec.slug, "name": spec.name, "kind": spec.kind,
                                         "memory_gb": spec.memory_gb},
-                   {"blocks": config[next(k for k in LAYER_KEYS if isinstance(config.get(k), int))], "seq": seq}, interval_z,
+                   {"blocks": config[_key(config, LAYER_KEYS, "number of blocks", label)], "seq": seq}, interval_z,
                    options=setting, interval=f"physics only: +-{err:.0%} at the p90 of vTrain's {'multi' if span > 1 else 'single'}-node rows")
     lo = answer.layout
     p.distributed = {"gpus": gpus, "nodes": span, "cluster": nodes.slug, "global_batch": global_batch,
