@@ -75,7 +75,7 @@ def main() -> None:
         pred.predict_graphs([graph], [setting])
         ens.append(time.perf_counter() - t)
     res = {"model": path, "batch_size": b, "nodes": graph.num_nodes,
-           "predictor": first.model_version, "seeds": len(pred.manifest.get("seeds") or [1]),
+           "predictor": first.model_version, "seeds": len(pred.manifest.network.seeds) if pred.manifest.network else 1,
            "cpu": sorted(os.sched_getaffinity(0)), "load_avg": os.getloadavg()[0],
            "cold_ms": 1e3 * cold, "e2e": ms(e2e), "featurize": ms(feat), "ensemble": ms(ens)}
     res["ratio_e2e_featurize"] = res["e2e"]["median"] / res["featurize"]["median"]

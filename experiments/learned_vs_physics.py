@@ -36,7 +36,7 @@ if __name__ == "__main__":
     ap.add_argument("--models", default=MODELS)
     args = ap.parse_args()
     predictor = api.load_predictor(None, args.device)
-    spec, host = devices.resolve(args.device), step_host_us(predictor.manifest.get("launch") or {})
+    spec, host = devices.resolve(args.device), step_host_us(predictor.manifest.launch)
     rows = [r for r in pd.read_parquet(args.labels).to_dict("records")
             if r["status"] == "ok" and r.get("train_step_ms") and np.isfinite(r["train_step_ms"])]
     graphs = joined_graphs("data/labels", rows)

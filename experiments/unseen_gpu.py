@@ -81,7 +81,7 @@ def main() -> None:
     done = sorted(got["reference"])
     meas = np.array([rows[i]["inference_ms"] for i in done])
     anchored = np.array(["inference_ms_measured_batch" in got["anchored"][i] for i in done])
-    report = {"target": args.target, "reference": ref.manifest.get("name"), "rows": len(done),
+    report = {"target": args.target, "reference": ref.manifest.name, "rows": len(done),
               "anchored_rows": int(anchored.sum()), "anchors": len(anchors) if anchors else 0, "variants": {}}
     for name in variants:
         out = [got[name][i] for i in done]

@@ -75,6 +75,7 @@ def _check_device_name(name: str) -> None:
 
     from trappm_ray import devices
     from trappm_ray.model.estimator import names_device
+    from trappm_ray.model.manifest import Manifest
 
     try:
         devices.resolve(name)
@@ -84,7 +85,7 @@ def _check_device_name(name: str) -> None:
     here = os.path.join(os.path.dirname(os.path.abspath(__file__)), "predictors", "*", "manifest.json")
     for path in glob.glob(here):
         with open(path, encoding="utf-8") as fh:
-            if names_device(json.load(fh).get("device") or {}, name):
+            if names_device(Manifest.from_json(fh.read()).device, name):
                 return
     raise errors.UnsupportedOption(refused.args[0])
 
@@ -229,20 +230,19 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
     from trappm_ray import devices
     from trappm_ray.model.spec_model import SPEC_DIR
+    from trappm_ray.model.stored import read_manifest
     from trappm_ray.serving.routing import device_catalog
 
     catalog = device_catalog()
     shipped = [d for d in catalog if d["predictor"] != "gpu-spec"]
-    spec_path = os.path.join(SPEC_DIR, "manifest.json")
-    spec_m = json.loads(open(spec_path, encoding="utf-8").read()) if os.path.exists(spec_path) else None
-    spec_info = None if spec_m is None else {
-        "predictor": "gpu-spec", "kind": spec_m.get("kind"), "variant": spec_m.get("variant"),
-        "targets": spec_m.get("targets"), "options": spec_m.get("options"),
-        "trained_on": {"devices": sorted((spec_m.get("data") or {}).get("rows_per_device") or {}),
-                       "rows": (spec_m.get("data") or {}).get("rows")},
-        "lodo_mape": {t: v.get("mean_device_mape") for t, v in (spec_m.get("lodo") or {}).items()},
+    spec_m = read_manifest(SPEC_DIR) if os.path.exists(os.path.join(SPEC_DIR, "manifest.json")) else None
+    spec_info = None if spec_m is None or spec_m.boosters is None else {
+        "predictor": "gpu-spec", "kind": spec_m.kind, "variant": spec_m.boosters.variant,
+        "targets": list(spec_m.targets), "options": spec_m.options,
+        "trained_on": {"devices": sorted(spec_m.data.get("rows_per_device") or {}), "rows": spec_m.data.get("rows")},
+        "lodo_mape": {t: v.get("mean_device_mape") for t, v in spec_m.boosters.lodo.items()},
         "devices": [d["device"] for d in catalog if d["predictor"] == "gpu-spec"],
-        "command": spec_m.get("command")}
+        "command": spec_m.command}
     served = {d["device"]: d for d in catalog if d["predictor"] == "gpu-spec"}
     specs = [{"slug": s.slug, "kind": s.kind, "name": s.name, "memory_gb": s.memory_gb,
               "predictor": next((d["predictor"] for d in catalog if d["device"] == s.slug

@@ -58,7 +58,7 @@ def test_load_refuses_damaged_or_old_format(tmp_path):
         NetworkPredictor.load(uri)
     uri = random_predictor().save(str(tmp_path / "q"))
     manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
-    (tmp_path / "q" / "manifest.json").write_text(json.dumps({**manifest, "format": 1}))
+    (tmp_path / "q" / "manifest.json").write_text(json.dumps({**manifest, "network": {**manifest["network"], "weights_format": 1}}))
     with pytest.raises(PredictorError, match="format 1.*no longer read"):
         NetworkPredictor.load(uri)
 

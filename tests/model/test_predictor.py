@@ -38,7 +38,8 @@ def test_save_load_round_trip(tmp_path, graphs):
     uri = P.register(pred, str(tmp_path), "cpu")
     assert uri.endswith("v0001")
     again = P.Predictor.load(uri)
-    assert again.manifest["version"] == "v0001" and again.targets == pred.targets
+    assert again.manifest.version == "v0001" and again.targets == pred.targets
+    assert again.manifest == pred.manifest  # the typed manifest survives its JSON round trip
     assert again.heads["train_memory_mb"][0].batch_affine
     assert not again.heads["train_step_ms"][0].batch_affine
     assert not again.heads["train_step_ms"][0].node_dropout  # as trained: fine-tuning keeps it
@@ -56,9 +57,16 @@ def test_load_refuses_damaged_or_incompatible(tmp_path):
         P.Predictor.load(uri)
     uri = random_predictor().save(str(tmp_path / "q"))
     manifest = json.loads((tmp_path / "q" / "manifest.json").read_text())
-    (tmp_path / "q" / "manifest.json").write_text(json.dumps({**manifest, "format": 99}))
-    with pytest.raises(P.PredictorError, match="format"):
+    (tmp_path / "q" / "manifest.json").write_text(json.dumps({**manifest, "network": {**manifest["network"], "weights_format": 99}}))
+    with pytest.raises(P.PredictorError, match="weights format 99"):
         P.Predictor.load(uri)
+    for bad, why in (({**manifest, "schema": 0}, "schema 0; this version reads schema 1"),
+                     ({**manifest, "code": "abc"}, "unknown field.*code"),
+                     ({**manifest, "device": {"slug": "x", "threads": 1, "cores": 2}}, "device: unknown field.*cores"),
+                     ({k: v for k, v in manifest.items() if k != "targets"}, "missing or malformed field")):
+        (tmp_path / "q" / "manifest.json").write_text(json.dumps(bad))
+        with pytest.raises(P.PredictorError, match=why):
+            P.Predictor.load(uri)
     with pytest.raises(P.PredictorError, match="no readable predictor"):
         P.Predictor.load(str(tmp_path / "missing"))
 
@@ -74,7 +82,7 @@ def test_load_refuses_weights_that_do_not_fit(tmp_path):
     uri = random_predictor().save(str(tmp_path / "p"))
     path = tmp_path / "p" / "manifest.json"
     manifest = json.loads(path.read_text())
-    path.write_text(json.dumps({**manifest, "seeds": [7, 8]}))  # tensors are under seeds 1, 2
+    path.write_text(json.dumps({**manifest, "network": {**manifest["network"], "seeds": [7, 8]}}))  # tensors: seeds 1, 2
     with pytest.raises(P.PredictorError, match="do not fit"):
         P.Predictor.load(uri)
 

@@ -11,6 +11,7 @@ from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.device_features import feature_names
 from trappm_ray.model.predictor import PredictorError
 from trappm_ray.model.intervals import quantile_offsets
+from trappm_ray.model.manifest import SPEC, Boosters, Device, Manifest
 from trappm_ray.model.spec_model import VARIANTS, SpecModel, SpecPredictor, derived, design, design_names
 from trappm_ray.physics.roofline import roofline
 
@@ -32,7 +33,7 @@ def test_design_variants_have_their_columns():
 def test_predicts_a_table_device_and_respects_the_floor(tiny):
     model = SpecModel.load(tiny)
     pred = SpecPredictor(model, devices.get("h100-sxm5-80gb"))
-    assert pred.manifest["device"]["spec_only"] and "device specs alone" in pred.manifest["device"]["note"]
+    assert pred.manifest.device.spec_only and "device specs alone" in pred.manifest.device.note
     graph = featurize(B.cnn_model(), batch_size=4)
     row = pred.predict_graphs([graph])[0]
     spec = devices.get("h100-sxm5-80gb")
@@ -49,7 +50,7 @@ def test_json_spec_and_refusals(tiny, tmp_path):
     f.write_text(json.dumps({"name": "My GPU", "memory_gb": 48, "memory_bw_gbs": 900,
                              "peak_fp32_tflops": 40, "peak_fp16_tensor_tflops": 160}))
     pred = SpecPredictor(SpecModel.load(tiny), devices.from_json(f), user_spec=True)
-    assert pred.manifest["name"].startswith("gpu-spec:my-gpu#")
+    assert pred.manifest.name.startswith("gpu-spec:my-gpu#")
     assert pred.predict_graphs([featurize(B.cnn_model(), batch_size=2)])[0]["inference_ms"] > 0
     with pytest.raises(errors.UnsupportedOption, match="fp64"):
         pred.check({"precision": "fp64"})  # no FP64 peak in the file: no roofline
@@ -71,8 +72,8 @@ def test_damaged_booster_is_refused(tiny, tmp_path):
 
 def test_intervals_follow_z(tiny):
     m = SpecModel.load(tiny).manifest
-    lo1, hi1 = quantile_offsets(m, "inference_ms", 1.0)
-    lo2, hi2 = quantile_offsets(m, "inference_ms", 1.96)
+    lo1, hi1 = quantile_offsets(m.residual_quantiles, "inference_ms", 1.0)
+    lo2, hi2 = quantile_offsets(m.residual_quantiles, "inference_ms", 1.96)
     assert lo2 <= lo1 <= hi1 <= hi2
 
 
@@ -88,11 +89,13 @@ def test_time_is_the_base_times_the_blended_ratio_and_older_models_keep_the_floo
     x = np.zeros((2, len(feature_names())))
     x[:, KERNELS_COL] = np.log([10, 1000])  # 0.3 ms and 30 ms of host time at 30 us a kernel
     floors = np.array([1.0, 1.0])
-    model = _FixedRatio({"variant": "physics", "host_us_per_kernel": {"inference_ms": 30.0},
-                         "efficiency": {"inference_ms": 0.1}}, [])
+    def spec_manifest(**boosters) -> Manifest:
+        return Manifest(name="gpu-spec", kind=SPEC, feature_set="v2", targets=("inference_ms",), device=Device("gpu-spec"),
+                        boosters=Boosters(variant="physics", features=(), files=(), **boosters))
+
+    model = _FixedRatio(spec_manifest(host_us_per_kernel={"inference_ms": 30.0}, efficiency={"inference_ms": 0.1}), [])
     assert np.allclose(model.time_ms(x, floors, "inference_ms"), np.array([1.0, 30.0]) * np.exp(0.3))
-    older = _FixedRatio({"variant": "physics"}, [])  # stored before the base: floor x ratio
+    older = _FixedRatio(spec_manifest(), [])  # stored before the base: floor x ratio
     assert np.allclose(older.time_ms(x, floors, "inference_ms"), np.exp(0.5))
-    low = _FixedRatio({"variant": "physics", "host_us_per_kernel": {"inference_ms": 30.0},
-                       "efficiency": {"inference_ms": -3.0}}, [])
+    low = _FixedRatio(spec_manifest(host_us_per_kernel={"inference_ms": 30.0}, efficiency={"inference_ms": -3.0}), [])
     assert np.all(low.time_ms(x, floors, "inference_ms")[0] >= 1.0)  # never below the floor

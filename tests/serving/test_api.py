@@ -11,6 +11,7 @@ import onnx_builders as B
 import trappm_ray
 from predictor_builders import random_predictor
 from trappm_ray import devices, errors
+from trappm_ray.model.manifest import Device
 from trappm_ray.physics.step_model import step_time
 from trappm_ray.serving import api as P
 from trappm_ray.serving.app import ApiError, parse_options
@@ -118,7 +119,7 @@ def test_device_selects_and_checks(saved, monkeypatch, tmp_path):
     shipped = tmp_path / "predictors"
     random_predictor().save(str(shipped / "default"))
     monkeypatch.setattr(R, "DEFAULT_DIR", shipped / "default")
-    assert P.load_predictor(None, device="test-device").manifest["device"]["slug"] == "test-device"
+    assert P.load_predictor(None, device="test-device").manifest.device.slug == "test-device"
     with pytest.raises(PredictorError, match="not 'other'"):
         P.load_predictor(saved, device="other")
 
@@ -126,9 +127,9 @@ def test_device_selects_and_checks(saved, monkeypatch, tmp_path):
 def test_device_kind():
     pred = random_predictor()
     assert P.device_of(pred)["kind"] == "unknown"
-    pred.manifest["device"] = {"slug": "intel-r-xeon-r-processor-t1", "name": "Intel Xeon"}
+    pred.manifest = pred.manifest.replace(device=Device.from_dict({"slug": "intel-r-xeon-r-processor-t1", "name": "Intel Xeon"}))
     assert P.device_of(pred)["kind"] == "cpu"
-    pred.manifest["device"] = {"slug": "nvidia-h100", "name": "NVIDIA H100", "kind": "cuda"}
+    pred.manifest = pred.manifest.replace(device=Device.from_dict({"slug": "nvidia-h100", "name": "NVIDIA H100", "kind": "cuda"}))
     assert P.device_of(pred)["kind"] == "cuda"
 
 
@@ -165,8 +166,8 @@ def test_training_setting_defaults_to_the_labels_and_refuses_the_unseen(saved):
 
 def test_gpu_predictor_without_memory_labels_reports_the_memory_model(tmp_path):
     pred = random_predictor(targets=("train_step_ms", "inference_ms"), batch_affine=())
-    pred.manifest["device"] = {"slug": "rtx3090-amp", "name": "RTX 3090", "kind": "cuda"}
-    pred.manifest["options"] = {"precision": ["amp-fp16"], "optimizer": ["sgd"], "gpus": [1]}
+    pred.manifest = pred.manifest.replace(device=Device.from_dict({"slug": "rtx3090-amp", "name": "RTX 3090", "kind": "cuda"}))
+    pred.manifest = pred.manifest.replace(options={"precision": ["amp-fp16"], "optimizer": ["sgd"], "gpus": [1]})
     p = P.predict(B.cnn_model(), 8, predictor=pred)
     m = p.train_memory_mb
     assert p.memory_terms["device_used"] == pytest.approx(m.value, rel=1e-3)
@@ -177,7 +178,7 @@ def test_gpu_predictor_without_memory_labels_reports_the_memory_model(tmp_path):
 
 def test_budget_search_on_a_gpu_predictor_uses_the_memory_model():
     pred = random_predictor(targets=("train_step_ms",), batch_affine=())
-    pred.manifest["device"] = {"slug": "rtx3090-amp", "name": "RTX 3090", "kind": "cuda"}
+    pred.manifest = pred.manifest.replace(device=Device.from_dict({"slug": "rtx3090-amp", "name": "RTX 3090", "kind": "cuda"}))
     p = P.predict(B.cnn_model(), 1, predictor=pred, memory_budget_mb=2000)
     assert p.max_batch_size >= 1 and p.train_memory_mb.value < 2000
 

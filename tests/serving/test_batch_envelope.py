@@ -86,7 +86,7 @@ def test_a_host_bound_step_is_the_host_time_of_its_kernels_not_a_far_extrapolati
     host-bound level the GNN answered 25.6 ms beside 0.43 ms (59x; the labels' per-sample ratio of a
     training step to inference: median 3.6, 99th percentile 12.4)."""
     p = api.predict(SAMPLE, 1, device="rtx3090")
-    prof = api.load_predictor(None, "rtx3090", None).manifest["launch"]
+    prof = api.load_predictor(None, "rtx3090", None).manifest.launch
     for t in ("train_step_ms", "inference_ms"):
         host = 35 * prof[t]["host_us_per_kernel"] / 1e3
         assert host <= getattr(p, t).value <= 2 * host, (t, getattr(p, t).value, host)

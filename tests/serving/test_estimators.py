@@ -19,7 +19,7 @@ def test_every_listed_device_routes_to_an_estimator():
     for entry in R.device_catalog():
         est = R.load_predictor(None, entry["device"])
         assert isinstance(est, Estimator), entry["device"]
-        assert set(est.targets) and est.manifest["name"]
+        assert set(est.targets) and est.manifest.name
         kinds.add(type(est).__name__)
     assert {"NetworkPredictor", "SpecPredictor", "TargetFill"} <= kinds  # the RTX 4090 is completed by specs
 

@@ -7,6 +7,7 @@ import onnx_builders as B
 from spec_builders import train_tiny
 from trappm_ray import devices, errors
 from trappm_ray.model.estimator import PredictorError
+from trappm_ray.model.manifest import NETWORK, Device, Manifest
 from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.physics.roofline import roofline
@@ -43,7 +44,7 @@ def test_devices_resolve_to_shipped_then_spec(tiny, gpu_json):
     assert isinstance(spec, SpecPredictor) and spec.spec.slug == "a100-sxm4-80gb"
     assert R.load_predictor(None, "A100-SXM4-80GB") is spec  # any spelling, cached
     user = R.load_predictor(None, device_spec=str(gpu_json))
-    assert user.manifest["device"]["spec_source"] == "json" and user.spec.memory_bw_gbs == 900
+    assert user.manifest.device.spec_source == "json" and user.spec.memory_bw_gbs == 900
     assert R.load_predictor(str(tiny), "t4").spec.slug == "t4"  # a gpu-spec directory by URI
 
 
@@ -52,7 +53,7 @@ def test_refusals_say_how_to_pass_a_spec(tiny, gpu_json):
         R.load_predictor(None, "my-tpu")
     with pytest.raises(PredictorError, match="CPU"):  # a CPU of the table without a shipped predictor
         R.load_predictor(None, "intel-r-xeon-r-processor-t2")
-    assert R.load_predictor(None, "i9-10940x").manifest["device"]["kind"] == "cpu"  # shipped
+    assert R.load_predictor(None, "i9-10940x").manifest.device.kind == "cpu"  # shipped
     with pytest.raises(PredictorError, match="not both"):
         R.load_predictor(None, "t4", device_spec=str(gpu_json))
     with pytest.raises(PredictorError, match="name a device"):
@@ -126,7 +127,7 @@ def test_gpus_without_labels_take_the_reference_transfer():
 
     R._LOADED.clear()
     ref, h100, rtx4090 = (R.load_predictor(None, d) for d in ("rtx3090", "h100-sxm5-80gb", "rtx4090"))
-    assert h100.reference is ref and h100.manifest["device"]["reference"] == "rtx3090-amp"
+    assert h100.reference is ref and h100.manifest.device.reference == "rtx3090-amp"
     assert rtx4090.shipped.targets == ("inference_ms",) and rtx4090.filled == ("train_step_ms",)
     assert rtx4090.spec_predictor.moved == ("train_step_ms",) and rtx4090.spec_predictor.reference is ref
     graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
@@ -163,7 +164,7 @@ def test_a_graph_the_reference_measured_moves_that_measurement():
                                 "arch": "tiny"}], "rtx3090-amp")
     spec = devices.get("h100-sxm5-80gb")
     h100 = SpecPredictor(R.spec_model(), spec, reference=ref, anchors=anchors)
-    assert "rtx3090-amp labels measured" in h100.manifest["device"]["note"]
+    assert "rtx3090-amp labels measured" in h100.manifest.device.note
     s = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw", "interval_z": 1.96}
     got = h100.predict_graphs([graph], [s])[0]
     plain = SpecPredictor(R.spec_model(), spec, reference=ref).predict_graphs([graph], [s])[0]
@@ -235,8 +236,9 @@ class _Stub:
 
     def __init__(self, targets, value, name):
         self.targets, self.value = tuple(targets), value
-        self.manifest = {"name": name, "device": {"slug": "gpu-x", "kind": "cuda", "note": "from its specs"},
-                         "options": {"precision": ["amp-fp16"]}}
+        self.manifest = Manifest(name=name, kind=NETWORK, feature_set="v2", targets=self.targets,
+                                 device=Device("gpu-x", kind="cuda", note="from its specs"),
+                                 options={"precision": ["amp-fp16"]})
 
     def predict_graphs(self, graphs, settings_list):
         return [{k: v for t in self.targets for k, v in
@@ -252,12 +254,12 @@ def test_target_fill_completes_a_shipped_predictor_with_the_spec_answer():
     from trappm_ray.model.compositions import TargetFill
 
     both = TargetFill(_Stub(["inference_ms"], 2.0, "gpu-x"), _Stub(["train_step_ms", "inference_ms"], 5.0, "gpu-spec"))
-    assert both.targets == ("inference_ms", "train_step_ms") and both.manifest["targets"] == list(both.targets)
+    assert both.targets == ("inference_ms", "train_step_ms") and both.manifest.targets == both.targets
     row = both.predict_graphs([object(), object()], [{}, {}])[1]
     assert row["inference_ms"] == 2.0 and row["inference_ms_high"] == 2.2
     assert row["train_step_ms"] == 5.0 and row["train_step_ms_low"] == 4.5
-    assert both.manifest["device"]["note"].startswith("train_step_ms: no labels of this device; from its specs")
-    assert both.manifest["name"] == "gpu-x+gpu-spec" and both.manifest["options"] == {"precision": ["amp-fp16"]}
+    assert both.manifest.device.note.startswith("train_step_ms: no labels of this device; from its specs")
+    assert both.manifest.name == "gpu-x+gpu-spec" and both.manifest.options == {"precision": ["amp-fp16"]}
     with pytest.raises(errors.UnsupportedOption):
         both.check({"precision": "fp64"})
 
@@ -273,7 +275,7 @@ def test_rtx4090_answers_inference_from_its_gnn_and_the_step_from_the_spec_predi
     own = both.shipped.predict_graphs([graph])[0]["inference_ms"]
     assert both.predict_graphs([graph], [{}])[0]["inference_ms"] == pytest.approx(own)
     # 4 kernels: the API's answer is the host-bound level (RTX 4090 labels: <= 16 us a kernel)
-    host = 4 * both.manifest["launch"]["inference_ms"]["host_us_per_kernel"] / 1e3
+    host = 4 * both.manifest.launch["inference_ms"]["host_us_per_kernel"] / 1e3
     assert p.inference_ms.value >= host > own
     assert any(n.startswith("inference_ms: the step model at batch 256") for n in p.notes)
 
@@ -281,9 +283,10 @@ def test_rtx4090_answers_inference_from_its_gnn_and_the_step_from_the_spec_predi
 def test_a_cpu_predictor_is_not_completed_by_the_gpu_spec_predictor():
     R._LOADED.clear()
     cpu = _Stub(["inference_ms"], 2.0, "i9")
-    cpu.manifest["device"] = {"slug": "i9-10940x-fp32", "kind": "cpu", "spec": "i9-10940x"}
+    cpu.manifest = cpu.manifest.replace(device=Device.from_dict({"slug": "i9-10940x-fp32", "kind": "cpu", "spec": "i9-10940x"}))
     assert R.completed(cpu) is cpu  # the spec-based predictor refuses CPUs: nothing to add
-    assert R.filled_by_spec(cpu.manifest, {"targets": ["train_step_ms", "inference_ms"]}) == []
+    spec_m = cpu.manifest.replace(targets=("train_step_ms", "inference_ms"))
+    assert R.filled_by_spec(cpu.manifest, spec_m) == []
 
 
 def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
@@ -294,7 +297,8 @@ def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
     R._LOADED.clear()
     rtx3090 = P.load_predictor(None, "rtx3090", None)
     assert image_only(rtx3090.manifest) and not image_only(R.spec_predictor("rtx3090").manifest)
-    assert not image_only({"data": {}}) and not image_only({"data": {"model_sources": ["timm", "transformers"]}})
+    m = rtx3090.manifest
+    assert not image_only(m.replace(data={})) and not image_only(m.replace(data={"model_sources": ["timm", "transformers"]}))
     alt, setting, note = R.for_text(rtx3090, {})
     assert alt is R.spec_predictor("rtx3090") and setting["precision"] == "amp-fp16" and "text model" in note
     assert R.for_text(alt, {}) is None and R.for_text(P.load_predictor(None, None, None), {}) is None

@@ -31,8 +31,8 @@ def test_train_predictor_registers_a_loadable_predictor(setup, ray_session):
     assert set(out["task_seconds"]) == {f"{t}/{s}" for t in out["targets"] for s in (1, 2)}
     pred = P.Predictor.load(out["uri"])
     m = pred.manifest
-    assert m["device"]["slug"] == SLUG and m["seeds"] == [1, 2] and m["feature_set"] == "v2"
-    assert m["data"]["labels"] == 54 and len(m["data"]["sha256_16"]) == 16 and m["code_version"]
+    assert m.device.slug == SLUG and m.net.seeds == (1, 2) and m.feature_set == "v2"
+    assert m.data["labels"] == 54 and len(m.data["sha256_16"]) == 16 and m.code_version
     row = pred.predict_graphs([featurize(cnn_model(), batch_size=4)])[0]
     assert all(row[t] > 0 for t in out["targets"])
 

@@ -4,6 +4,7 @@ import pytest
 
 from tests.label_builders import SLUG, make_labeled_dir
 from trappm_ray.labels.examples import load_examples
+from trappm_ray.model.manifest import NETWORK, Device, Manifest, Network
 from trappm_ray.model.networks import GraphEncoder
 from trappm_ray.model.predictor import Predictor, register
 from trappm_ray.train.regressors import embed, fit, prepare, recipe_with
@@ -29,10 +30,10 @@ def source(tmp_path_factory):
         out = fit(data, y, embed(enc, data), tr, va, RECIPE, seed)
         heads.append(out["model"])
         scalers.append(out["scaler"])
-    manifest = {"feature_set": "v2", "targets": ["train_step_ms"], "seeds": [0, 1],
-                "head": {"hidden": 16, "fc": 32, "dropout": 0.05, "batch_affine": ["train_step_ms"]},
-                "encoder": {"in_dim": enc.in_dim, "dims": list(enc.dims), "dropout": 0.0},
-                "device": {"slug": SLUG}}
+    manifest = Manifest(name="source", kind=NETWORK, feature_set="v2", targets=("train_step_ms",), device=Device(SLUG),
+                        network=Network(seeds=(0, 1), head={"hidden": 16, "fc": 32, "dropout": 0.05,
+                                                            "batch_affine": ["train_step_ms"]},
+                                        encoder={"in_dim": enc.in_dim, "dims": list(enc.dims), "dropout": 0.0}))
     return root, Predictor(manifest, enc, {"train_step_ms": heads}, {"train_step_ms": scalers})
 
 
@@ -57,8 +58,8 @@ def test_transfer_job_registers_an_adapted_predictor(source, ray_session, tmp_pa
     assert out["val_mape"]["train_step_ms"] < 0.5 * out["val_mape_source_as_is"]["train_step_ms"]
     assert sorted(out["targets_left_out"]) == ["inference_ms", "train_memory_mb"]
     adapted = Predictor.load(out["uri"])
-    assert adapted.manifest["device"]["slug"] == "slow-device"
-    assert adapted.manifest["transfer"]["source"] == src_uri
+    assert adapted.manifest.device.slug == "slow-device"
+    assert adapted.manifest.transfer["source"] == src_uri
     graphs = [d for d in load_examples(root, "slow-device", targets=("train_step_ms",)).data]
     ratio = (adapted.predict_data(graphs[:6])["train_step_ms"].mean()
              / pred.predict_data(graphs[:6])["train_step_ms"].mean())

@@ -28,10 +28,10 @@ def test_registers_a_roofline_predictor_with_its_provenance(trained):
     assert trained["uri"].endswith("test-gpu-amp/v0001")
     assert set(trained["task_seconds"]) == {f"{t}/{s}" for t in ("train_step_ms", "inference_ms") for s in (1, 2)}
     m = P.Predictor.load(trained["uri"]).manifest
-    assert m["inputs"] == "roofline" and m["encoder"] is None and m["device"]["spec"] == "rtx3090"
-    assert m["options"]["precision"] == ["amp-fp16"] and m["data"]["per_target"]["train_step_ms"] == 54
-    assert m["run"]["train_step_ms"] == {"torch2": 1, "compiled": 0}
-    q = m["residual_quantiles"]["train_step_ms"]
+    assert m.net.inputs == "roofline" and m.net.encoder is None and m.device.spec == "rtx3090"
+    assert m.options["precision"] == ["amp-fp16"] and m.data["per_target"]["train_step_ms"] == 54
+    assert m.net.run["train_step_ms"] == {"torch2": 1, "compiled": 0}
+    q = m.residual_quantiles["train_step_ms"]
     assert q["rows"] > 0 and q["values"] == sorted(q["values"])
 
 
@@ -43,7 +43,7 @@ def test_predictions_respect_the_floor_and_carry_a_band(trained):
     spec = devices.get("rtx3090")
     for graph, row in zip(graphs, rows):
         for target, mode in (("train_step_ms", "train"), ("inference_ms", "infer")):
-            floor = static_input(graph, spec, setting, mode, pred.manifest["run"][target])[0]
+            floor = static_input(graph, spec, setting, mode, pred.manifest.net.run[target])[0]
             assert row[f"{target}_floor"] == pytest.approx(floor)
             assert floor <= row[f"{target}_low"] <= row[target] <= row[f"{target}_high"]
     # the same graphs without settings: the manifest's defaults, the same answer
@@ -64,13 +64,13 @@ def test_answers_blend_each_network_with_its_static_mlp(trained):
     from trappm_ray.model.static_mlp import GNN_SHARE
 
     pred = P.Predictor.load(trained["uri"])
-    blend = pred.manifest["blend"]
+    blend = pred.manifest.net.blend
     assert blend["weights"] == {t: GNN_SHARE for t in pred.targets} and "fixed" in blend["rule"]
     assert trained["gnn_share"] == blend["weights"] and len(pred.mlps["train_step_ms"]) == 2
     graph, spec = featurize(cnn_model(), batch_size=4), devices.get("rtx3090")
     setting = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw"}
     data = [with_static(to_data(node_arrays(graph, spec, "amp-fp16", True, False)),
-                        static_input(graph, spec, setting, "train", pred.manifest["run"]["train_step_ms"])[1])]
+                        static_input(graph, spec, setting, "train", pred.manifest.net.run["train_step_ms"])[1])]
     both = pred.predict_data(data, targets=["train_step_ms"])["train_step_ms"]
     alone = P.Predictor(pred.manifest, None, pred.heads, pred.scalers).predict_data(data, targets=["train_step_ms"])["train_step_ms"]
     static = Batch.from_data_list(data).static
@@ -85,7 +85,7 @@ def test_share_one_keeps_the_networks_alone(tmp_path, ray_session):
     out = train_gpu_predictor(GpuPredictorConfig(labels=labels, device="test-gpu-amp", seeds=(1,), max_epochs=2,
                                                  targets=("inference_ms",), gnn_share=1.0, registry=str(tmp_path / "reg")))
     pred = P.Predictor.load(out["uri"])
-    assert "blend" not in pred.manifest and not pred.mlps and out["gnn_share"] == {}
+    assert pred.manifest.net.blend is None and not pred.mlps and out["gnn_share"] == {}
     assert out["held_out_arch_mape"] == pytest.approx(out["networks_alone"])
 
 
@@ -99,7 +99,7 @@ def test_ship_copies_a_validated_predictor(trained, tmp_path):
     from trappm_ray.train.build_predictor import ship
 
     dest = ship(trained["uri"], tmp_path / "test-gpu-amp")
-    assert P.Predictor.load(dest).manifest["weights_sha256"] == P.Predictor.load(trained["uri"]).manifest["weights_sha256"]
+    assert P.Predictor.load(dest).manifest.net.weights_sha256 == P.Predictor.load(trained["uri"]).manifest.net.weights_sha256
     assert len(MeasuredAnchors.load(dest)) == trained["anchors"]
 
 

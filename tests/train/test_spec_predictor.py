@@ -18,12 +18,12 @@ def test_trains_writes_json_boosters_and_a_manifest(tmp_path):
     assert sorted(m["targets"]) == ["inference_ms", "train_step_ms"]
     assert m["command"].startswith("python jobs/train_spec_predictor.py")
     for target in m["targets"]:
-        lodo = m["lodo"][target]
+        lodo = m["boosters"]["lodo"][target]
         assert set(lodo["devices"]) == set(SPECS) and lodo["mean_device_mape"] is not None
         q = m["residual_quantiles"][target]["values"]
         assert q == sorted(q)  # quantiles of the LODO residuals, increasing with the level
-    assert {"full/d2", "physics/d2", "roofline-eff"} <= set(m["lodo_candidates"])
-    for b in m["boosters"]:  # XGBoost JSON, not a pickle
+    assert {"full/d2", "physics/d2", "roofline-eff"} <= set(m["boosters"]["lodo_candidates"])
+    for b in m["boosters"]["files"]:  # XGBoost JSON, not a pickle
         assert json.loads((out / b["file"]).read_text())["learner"]
     assert m["domain"]["threshold"] > 0
 

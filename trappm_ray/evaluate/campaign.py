@@ -29,6 +29,7 @@ from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import ok_labels
+from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.power import PowerModel, step_power
@@ -121,9 +122,9 @@ def memory_errors(rows: list[dict], graphs: dict[tuple, Graph]) -> dict[str, dic
     return {term: {s: ErrorSummary.of(e) for s, e in sorted(groups.items())} for term, groups in found.items()}
 
 
-def answered_by(manifest: dict, row: dict) -> bool:
+def answered_by(manifest: Manifest, row: dict) -> bool:
     """Whether the spec model was trained on the row's setting (one process, no recompute)."""
-    opts = manifest.get("options") or {}
+    opts = manifest.options
     return (row["precision"] in opts.get("precision", []) and row["optimizer"] in opts.get("optimizer", [])
             and row["memory_format"] in opts.get("memory_format", ["nchw"])
             and (row.get("recompute") or "none") == "none" and (row.get("grad_accum") or 1) == 1)

@@ -157,9 +157,9 @@ def evaluate(cfg: EvalConfig) -> dict:
 
         source = P.Predictor.load(cfg.finetune_source)
         table = finetune_table(source, cfg.labels, cfg.finetune_to)
-        report["finetune"] = {"source": source.manifest["device"]["slug"], "target": cfg.finetune_to,
+        report["finetune"] = {"source": source.manifest.device.slug, "target": cfg.finetune_to,
                               "predictor": cfg.finetune_source, "table": table,
-                              "markdown": finetune_markdown(table, source.manifest["device"]["slug"],
+                              "markdown": finetune_markdown(table, source.manifest.device.slug,
                                                             cfg.finetune_to)}
     os.makedirs(cfg.out, exist_ok=True)
     with open(os.path.join(cfg.out, "results.json"), "w") as f:

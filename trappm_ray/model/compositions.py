@@ -13,6 +13,8 @@ All play :class:`~trappm_ray.model.estimator.Estimator`, as their parts do.
 """
 from __future__ import annotations
 
+from dataclasses import replace
+
 from trappm_ray import devices, errors
 from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, STEP_FIELDS, step_fields, trained_options
 from trappm_ray.physics.memory import training_memory
@@ -63,17 +65,14 @@ class SettingRatio(_WithSpecModel):
 
     def __init__(self, shipped, spec_predictor):
         super().__init__(shipped, spec_predictor)
-        own = shipped.manifest.get("options") or {}
-        merged = {k: list(dict.fromkeys([*own.get(k, []), *v]))
-                  for k, v in (spec_predictor.manifest.get("options") or {}).items()}
+        own = shipped.manifest.options
+        merged = {k: list(dict.fromkeys([*own.get(k, []), *v])) for k, v in spec_predictor.manifest.options.items()}
         self.base = {k: v[0] for k, v in own.items()}
-        dev = dict(shipped.manifest.get("device") or {})
-        dev["note"] = (f"a setting the {shipped.manifest.get('name')} predictor was not trained on (it was: "
-                       f"{', '.join(f'{k} {v}' for k, v in self.base.items() if k != 'gpus')}): its answer x "
-                       f"the spec-based predictor's ratio between the requested setting and that one on this "
-                       f"device")
-        self.manifest = {**shipped.manifest, "options": merged, "device": dev,
-                         "name": f"{shipped.manifest.get('name')}+{spec_predictor.manifest.get('name')}"}
+        note = (f"a setting the {shipped.manifest.name} predictor was not trained on (it was: "
+                f"{', '.join(f'{k} {v}' for k, v in self.base.items() if k != 'gpus')}): its answer x "
+                f"the spec-based predictor's ratio between the requested setting and that one on this device")
+        self.manifest = shipped.manifest.replace(options=merged, device=replace(shipped.manifest.device, note=note),
+                                                 name=f"{shipped.manifest.name}+{spec_predictor.manifest.name}")
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -115,8 +114,8 @@ class SettingMove:
         self.trained = trained_options(inner.manifest)
         options = {**self.trained, "precision": list(dict.fromkeys([*self.trained.get("precision", []), *PRECISIONS])),
                    "optimizer": list(dict.fromkeys([*self.trained.get("optimizer", []), *OPTIMIZERS]))}
-        self.manifest = {**inner.manifest, "options": options, "moves": list(STEP_FIELDS),
-                         "name": f"{inner.manifest.get('name')}+step-model"}
+        self.manifest = inner.manifest.replace(options=options, moves=tuple(STEP_FIELDS),
+                                               name=f"{inner.manifest.name}+step-model")
 
     def note(self, setting: dict) -> str | None:
         """How an answer in ``setting`` was derived, when it was moved; None when it was not."""
@@ -195,13 +194,12 @@ class TargetFill(_WithSpecModel):
     def __init__(self, shipped, spec_predictor):
         super().__init__(shipped, spec_predictor)
         self.filled = tuple(t for t in spec_predictor.targets if t not in shipped.targets)
-        dev = dict(shipped.manifest.get("device") or {})
-        how = (spec_predictor.manifest.get("device") or {}).get("note") or "the spec-based predictor"
-        dev["note"] = f"{', '.join(self.filled)}: no labels of this device; {how}"
-        self.manifest = {**shipped.manifest, "device": dev, "targets": list(self.targets),
-                         "launch": {**(spec_predictor.manifest.get("launch") or {}),
-                                    **(shipped.manifest.get("launch") or {})},
-                         "name": f"{shipped.manifest.get('name')}+{spec_predictor.manifest.get('name')}"}
+        how = spec_predictor.manifest.device.note or "the spec-based predictor"
+        note = f"{', '.join(self.filled)}: no labels of this device; {how}"
+        self.manifest = shipped.manifest.replace(
+            device=replace(shipped.manifest.device, note=note), targets=self.targets,
+            launch={**spec_predictor.manifest.launch, **shipped.manifest.launch},
+            name=f"{shipped.manifest.name}+{spec_predictor.manifest.name}")
 
     @property
     def targets(self) -> tuple[str, ...]:

@@ -16,6 +16,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
+from trappm_ray.model.manifest import Device, Manifest
+
 # Where the predictors shipped inside the package live; ``default`` answers when no device is named.
 DEFAULT_DIR = Path(__file__).parents[1] / "predictors" / "default"
 
@@ -29,11 +31,10 @@ class Estimator(Protocol):
     """A predictor bound to one device.
 
     Attributes:
-        manifest: what it was trained on and how it answers (``name``, ``device``, ``options``,
-            ``targets``, ...).
+        manifest: what it was trained on and how it answers (:class:`~trappm_ray.model.manifest.Manifest`).
     """
 
-    manifest: dict[str, Any]
+    manifest: Manifest
 
     @property
     def targets(self) -> tuple[str, ...]:
@@ -53,28 +54,28 @@ class Estimator(Protocol):
 def model_version(predictor: Estimator) -> str:
     """``name/version`` of a registered predictor, else ``name@<weights hash>``."""
     m = predictor.manifest
-    name = m.get("name", "predictor")
-    if m.get("version"):
-        return f"{name}/{m['version']}"
-    return f"{name}@{m['weights_sha256'][:12]}" if m.get("weights_sha256") else name
+    name = m.name or "predictor"
+    if m.version:
+        return f"{name}/{m.version}"
+    sha = m.network.weights_sha256 if m.network is not None else ""
+    return f"{name}@{sha[:12]}" if sha else name
 
 
 def device_of(predictor: Estimator) -> dict:
     """The manifest's device, with ``kind`` (cpu/cuda) made explicit: CPU slugs end in ``-tN``."""
-    dev = dict(predictor.manifest.get("device") or {})
-    slug = str(dev.get("slug", ""))
-    kind = dev.get("kind") or dev.get("device")
+    dev = predictor.manifest.device
+    kind = dev.kind
     if kind not in ("cpu", "cuda", "rocm"):
-        tail = slug.rsplit("-", 1)[-1]
+        tail = dev.slug.rsplit("-", 1)[-1]
         kind = "cpu" if tail[:1] == "t" and tail[1:].isdigit() else "unknown"
-    return {**dev, "kind": kind}
+    return {**dev.to_dict(), "kind": kind}
 
 
-def names_device(dev: dict, device: str) -> bool:
+def names_device(dev: Device, device: str) -> bool:
     """Whether ``device`` (a slug, name or spec slug, any case) names a manifest's device; a
     spec slug names its precision regimes too (``rtx3090`` -> ``rtx3090-amp``)."""
-    wanted, slug = device.lower(), str(dev.get("slug", "")).lower()
-    names = {slug, str(dev.get("name", "")).lower(), str(dev.get("spec", "")).lower()}
+    wanted, slug = device.lower(), dev.slug.lower()
+    names = {slug, dev.name.lower(), (dev.spec or "").lower()}
     return wanted in names or slug.startswith(wanted + "-")
 
 

@@ -29,6 +29,7 @@ from trappm_ray import devices
 from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.device_features import KERNELS_COL
 from trappm_ray.physics.floors import LEAST_HOST_US_PER_KERNEL
+from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.options import trained_options
 from trappm_ray.model.device_features import EAGER_TORCH2, static_input
 
@@ -37,9 +38,10 @@ TEXT_SOURCES = ("transformers",)  # label model sources of text models (NeuSight
 OWN_ROWS = 500  # a device with this many spec-model rows of a target keeps the spec model's answer
 
 
-def own_rows(spec_manifest: dict, slug: str, target: str) -> int:
+def own_rows(spec_manifest: Manifest, slug: str, target: str) -> int:
     """Rows of device ``slug`` and ``target`` the spec model was trained on."""
-    return ((spec_manifest.get("lodo") or {}).get(target, {}).get("devices", {}).get(slug) or {}).get("rows", 0)
+    lodo = spec_manifest.boosters.lodo if spec_manifest.boosters is not None else {}
+    return (lodo.get(target, {}).get("devices", {}).get(slug) or {}).get("rows", 0)
 
 
 def transfer_ms(ref_ms, floor_here, floor_there, kernels, mode: str):
@@ -55,14 +57,14 @@ def transfer_ms(ref_ms, floor_here, floor_there, kernels, mode: str):
     return np.maximum(np.maximum(ref_ms * floor_here / floor_there, launch), floor_here)
 
 
-def image_only(manifest: dict) -> bool:
+def image_only(manifest: Manifest) -> bool:
     """Whether a predictor's labels hold image models only (its manifest lists their sources and
     none is a text one): what it learned does not carry to a text model."""
-    sources = (manifest.get("data") or {}).get("model_sources") or []
+    sources = manifest.data.get("model_sources") or []
     return bool(sources) and not set(sources) & set(TEXT_SOURCES)
 
 
-def covers(reference_manifest: dict, setting: dict, mode: str) -> bool:
+def covers(reference_manifest: Manifest, setting: dict, mode: str) -> bool:
     """Whether the reference predictor was trained on ``setting`` (the optimizer only matters
     for a training step)."""
     trained = trained_options(reference_manifest)
@@ -87,7 +89,7 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
             they hold (at a batch within 2x) moves its measured / floor ratio instead of the
             reference's answer, and its row carries ``{target}_measured_batch``.
     """
-    ref_spec = devices.get(reference.manifest["device"]["spec"])
+    ref_spec = devices.get(reference.manifest.device.spec or "")
     out: list[dict[str, float]] = [{} for _ in graphs]
     text_ok = not image_only(reference.manifest)
     wanted = [i for i, s in enumerate(settings_list)

@@ -26,6 +26,7 @@ import numpy as np
 from scipy import sparse
 
 from trappm_ray.graph.arrays import GraphArrays
+from trappm_ray.model.manifest import Manifest
 
 BN_EPS = 1e-5  # torch.nn.BatchNorm1d's default, as the encoder was trained with
 
@@ -124,20 +125,20 @@ def signed_log(t: np.ndarray) -> np.ndarray:
     return np.sign(t) * np.log1p(np.abs(t))
 
 
-def predict(manifest: dict, w: dict[str, np.ndarray], graphs: Sequence[GraphArrays],
+def predict(manifest: Manifest, w: dict[str, np.ndarray], graphs: Sequence[GraphArrays],
             targets: Sequence[str] | None = None) -> dict[str, np.ndarray]:
     """Per target (default: every one the manifest names): ``[G, S]`` predictions (graphs x seeds)
     in the network's unit, as :meth:`trappm_ray.model.predictor.Predictor.predict_data` gives them."""
-    b = Batch(graphs)
+    b, net = Batch(graphs), manifest.net
     emb = None
-    if manifest.get("encoder"):
-        emb = encoder_embedding(w, "encoder.", len(manifest["encoder"]["dims"]), b)
+    if net.encoder:
+        emb = encoder_embedding(w, "encoder.", len(net.encoder["dims"]), b)
     agg = b.neighbor_mean(b.x)
-    blend = (manifest.get("blend") or {}).get("weights", {})
+    blend = (net.blend or {}).get("weights", {})
     out = {}
-    for target in targets or manifest["targets"]:
+    for target in targets or manifest.targets:
         cols = []
-        for seed in manifest["seeds"]:
+        for seed in net.seeds:
             sc = f"scaler.{target}.{seed}."
             static_z = (b.static - w[sc + "static_mean"]) / w[sc + "static_std"]
             emb_z = (None if emb is None or w[sc + "emb_mean"].size == 0

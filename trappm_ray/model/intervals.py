@@ -28,10 +28,10 @@ def weighted_quantiles(r: np.ndarray, w: np.ndarray | None = None, levels=LEVELS
     return [float(v) for v in np.interp(levels, cdf, r)]
 
 
-def quantile_offsets(manifest: dict, target: str, z: float) -> tuple[float, float]:
+def quantile_offsets(quantiles: dict, target: str, z: float) -> tuple[float, float]:
     """Log offsets of the central interval with the coverage of ``+-z`` normal sd (1.96: 95%),
-    interpolated in the manifest's ``residual_quantiles`` of ``target``."""
-    q = manifest["residual_quantiles"][target]
+    interpolated in a manifest's ``residual_quantiles`` (``quantiles``) of ``target``."""
+    q = quantiles[target]
     coverage = math.erf(z / math.sqrt(2))
     levels, values = np.asarray(q["levels"]), np.asarray(q["values"])
     return (float(np.interp((1 - coverage) / 2, levels, values)),

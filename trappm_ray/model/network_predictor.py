@@ -21,13 +21,14 @@ from trappm_ray.model.device_features import KERNELS_COL, static_input
 from trappm_ray.model.estimator import PredictorError
 from trappm_ray.model.floor_ratio import TARGET_MODES
 from trappm_ray.model.intervals import quantile_offsets
+from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.roofline_inputs import INPUTS, node_arrays
 
 # (graphs' arrays, targets) -> per target [graphs, seeds] in the network's unit
 Networks = Callable[[Sequence[GraphArrays], Sequence[str]], dict[str, np.ndarray]]
 
 
-def answer_rows(manifest: dict, networks: Networks, graphs: Sequence[Graph],
+def answer_rows(manifest: Manifest, networks: Networks, graphs: Sequence[Graph],
                 settings_list: Sequence[dict] | None = None, chunk: int = 64) -> list[dict[str, float]]:
     """One dict per graph: ``{target: mean over seeds, target + "_std": their spread}``; for
     ``roofline`` inputs also ``_floor``, ``_kernels`` (the graph's kernel count) and the
@@ -43,12 +44,12 @@ def answer_rows(manifest: dict, networks: Networks, graphs: Sequence[Graph],
             manifest's defaults).
         chunk: graphs per network call.
     """
-    if manifest.get("inputs", "graph") == INPUTS:
+    if manifest.net.inputs == INPUTS:
         return _roofline_rows(manifest, networks, graphs, settings_list, chunk)
     rows: list[dict[str, float]] = []
-    targets = manifest["targets"]
+    targets = manifest.targets
     for i in range(0, len(graphs), chunk):
-        preds = networks([graph_arrays(g, manifest["feature_set"]) for g in graphs[i:i + chunk]], targets)
+        preds = networks([graph_arrays(g, manifest.feature_set) for g in graphs[i:i + chunk]], targets)
         for j in range(len(graphs[i:i + chunk])):
             row = {}
             for target, p in preds.items():
@@ -58,17 +59,17 @@ def answer_rows(manifest: dict, networks: Networks, graphs: Sequence[Graph],
     return rows
 
 
-def _roofline_rows(manifest: dict, networks: Networks, graphs, settings_list, chunk: int) -> list[dict[str, float]]:
-    spec = devices.get(manifest["device"]["spec"])
-    default = {k: v[0] for k, v in manifest["options"].items()} | {"interval_z": 1.96}
+def _roofline_rows(manifest: Manifest, networks: Networks, graphs, settings_list, chunk: int) -> list[dict[str, float]]:
+    spec = devices.get(manifest.device.spec or "")
+    default = {k: v[0] for k, v in manifest.options.items()} | {"interval_z": 1.96}
     settings_list = [{**default, **{k: v for k, v in s.items() if v is not None}}
                      for s in (settings_list or [default] * len(graphs))]
     rows: list[dict[str, float]] = [{} for _ in graphs]
     nodes: dict = {}
     for target, mode in TARGET_MODES:
-        if target not in manifest["targets"]:
+        if target not in manifest.targets:
             continue
-        run = manifest["run"][target]
+        run = manifest.net.run[target]
         inputs, floors, kernels = [], [], []
         for i, (graph, s) in enumerate(zip(graphs, settings_list)):
             found = static_input(graph, spec, s, mode, run)
@@ -85,7 +86,7 @@ def _roofline_rows(manifest: dict, networks: Networks, graphs, settings_list, ch
         ms = np.maximum(ratio, 1.0) * np.asarray(floors)[:, None]  # no step beats the roofline
         for row, p, floor, k, s in zip(rows, ms, floors, kernels, settings_list):
             value = float(p.mean())
-            lo, hi = quantile_offsets(manifest, target, float(s.get("interval_z", 1.96)))
+            lo, hi = quantile_offsets(manifest.residual_quantiles, target, float(s.get("interval_z", 1.96)))
             row.update({target: value, f"{target}_std": float(p.std()), f"{target}_floor": floor,
                         f"{target}_kernels": k,
                         f"{target}_low": max(value * math.exp(lo), floor),
@@ -101,20 +102,20 @@ class NetworkPredictor:
         weights: its tensors by state-dict name, as NumPy arrays.
     """
 
-    def __init__(self, manifest: dict, weights: dict[str, np.ndarray]):
+    def __init__(self, manifest: Manifest, weights: dict[str, np.ndarray]):
         self.manifest, self.weights = manifest, weights
 
     @classmethod
     def load(cls, uri: str | Path) -> NetworkPredictor:
         """Read and check the predictor at ``uri`` (PredictorError names what is wrong)."""
         manifest, weights = stored.read(str(uri))
-        if (manifest.get("head") or {}).get("published_head"):
+        if manifest.net.head.get("published_head"):
             raise PredictorError(f"{uri}: a published-head regressor is not served (evaluation only)")
         return cls(manifest, weights)
 
     @property
     def targets(self) -> tuple[str, ...]:
-        return tuple(self.manifest["targets"])
+        return self.manifest.targets
 
     def check(self, setting: dict) -> None:
         """Nothing to refuse beyond the manifest's options, which ``options.resolve`` checks."""

@@ -8,13 +8,14 @@ and a value the predictor never saw is refused with :class:`~trappm_ray.errors.U
 from __future__ import annotations
 
 from trappm_ray import errors
+from trappm_ray.model.manifest import Manifest
 
 PRECISIONS = ("fp32", "tf32", "amp-fp16", "amp-bf16", "fp16", "bf16", "fp64")
 OPTIMIZERS = ("adam", "adamw", "sgd", "sgd-momentum", "none")
 MEMORY_FORMATS = ("nchw", "nhwc")
 FIELDS = ("precision", "optimizer", "gpus", "memory_format")
 # How a step runs rather than what it computes: no label varies them; on a GPU the step model
-# moves an answer to them (``manifest["moves"]``, :class:`~trappm_ray.model.compositions.SettingMove`).
+# moves an answer to them (``Manifest.moves``, :class:`~trappm_ray.model.compositions.SettingMove`).
 # Each with its default, which a resolved setting leaves out.
 STEP_FIELDS = {"recompute": False, "grad_accum": 1}
 # Predictors registered before manifests listed their options: the CPU harness's only setting.
@@ -48,12 +49,12 @@ def label_options(rows: list[dict]) -> dict[str, list]:
     return out
 
 
-def trained_options(manifest: dict) -> dict[str, list]:
+def trained_options(manifest: Manifest) -> dict[str, list]:
     """The options a predictor was trained on (its manifest's, else the legacy CPU setting)."""
-    return manifest.get("options") or LEGACY_CPU
+    return manifest.options or LEGACY_CPU
 
 
-def resolve(requested: dict, manifest: dict) -> dict:
+def resolve(requested: dict, manifest: Manifest) -> dict:
     """Requested option values (None = the predictor's default) checked against the predictor.
 
     Raises:
@@ -68,7 +69,7 @@ def resolve(requested: dict, manifest: dict) -> dict:
             raise errors.UnsupportedOption(f"{field} {value!r} is not one of {', '.join(known[field])}")
         if value is not None and seen is not None and value not in seen:
             raise errors.UnsupportedOption(
-                f"the {manifest.get('device', {}).get('slug', 'unknown')} predictor was trained on "
+                f"the {manifest.device.slug} predictor was trained on "
                 f"{field} {', '.join(map(str, seen))}, not {value!r}")
         if value is not None and seen is None:
             raise errors.UnsupportedOption(f"the predictor's labels do not vary {field}; leave it unset")
@@ -79,10 +80,10 @@ def resolve(requested: dict, manifest: dict) -> dict:
             continue
         if field == "grad_accum" and (isinstance(value, bool) or not isinstance(value, int) or not 1 <= value <= 4096):
             raise errors.UnsupportedOption(f"grad_accum must be a whole number of passes in 1..4096, got {value!r}")
-        if field not in manifest.get("moves", ()):
+        if field not in manifest.moves:
             raise errors.UnsupportedOption(
                 f"{field} is answered on GPUs (the step model moves a GPU's answer to it); the "
-                f"{manifest.get('device', {}).get('slug', 'unknown')} predictor has no such path")
+                f"{manifest.device.slug} predictor has no such path")
         out[field] = value if field == "grad_accum" else bool(value)
     return out
 

@@ -23,6 +23,7 @@ from trappm_ray.graph.data import to_data
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.model import stored
 from trappm_ray.model.estimator import DEFAULT_DIR, PredictorError
+from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.network_predictor import answer_rows
 from trappm_ray.model.networks import GraphEncoder, Regressor, neighbor_mean, pooled_embedding
 from trappm_ray.model.roofline_inputs import INPUTS, NODE_DIM, STATIC_DIM
@@ -107,19 +108,17 @@ class Predictor:
     """Predicts every target it was trained for, for any featurized graph.
 
     Args:
-        manifest: the registry manifest (see module docstring); must name ``feature_set``,
-            ``targets``, ``seeds``, ``head`` (hidden, fc, dropout, and the targets predicted
-            as ``batch_affine``) and ``encoder`` (or None). ``inputs: roofline`` (a GPU
-            predictor, :mod:`trappm_ray.model.roofline_inputs`) also needs ``device.spec``,
-            ``options``, ``run`` (per target the framework setting) and ``residual_quantiles``.
+        manifest: the registry manifest (:class:`~trappm_ray.model.manifest.Manifest` with a
+            network part). ``roofline`` inputs (a GPU predictor, :mod:`trappm_ray.model.roofline_inputs`)
+            also need ``device.spec``, ``options``, ``run`` and ``residual_quantiles``.
         encoder: the frozen pretrained encoder, or None for a predictor without embedding.
         heads: target -> one :class:`Regressor` per seed.
         scalers: target -> one :class:`Scaler` per seed (each fitted on that seed's rows).
         mlps: target -> one :class:`~trappm_ray.model.static_mlp.StaticMLP` per seed, blended with
-            that seed's network by the GNN's share ``manifest["blend"]["weights"][target]``.
+            that seed's network by the GNN's share ``manifest.net.blend["weights"][target]``.
     """
 
-    def __init__(self, manifest: dict, encoder: GraphEncoder | None,
+    def __init__(self, manifest: Manifest, encoder: GraphEncoder | None,
                  heads: dict[str, list[Regressor]], scalers: dict[str, list[Scaler]],
                  mlps: dict[str, list[StaticMLP]] | None = None):
         self.manifest, self.encoder, self.heads, self.scalers, self.mlps = manifest, encoder, heads, scalers, mlps or {}
@@ -150,7 +149,7 @@ class Predictor:
 
     @property
     def feature_set(self) -> str:
-        return self.manifest["feature_set"]
+        return self.manifest.feature_set
 
     @torch.no_grad()
     def predict_data(self, data: Sequence[Data], emb: torch.Tensor | None = None,
@@ -169,7 +168,7 @@ class Predictor:
             cols = [sc.y_inverse(h(batch.x, batch.edge_index, batch.batch, sc.static(batch.static),
                                    sc.emb(emb), agg, batch.log_samples).double())
                     for h, sc in zip(heads, self.scalers[target])]
-            w = self.manifest["blend"]["weights"][target] if target in self.mlps else 1.0
+            w = (self.manifest.net.blend or {})["weights"][target] if target in self.mlps else 1.0
             if w < 1:  # log(ratio) = w log(network) + (1 - w) log(MLP), per seed
                 cols = [torch.exp(w * torch.log(c.clamp_min(1e-6)) + (1 - w) * m(batch.static).unsqueeze(1))
                         for c, m in zip(cols, self.mlps[target])]
@@ -191,11 +190,11 @@ class Predictor:
         if self.encoder is not None:
             flat.update({f"encoder.{k}": v for k, v in self.encoder.state_dict().items()})
         for target, heads in self.heads.items():
-            for seed, head, sc in zip(self.manifest["seeds"], heads, self.scalers[target]):
+            for seed, head, sc in zip(self.manifest.net.seeds, heads, self.scalers[target]):
                 flat.update({f"head.{target}.{seed}.{k}": v for k, v in head.state_dict().items()})
                 flat.update({f"scaler.{target}.{seed}.{k}": v for k, v in sc.state().items()})
         for target, mlps in self.mlps.items():
-            for seed, mlp in zip(self.manifest["seeds"], mlps):
+            for seed, mlp in zip(self.manifest.net.seeds, mlps):
                 flat.update({f"mlp.{target}.{seed}.{k}": v for k, v in mlp.state_dict().items()})
         return flat
 
@@ -209,39 +208,37 @@ class Predictor:
         """Read and check a stored predictor (:func:`trappm_ray.model.stored.read`; no code runs)."""
         manifest, arrays = stored.read(str(uri))
         try:
-            return cls._from_state(manifest, features.get(manifest["feature_set"]),
+            return cls._from_state(manifest, features.get(manifest.feature_set),
                                    {k: torch.from_numpy(v) for k, v in arrays.items()})
         except (KeyError, RuntimeError) as e:  # missing or misshapen tensors: a broken save
             raise PredictorError(f"{uri}: weights do not fit the manifest: {e}"[:400]) from e
 
     @classmethod
-    def _from_state(cls, manifest: dict, fs, flat: dict) -> Predictor:
+    def _from_state(cls, manifest: Manifest, fs, flat: dict) -> Predictor:
         part = lambda prefix: {k[len(prefix):]: v for k, v in flat.items() if k.startswith(prefix)}  # noqa: E731
-        encoder = None
-        if manifest.get("encoder"):
-            enc = manifest["encoder"]
-            encoder = GraphEncoder(fs.node_dim, enc["dims"], enc.get("dropout", 0.0))
+        net, encoder = manifest.net, None
+        if net.encoder:
+            encoder = GraphEncoder(fs.node_dim, net.encoder["dims"], net.encoder.get("dropout", 0.0))
             encoder.load_state_dict(part("encoder."))
         emb_dim = encoder.out_dim if encoder is not None else 0
-        spec = manifest["head"]
-        roof = manifest.get("inputs") == INPUTS
+        spec = net.head
+        roof = net.inputs == INPUTS
         node_dim, static_dim = (NODE_DIM, STATIC_DIM) if roof else (fs.node_dim, fs.static_dim)
-        # manifests before "node_dropout" was in "head" have it in their recipe
-        node_dropout = spec.get("node_dropout", manifest.get("recipe", {}).get("node_dropout", False))
+        node_dropout = spec.get("node_dropout", False)
         heads, scalers = {}, {}
-        for target in manifest["targets"]:
+        for target in manifest.targets:
             heads[target], scalers[target] = [], []
-            for seed in manifest["seeds"]:
+            for seed in net.seeds:
                 head = Regressor(node_dim, static_dim, emb_dim, spec["hidden"], spec["fc"],
                                  spec["dropout"], node_dropout=node_dropout,
                                  batch_affine=target in spec.get("batch_affine", ()))
                 head.load_state_dict(part(f"head.{target}.{seed}."))
                 heads[target].append(head)
                 scalers[target].append(Scaler.from_state(part(f"scaler.{target}.{seed}.")))
-        mlps = {t: [StaticMLP(static_dim, manifest["blend"]["hidden"]) for _ in manifest["seeds"]]
-                for t in (manifest.get("blend") or {}).get("weights", {})}
+        blend = net.blend or {}
+        mlps = {t: [StaticMLP(static_dim, blend["hidden"]) for _ in net.seeds] for t in blend.get("weights", {})}
         for target, models in mlps.items():
-            for seed, mlp in zip(manifest["seeds"], models):
+            for seed, mlp in zip(net.seeds, models):
                 mlp.load_state_dict(part(f"mlp.{target}.{seed}."))
         return cls(manifest, encoder, heads, scalers, mlps)
 
@@ -249,7 +246,7 @@ class Predictor:
 def register(predictor: Predictor, root: str, name: str) -> str:
     """Save ``predictor`` as the next version under ``<root>/<name>/``; its URI."""
     uri, fields = stored.next_version(root, name)
-    predictor.manifest = {**predictor.manifest, **fields}
+    predictor.manifest = predictor.manifest.replace(**fields)
     return predictor.save(uri)
 
 

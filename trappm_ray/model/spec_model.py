@@ -20,7 +20,6 @@ device and answers like a :class:`trappm_ray.model.predictor.Predictor`.
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import math
 from pathlib import Path
@@ -30,6 +29,8 @@ import numpy as np
 from trappm_ray import devices, errors, storage
 from trappm_ray.model import launch
 from trappm_ray.model.estimator import PredictorError
+from trappm_ray.model.manifest import Device, Manifest
+from trappm_ray.model.stored import read_manifest
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.device_features import EAGER_TORCH2, KERNELS_COL, feature_names, static_input
 from trappm_ray.model.floor_ratio import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
@@ -107,8 +108,10 @@ class SpecModel:
         boosters: ``xgboost.Booster`` objects whose mean log ratio is the prediction.
     """
 
-    def __init__(self, manifest: dict, boosters: list):
-        self.manifest, self.boosters = manifest, boosters
+    def __init__(self, manifest: Manifest, boosters: list):
+        if manifest.boosters is None:
+            raise PredictorError(f"{manifest.name}: a {manifest.kind} predictor, not the spec-based model")
+        self.manifest, self.part, self.boosters = manifest, manifest.boosters, boosters
 
     @classmethod
     def load(cls, uri: str | Path = SPEC_DIR) -> SpecModel:
@@ -116,15 +119,16 @@ class SpecModel:
         import xgboost as xgb
 
         uri = str(uri)
-        try:
-            manifest = json.loads(storage.read_bytes(storage.join(uri, "manifest.json")))
-            blobs = [storage.read_bytes(storage.join(uri, b["file"])) for b in manifest["boosters"]]
-        except (OSError, ValueError, KeyError) as e:
-            raise PredictorError(f"no readable spec predictor at {uri}: {e}") from e
-        if manifest.get("kind") != KIND or manifest.get("variant") not in VARIANTS:
+        manifest = read_manifest(uri)
+        part = manifest.boosters
+        if manifest.kind != KIND or part is None or part.variant not in VARIANTS:
             raise PredictorError(f"{uri}: not a {KIND} predictor this version reads")
+        try:
+            blobs = [storage.read_bytes(storage.join(uri, b["file"])) for b in part.files]
+        except (OSError, KeyError) as e:
+            raise PredictorError(f"no readable spec predictor at {uri}: {e}") from e
         boosters = []
-        for meta, blob in zip(manifest["boosters"], blobs):
+        for meta, blob in zip(part.files, blobs):
             if hashlib.sha256(blob).hexdigest() != meta["sha256"]:
                 raise PredictorError(f"{uri}: {meta['file']} does not match its manifest (damaged copy?)")
             booster = xgb.Booster()
@@ -137,7 +141,7 @@ class SpecModel:
         """The boosters' mean log(measured / base) for full feature vectors ``x``."""
         import xgboost as xgb
 
-        d = xgb.DMatrix(design(x, self.manifest["variant"]))
+        d = xgb.DMatrix(design(x, self.part.variant))
         return np.mean([b.predict(d) for b in self.boosters], 0).astype(np.float64)
 
     def time_ms(self, x: np.ndarray, floors: np.ndarray, target: str) -> np.ndarray:
@@ -147,23 +151,23 @@ class SpecModel:
         A model stored before the base existed predicts against the floor alone."""
         floors = np.asarray(floors, np.float64)
         ratio = self.log_ratio(x)
-        if "host_us_per_kernel" not in self.manifest:
+        if self.part.host_us_per_kernel is None:
             return floors * np.exp(np.maximum(ratio, 0.0))
         base = launch.host_base_ms(floors, np.exp(x[:, KERNELS_COL]), target,
-                                   host_us=self.manifest["host_us_per_kernel"])
-        ratio = (ratio + self.manifest["efficiency"][target]) / 2
+                                   host_us=self.part.host_us_per_kernel)
+        ratio = (ratio + self.part.efficiency[target]) / 2
         return np.maximum(base * np.exp(ratio), floors)
 
 
-def device_note(manifest: dict, slug: str, user_spec: bool) -> str:
+def device_note(manifest: Manifest, slug: str, user_spec: bool) -> str:
     """What a prediction for ``slug`` rests on, with the error measured for unseen devices."""
-    lodo = manifest.get("lodo", {})
+    lodo = manifest.boosters.lodo if manifest.boosters is not None else {}
     err = ", ".join(f"{t} {v['mean_device_mape']:.0f}%" for t, v in lodo.items() if "mean_device_mape" in v)
-    rows = (manifest.get("data", {}).get("rows_per_device") or {}).get(slug, 0)
+    rows = (manifest.data.get("rows_per_device") or {}).get(slug, 0)
     if rows and not user_spec:
         own = {t: v["devices"][slug]["mape"] for t, v in lodo.items() if slug in v.get("devices", {})}
         own_s = ", ".join(f"{t} {v:.0f}%" for t, v in own.items())
-        return (f"predicted by the spec-based predictor {manifest.get('version', '')}: its training rows include "
+        return (f"predicted by the spec-based predictor {manifest.version}: its training rows include "
                 f"{rows} of this device (held out: {own_s or 'n/a'} MAPE)")
     return (f"{NOTE}; leave-one-device-out MAPE of the spec-based predictor (mean over held-out devices): "
             f"{err or 'not measured'}")
@@ -188,32 +192,31 @@ class SpecPredictor:
                  anchors=None):
         self.model, self.spec = model, spec
         m = model.manifest
-        rows = (m.get("data") or {}).get("rows_per_device") or {}
+        rows = m.data.get("rows_per_device") or {}
         digest = hashlib.sha256(repr(devices.spec_vector(spec).tolist()).encode()).hexdigest()[:8]
         tag = f"{spec.slug}#{digest}" if user_spec else spec.slug
         spec_only = user_spec or not rows.get(spec.slug)
-        self.moved = tuple(t for t in m["targets"] if user_spec or own_rows(m, spec.slug, t) < OWN_ROWS)
+        self.moved = tuple(t for t in m.targets if user_spec or own_rows(m, spec.slug, t) < OWN_ROWS)
         self.reference = reference if self.moved else None
         self.anchors = anchors if self.reference is not None else None
         note = device_note(m, spec.slug, user_spec)
         if self.reference is not None:
             ref = self.reference.manifest
-            opts = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in ref.get("options", {}).items() if k != "gpus")
-            note = (f"{note}. In the setting the {ref['name']} predictor was trained on ({opts}), "
+            opts = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in ref.options.items() if k != "gpus")
+            note = (f"{note}. In the setting the {ref.name} predictor was trained on ({opts}), "
                     f"{', '.join(self.moved)} are its answer on its GPU x this GPU's roofline floor / that "
                     f"GPU's (reference transfer)")
             if self.anchors is not None:
                 note += (f"; for a graph the {self.anchors.device} labels measured (same operators, edges and "
                          f"parameters, a batch within 2x), that measurement / its floor instead of the answer")
-        self.manifest = {**m, "name": f"{KIND}:{tag}",
-                         "device": {"slug": spec.slug, "name": spec.name, "kind": spec.kind, "spec": spec.slug,
-                                    "spec_based": True, "spec_source": "json" if user_spec else "spec table",
-                                    "spec_only": spec_only, "note": note,
-                                    **({"reference": self.reference.manifest["name"]} if self.reference else {})}}
+        self.manifest = m.replace(name=f"{KIND}:{tag}", device=Device(
+            slug=spec.slug, name=spec.name, kind=spec.kind, spec=spec.slug, spec_based=True,
+            spec_source="json" if user_spec else "spec table", spec_only=spec_only, note=note,
+            reference=self.reference.manifest.name if self.reference else ""))
 
     @property
     def targets(self) -> tuple[str, ...]:
-        return tuple(self.model.manifest["targets"])
+        return self.model.manifest.targets
 
     def check(self, setting: dict) -> None:
         """Raise ``errors.UnsupportedOption`` when the device has no roofline at the setting's
@@ -234,7 +237,7 @@ class SpecPredictor:
             settings_list: per graph the resolved options (``precision``, ``optimizer``,
                 ``memory_format``) and ``interval_z``; None: the manifest's defaults.
         """
-        default = {k: v[0] for k, v in self.manifest["options"].items()} | {"interval_z": 1.96}
+        default = {k: v[0] for k, v in self.manifest.options.items()} | {"interval_z": 1.96}
         settings_list = [{**default, **{k: v for k, v in s.items() if v is not None}}
                          for s in (settings_list or [default] * len(graphs))]
         modes = [(t, m) for t, m in TARGET_MODES if t in self.targets]
@@ -255,9 +258,9 @@ class SpecPredictor:
             xs = [f[1] for f in found[target]]
             own = self.model.time_ms(np.stack(xs), np.array(floors), target)
             for row, floor, x, ms, s, m in zip(rows, floors, xs, own, settings_list, moved):
-                lo, hi = quantile_offsets(self.model.manifest, target, float(s.get("interval_z", 1.96)))
+                lo, hi = quantile_offsets(self.model.manifest.residual_quantiles, target, float(s.get("interval_z", 1.96)))
                 value = m.get(target, float(ms))
-                lo95, hi95 = quantile_offsets(self.model.manifest, target, 1.96)
+                lo95, hi95 = quantile_offsets(self.model.manifest.residual_quantiles, target, 1.96)
                 row.update({target: value, f"{target}_low": max(value * math.exp(lo), floor),
                             f"{target}_high": value * math.exp(max(hi, 0.0)), f"{target}_floor": floor,
                             f"{target}_kernels": round(math.exp(x[KERNELS_COL])),

@@ -13,9 +13,9 @@ and need not import torch to read them.
 """
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import io
-import json
 import re
 from datetime import datetime, timezone
 
@@ -24,45 +24,58 @@ import numpy as np
 from trappm_ray import storage
 from trappm_ray.graph import features
 from trappm_ray.model.estimator import PredictorError
+from trappm_ray.model.manifest import Manifest, ManifestError
 
 FORMAT_VERSION = 2
 WEIGHTS = "weights.npz"
 MANIFEST = "manifest.json"
 
 
-def write(uri: str, manifest: dict, arrays: dict[str, np.ndarray]) -> dict:
-    """Store ``arrays`` then ``manifest`` (stamped with the format and the weights' hash) at
-    ``uri``; the manifest as written."""
+def write(uri: str, manifest: Manifest, arrays: dict[str, np.ndarray]) -> Manifest:
+    """Store ``arrays`` then ``manifest`` (its network part stamped with the format and the
+    weights' hash) at ``uri``; the manifest as written."""
     buf = io.BytesIO()
     np.savez(buf, allow_pickle=False, **arrays)
     weights = buf.getvalue()
-    manifest = {**manifest, "format": FORMAT_VERSION, "weights_sha256": hashlib.sha256(weights).hexdigest()}
+    net = dataclasses.replace(manifest.net, weights_format=FORMAT_VERSION,
+                              weights_sha256=hashlib.sha256(weights).hexdigest())
+    manifest = manifest.replace(network=net)
     storage.write_bytes(storage.join(uri, WEIGHTS), weights)
-    storage.write_bytes(storage.join(uri, MANIFEST), json.dumps(manifest, indent=1).encode())
+    storage.write_bytes(storage.join(uri, MANIFEST), manifest.to_json().encode())
     return manifest
 
 
-def read(uri: str) -> tuple[dict, dict[str, np.ndarray]]:
+def read_manifest(uri: str) -> Manifest:
+    """The manifest stored at ``uri`` (either kind); PredictorError names what is wrong."""
+    try:
+        return Manifest.from_json(storage.read_bytes(storage.join(uri, MANIFEST)))
+    except OSError as e:
+        raise PredictorError(f"no readable predictor at {uri}: {e}") from e
+    except ManifestError as e:
+        raise PredictorError(f"{uri}: {e}") from None
+
+
+def read(uri: str) -> tuple[Manifest, dict[str, np.ndarray]]:
     """The manifest and weights stored at ``uri``, checked: format, hash, feature set and the
     encoder's input size. PredictorError names what is wrong."""
-    try:
-        manifest = json.loads(storage.read_bytes(storage.join(uri, MANIFEST)))
-    except (OSError, ValueError) as e:
-        raise PredictorError(f"no readable predictor at {uri}: {e}") from e
-    if manifest.get("format") != FORMAT_VERSION:
-        raise PredictorError(f"{uri}: predictor format {manifest.get('format')!r}, this version reads "
+    manifest = read_manifest(uri)
+    if manifest.network is None:
+        raise PredictorError(f"{uri}: a {manifest.kind} predictor, not a network")
+    net = manifest.network
+    if net.weights_format != FORMAT_VERSION:
+        raise PredictorError(f"{uri}: weights format {net.weights_format!r}, this version reads "
                              f"{FORMAT_VERSION} (weights.npz; format 1's weights.pt is no longer read)")
     try:
         weights = storage.read_bytes(storage.join(uri, WEIGHTS))
     except OSError as e:
         raise PredictorError(f"no readable predictor at {uri}: {e}") from e
-    if hashlib.sha256(weights).hexdigest() != manifest.get("weights_sha256"):
+    if hashlib.sha256(weights).hexdigest() != net.weights_sha256:
         raise PredictorError(f"{uri}: {WEIGHTS} does not match its manifest (damaged copy?)")
     try:
-        fs = features.get(manifest["feature_set"])
+        fs = features.get(manifest.feature_set)
     except KeyError as e:
-        raise PredictorError(f"{uri}: unknown feature set {manifest.get('feature_set')!r}") from e
-    enc = manifest.get("encoder")
+        raise PredictorError(f"{uri}: unknown feature set {manifest.feature_set!r}") from e
+    enc = net.encoder
     if enc and enc["in_dim"] != fs.node_dim:
         raise PredictorError(f"{uri}: encoder expects {enc['in_dim']} node features, "
                              f"feature set {fs.name} has {fs.node_dim}")
@@ -80,7 +93,7 @@ def versions(base: str) -> list[str]:
     return sorted(n for n in names if re.fullmatch(r"v\d{4}", n))
 
 
-def next_version(root: str, name: str) -> tuple[str, dict]:
+def next_version(root: str, name: str) -> tuple[str, dict[str, str]]:
     """Where the next version of ``name`` goes under ``root``, and the manifest fields it gets."""
     base = storage.join(root, name)
     found = versions(base)
@@ -99,4 +112,4 @@ def latest(root: str, name: str) -> str:
     raise PredictorError(f"no complete version of {name!r} under {root}")
 
 
-__all__ = ["FORMAT_VERSION", "WEIGHTS", "MANIFEST", "write", "read", "versions", "next_version", "latest"]
+__all__ = ["FORMAT_VERSION", "WEIGHTS", "MANIFEST", "write", "read_manifest", "read", "versions", "next_version", "latest"]

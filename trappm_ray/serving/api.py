@@ -124,8 +124,8 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     p.notes += [f"{t}: this graph was measured on {device.get('reference') or 'the reference GPU'} at batch "
                 f"{int(row[f'{t}_measured_batch'])}; that measurement, moved by the roofline floors, answers"
                 for t in REPORTED if f"{t}_measured_batch" in row]
-    if predictor.manifest.get("intervals"):  # split-conformal bands (GPU predictors)
-        p.interval = f"{predictor.manifest['intervals']}, at the coverage of +-interval_z sd"
+    if predictor.manifest.intervals:  # split-conformal bands (GPU predictors)
+        p.interval = f"{predictor.manifest.intervals}, at the coverage of +-interval_z sd"
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
         p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value,
         p.inference_ms and p.inference_ms.value)
@@ -139,9 +139,9 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     # the passes after the network, in order: several GPUs change the step that power, a power
     # limit and the cost of N steps are computed on
     if spec is not None and (opts.gpus or 1) > 1:
-        p.notes.append(with_data_parallel(p, graph, spec, setting, opts, predictor.manifest.get("launch") or {}))
+        p.notes.append(with_data_parallel(p, graph, spec, setting, opts, predictor.manifest.launch))
     if spec is not None and spec.tdp_w and p.train_step_ms is not None:
-        p.notes += with_power(p, graph, spec, setting, predictor.manifest.get("launch") or {}, opts.power_limit_w)
+        p.notes += with_power(p, graph, spec, setting, predictor.manifest.launch, opts.power_limit_w)
     elif opts.power_limit_w is not None:
         raise errors.UnsupportedOption("a power limit applies to a GPU with a sourced TDP; this answer is for "
                                        f"{device.get('name') or device.get('slug')}")
@@ -261,7 +261,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             if text:  # a text model on a predictor of image models
                 chosen, setting, text_notes[i] = text
             batch, spec = int(graph.static["batch_size"]), gpu_spec(chosen)
-            profiles = chosen.manifest.get("launch") or {}
+            profiles = chosen.manifest.launch
             anchor = 0
             if spec is not None and profiles:  # a GPU: one more batch, where the labels are
                 fit = fitting_batch(graph, setting["precision"], setting["optimizer"], spec.memory_gb * 1e9,
@@ -284,7 +284,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
         items.append((i, proto, sha, graph, [int(g.static["batch_size"]) for g in above], bool(anchor), keys))
     for chosen, items, slots in passes.values():
         rows = chosen.predict_graphs([g for _, g, _ in slots.values()], [s for *_, s in slots.values()])
-        spec, host = gpu_spec(chosen), step_host_us(chosen.manifest.get("launch") or {})
+        spec, host = gpu_spec(chosen), step_host_us(chosen.manifest.launch)
         for i, proto, sha, graph, batches, on_gpu, keys in items:
             data, opts, label = models[i]
             row, *above_rows = (dict(rows[slots[k][0]]) for k in keys)

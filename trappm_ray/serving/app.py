@@ -227,10 +227,11 @@ class TrappmPredictor:
         self.settings = ServeSettings.from_args(settings)
         self.predictor = load_predictor(self.settings.predictor)
         m = self.predictor.manifest
-        self.info = {"model_version": model_version(self.predictor), "name": m.get("name"),
-                     "version": m.get("version"), "device": device_of(self.predictor),
-                     "targets": list(self.predictor.targets), "seeds": m.get("seeds"),
-                     "feature_set": m.get("feature_set"), "metrics": m.get("metrics")}
+        self.info = {"model_version": model_version(self.predictor), "name": m.name,
+                     "version": m.version, "device": device_of(self.predictor),
+                     "targets": list(self.predictor.targets),
+                     "seeds": list(m.network.seeds) if m.network is not None else None,
+                     "feature_set": m.feature_set, "metrics": m.metrics}
         # Read once; the value is only ever compared, never logged or returned.
         self._token = os.environ.get(self.settings.token_env, "") if self.settings.token_env else ""
         self.cache: OrderedDict[str, dict] = OrderedDict()

@@ -12,14 +12,15 @@ from trappm_ray import devices
 from trappm_ray.graph import features
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.domain import assess
+from trappm_ray.model.manifest import Manifest
 
 YEAR_MS = 365.25 * 24 * 3600 * 1e3
 BEYOND_DEVICES = 10.0  # memory above 10x the largest device's is not a job anyone can run
 
 
-def domain_of(manifest: dict, graph: Graph) -> dict:
+def domain_of(manifest: Manifest, graph: Graph) -> dict:
     """How far ``graph`` is from the predictor's training graphs (see ``model.domain.assess``)."""
-    return assess(manifest.get("domain"), features.static_features(graph, manifest["feature_set"]))
+    return assess(manifest.domain, features.static_features(graph, manifest.feature_set))
 
 
 def absurdities(train_step_ms: float | None, train_memory_mb: float | None,

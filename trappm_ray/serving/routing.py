@@ -8,14 +8,15 @@ spec-based predictor for any other GPU of the spec table or a user's ``--device-
 from __future__ import annotations
 
 import functools
-import json
 import os
 from pathlib import Path
 from typing import Any
 
-from trappm_ray import devices, errors, storage
+from trappm_ray import devices, errors
 from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.estimator import DEFAULT_DIR, Estimator, PredictorError, device_of, model_version, names_device
+from trappm_ray.model.manifest import Manifest
+from trappm_ray.model.stored import read_manifest
 from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
@@ -28,7 +29,7 @@ SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (
              "add peak_fp16_tensor_tflops for tensor cores)")
 
 
-def _manifest(path: Path) -> dict:
+def _manifest(path: Path) -> Manifest:
     """A shipped predictor's manifest, read once per version of the file (routing reads each
     manifest several times per prediction)."""
     file = path / "manifest.json"
@@ -36,11 +37,11 @@ def _manifest(path: Path) -> dict:
 
 
 @functools.lru_cache(maxsize=64)
-def _manifest_at(file: str, mtime_ns: int) -> dict:
-    return json.loads(Path(file).read_text())
+def _manifest_at(file: str, mtime_ns: int) -> Manifest:
+    return read_manifest(str(Path(file).parent))
 
 
-def _spec_manifest() -> dict | None:
+def _spec_manifest() -> Manifest | None:
     """The shipped spec-based predictor's manifest, None when it is not shipped."""
     return _manifest(SPEC_DIR) if (SPEC_DIR / "manifest.json").exists() else None
 
@@ -48,7 +49,7 @@ def _spec_manifest() -> dict | None:
 def shipped() -> list[Path]:
     """Directories of the shipped per-device predictors (the spec-based one excluded)."""
     return sorted(p.parent for p in DEFAULT_DIR.parent.glob("*/manifest.json")
-                  if _manifest(p.parent).get("kind") != KIND)
+                  if _manifest(p.parent).kind != KIND)
 
 
 def spec_model(uri: str | Path | None = None) -> SpecModel:
@@ -64,9 +65,8 @@ def reference_path(spec: devices.DeviceSpec) -> Path | None:
     """The shipped predictor whose answers transfer to ``spec`` (:mod:`trappm_ray.model.floor_ratio`):
     of another GPU of the same kind (same vendor software stack) in the spec table, the one with
     the most targets (then the first by name)."""
-    found = [(-len(m.get("targets") or []), path) for path in shipped()
-             for m in [_manifest(path)] for dev in [m.get("device") or {}]
-             if dev.get("kind") == spec.kind and dev.get("spec") and dev["spec"] != spec.slug]
+    found = [(-len(m.targets), path) for path in shipped() for m in [_manifest(path)]
+             if m.device.kind == spec.kind and m.device.spec and m.device.spec != spec.slug]
     return min(found)[1] if found else None
 
 
@@ -110,8 +110,8 @@ def spec_predictor(slug: str) -> SpecPredictor:
 
 def _is_spec_dir(uri: str) -> bool:
     try:
-        return json.loads(storage.read_bytes(storage.join(uri, "manifest.json"))).get("kind") == KIND
-    except (OSError, ValueError):
+        return read_manifest(uri).kind == KIND
+    except PredictorError:
         return False
 
 
@@ -121,18 +121,17 @@ def completed(found: Estimator) -> Estimator:
     as they are: the spec-based predictor covers GPUs only."""
     key = f"completed:{id(found)}"
     if key not in _LOADED:
-        _LOADED[key] = (TargetFill(found, spec_predictor(found.manifest["device"]["spec"]))
+        _LOADED[key] = (TargetFill(found, spec_predictor(found.manifest.device.spec or ""))
                         if filled_by_spec(found.manifest, _spec_manifest()) else found)
     return _LOADED[key]
 
 
-def filled_by_spec(manifest: dict, spec_manifest: dict | None) -> list[str]:
+def filled_by_spec(manifest: Manifest, spec_manifest: Manifest | None) -> list[str]:
     """Targets the spec-based predictor adds to a shipped predictor (``manifest``) of a GPU in
     the spec table; none for CPUs, which the spec-based predictor does not cover."""
-    dev = manifest.get("device") or {}
-    if not dev.get("spec") or dev.get("kind") == "cpu":
+    if spec_manifest is None or not manifest.device.spec or manifest.device.kind == "cpu":
         return []
-    return [t for t in (spec_manifest or {}).get("targets", []) if t not in manifest.get("targets", [])]
+    return [t for t in spec_manifest.targets if t not in manifest.targets]
 
 
 def _for_device(device: str) -> Estimator:
@@ -140,14 +139,14 @@ def _for_device(device: str) -> Estimator:
     GPU of the spec table in any spelling :func:`trappm_ray.devices.resolve` reads (its shipped
     predictor where one exists, else the spec-based one)."""
     for path in shipped():
-        if names_device(_manifest(path).get("device") or {}, device):
+        if names_device(_manifest(path).device, device):
             return completed(load_predictor(str(path)))
     try:
         spec = devices.resolve(device)
     except devices.UnknownDevice as e:
         raise PredictorError(f"{e.args[0]}") from None
     for path in shipped():
-        if names_device(_manifest(path).get("device") or {}, spec.slug):
+        if names_device(_manifest(path).device, spec.slug):
             return completed(load_predictor(str(path)))
     return for_spec(spec)
 
@@ -195,7 +194,7 @@ def load_predictor(predictor: str | os.PathLike | Estimator | None = None,
         found = _LOADED["default"]
     else:
         return _for_device(device)
-    if device is not None and not names_device(found.manifest.get("device") or {}, device):
+    if device is not None and not names_device(found.manifest.device, device):
         raise PredictorError(f"predictor {model_version(found)} is for device "
                              f"{device_of(found).get('slug')!r}, not {device!r}")
     return found
@@ -204,7 +203,7 @@ def load_predictor(predictor: str | os.PathLike | Estimator | None = None,
 def predictor_for(device: str | None, predictor: Estimator) -> Estimator:
     """The predictor answering for ``device``: ``predictor``, unless ``device`` names another
     one (then its shipped or spec-based predictor); an unknown device is an UnsupportedOption."""
-    if device is None or names_device(predictor.manifest.get("device") or {}, device):
+    if device is None or names_device(predictor.manifest.device, device):
         return predictor
     try:
         return load_predictor(None, device)
@@ -225,11 +224,11 @@ def gpu_spec(chosen: Estimator) -> devices.DeviceSpec | None:
     """The spec of the GPU ``chosen`` answers for; None for CPUs and devices outside the table."""
     if isinstance(chosen, SpecPredictor):
         return chosen.spec
-    dev = chosen.manifest.get("device") or {}
-    if dev.get("kind") == "cpu" or not dev.get("spec"):
+    dev = chosen.manifest.device
+    if dev.kind == "cpu" or not dev.spec:
         return None
     try:
-        return devices.get(dev["spec"])
+        return devices.get(dev.spec)
     except KeyError:
         return None
 
@@ -257,7 +256,7 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
             alt = spec_predictor(spec.slug)
         except (PredictorError, KeyError):
             alt = None
-        if alt is not None and not alt.manifest["device"]["spec_only"]:
+        if alt is not None and not alt.manifest.device.spec_only:
             candidate = _composed("ratio", chosen, lambda: SettingRatio(chosen, alt))
             try:
                 return candidate, resolve_options(requested, candidate.manifest)
@@ -276,15 +275,15 @@ def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] 
         errors.UnsupportedOption: the spec-based predictor was not trained on the setting either.
     """
     inner = getattr(chosen, "shipped", chosen)
-    spec = (inner.manifest.get("device") or {}).get("spec")
+    spec = inner.manifest.device.spec
     if isinstance(chosen, SpecPredictor) or not spec or not image_only(inner.manifest):
         return None
     try:
         alt = spec_predictor(spec)
     except (PredictorError, KeyError):
         return None
-    note = (f"a text model: the {inner.manifest.get('name')} predictor's labels hold image models only "
-            f"({', '.join(inner.manifest['data']['model_sources'])}); the spec-based predictor answers, "
+    note = (f"a text model: the {inner.manifest.name} predictor's labels hold image models only "
+            f"({', '.join(inner.manifest.data['model_sources'])}); the spec-based predictor answers, "
             f"from its rows of this device and of transformer LMs on other GPUs")
     setting = resolve_options(requested, alt.manifest)
     alt.check(setting)
@@ -298,25 +297,25 @@ def device_catalog() -> list[dict]:
     spec_m = _spec_manifest()
     for path in shipped():
         m = _manifest(path)
-        dev = m.get("device") or {}
+        dev = m.device
         served.append(dev)
-        out.append({"device": dev.get("slug"), "name": dev.get("name"), "kind": dev.get("kind"),
-                    "predictor": path.name, "spec_only": False, "targets": m.get("targets"),
-                    "filled_by_spec": filled_by_spec(m, spec_m), "options": m.get("options"),
-                    "labels": (m.get("data") or {}).get("labels")})
-    if spec_m is None:
+        out.append({"device": dev.slug, "name": dev.name, "kind": dev.kind,
+                    "predictor": path.name, "spec_only": False, "targets": list(m.targets),
+                    "filled_by_spec": filled_by_spec(m, spec_m), "options": m.options,
+                    "labels": m.data.get("labels")})
+    if spec_m is None or spec_m.boosters is None:
         return out
     m = spec_m
-    lodo = {t: v.get("mean_device_mape") for t, v in (m.get("lodo") or {}).items()}
-    rows = (m.get("data") or {}).get("rows_per_device") or {}
+    lodo = {t: v.get("mean_device_mape") for t, v in spec_m.boosters.lodo.items()}
+    rows = m.data.get("rows_per_device") or {}
     for s in devices.load_specs().values():
         if s.kind == "cpu" or any(names_device(d, s.slug) for d in served):
             continue
         ref = reference_path(s)
-        moved = [t for t in m.get("targets", []) if own_rows(m, s.slug, t) < OWN_ROWS] if ref else []
+        moved = [t for t in m.targets if own_rows(m, s.slug, t) < OWN_ROWS] if ref else []
         out.append({"device": s.slug, "name": s.name, "kind": s.kind, "predictor": KIND,
                     "spec_only": not rows.get(s.slug), "training_rows": rows.get(s.slug, 0),
-                    "targets": m.get("targets"), "options": m.get("options"), "lodo_mape": lodo,
+                    "targets": list(m.targets), "options": m.options, "lodo_mape": lodo,
                     "reference": ref.name if ref and moved else None, "transferred": moved})
     return out
 

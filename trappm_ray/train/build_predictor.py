@@ -12,6 +12,7 @@ import time
 from dataclasses import asdict, dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import torch
@@ -20,6 +21,7 @@ from trappm_ray.model.anchors import ANCHOR_FILE
 from trappm_ray.model import predictor as P
 from trappm_ray.model import stored
 from trappm_ray.model.domain import fit_domain
+from trappm_ray.model.manifest import NETWORK, Device, Manifest, Network
 from trappm_ray.model.options import label_options
 from trappm_ray import storage
 from trappm_ray.graph import features
@@ -88,22 +90,29 @@ def data_hash(labels: str, slug: str) -> str:
     return h.hexdigest()[:16]
 
 
-def label_provenance(labels: str, slug: str, examples, select: dict | None = None) -> dict:
-    """The manifest's ``device``, ``options`` and ``data`` entries for a predictor fitted on
+@dataclass(frozen=True)
+class Provenance:
+    """The manifest fields that say what a predictor's labels are (:func:`label_provenance`)."""
+
+    device: Device
+    options: dict[str, list]
+    data: dict[str, Any]
+
+
+def label_provenance(labels: str, slug: str, examples, select: dict | None = None) -> Provenance:
+    """The manifest's ``device``, ``options`` and ``data`` for a predictor fitted on
     ``examples`` (the ok rows of ``slug`` that match ``select``)."""
     rows = [r for r in ok_labels(labels, slug).to_pylist()
             if all(r.get(k) == v for k, v in (select or {}).items())]
     dates = sorted(r["date"] for r in rows if r["date"])
-    device = {"slug": slug, "name": rows[0]["device_name"], "kind": rows[0]["device"],
-              "threads": rows[0]["threads"], "torch": rows[0]["torch_version"]}
-    if rows[0].get("device_spec"):  # imported sets name their row of data/devices.csv
-        device["spec"] = rows[0]["device_spec"]
-    return {"device": device,
-            "options": label_options(rows),
-            "data": {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
-                     "families": sorted({r["family"] for r in examples.rows}),
-                     "sha256_16": data_hash(labels, slug),
-                     "label_dates": [dates[0], dates[-1]] if dates else None}}
+    device = Device(slug=slug, name=rows[0]["device_name"], kind=rows[0]["device"], threads=rows[0]["threads"],
+                    torch=rows[0]["torch_version"],
+                    spec=rows[0].get("device_spec") or None)  # imported sets name their row of data/devices.csv
+    return Provenance(device, label_options(rows),
+                      {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
+                       "families": sorted({r["family"] for r in examples.rows}),
+                       "sha256_16": data_hash(labels, slug),
+                       "label_dates": [dates[0], dates[-1]] if dates else None})
 
 
 def available_targets(labels: str, slug: str) -> tuple[str, ...]:
@@ -170,22 +179,21 @@ def train_predictor(cfg: RegressConfig) -> dict:
             heads[target].append(head)
         scalers[target] = [results[(target, seed)]["scaler"] for seed in cfg.seeds]
     val = {t: float(np.mean([results[(t, s)]["val_mape"] for s in cfg.seeds])) for t in targets}
-    manifest = {
-        "feature_set": recipe.feature_set, "targets": list(targets), "seeds": list(cfg.seeds),
-        "units": {t: unit(t) for t in targets},
-        "head": {"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout,
-                 "node_dropout": recipe.node_dropout,
-                 "batch_affine": [t for t in targets if for_target(recipe, t).batch_affine]},
-        "recipe": {"name": cfg.recipe, **asdict(recipe)},
-        "encoder": None if encoder is None else {
-            "in_dim": encoder.in_dim, "dims": list(encoder.dims), "dropout": encoder.dropout,
-            "pretrained": {k: enc_meta.get(k) for k in ("epoch", "loss", "corpus", "max_graphs")}},
-        **label_provenance(cfg.labels, slug, examples, cfg.selection()),
-        "domain": domain,
-        "metrics": {"val_mape_mean_over_seeds": val},
-        "code_version": P.code_version(), "torch": torch.__version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    prov = label_provenance(cfg.labels, slug, examples, cfg.selection())
+    manifest = Manifest(
+        name=cfg.name or slug, kind=NETWORK, feature_set=recipe.feature_set, targets=tuple(targets),
+        device=prov.device, options=prov.options, data=prov.data, units={t: unit(t) for t in targets},
+        network=Network(
+            seeds=tuple(cfg.seeds),
+            head={"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout, "node_dropout": recipe.node_dropout,
+                  "batch_affine": [t for t in targets if for_target(recipe, t).batch_affine]},
+            encoder=None if encoder is None else {
+                "in_dim": encoder.in_dim, "dims": list(encoder.dims), "dropout": encoder.dropout,
+                "pretrained": {k: enc_meta.get(k) for k in ("epoch", "loss", "corpus", "max_graphs")}}),
+        recipe={"name": cfg.recipe, **asdict(recipe)}, domain=domain,
+        metrics={"val_mape_mean_over_seeds": val},
+        code_version=P.code_version(), torch=torch.__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     uri = P.register(P.Predictor(manifest, encoder, heads, scalers), cfg.registry, cfg.name or slug)
     if cfg.ship:
         ship(uri)
@@ -224,13 +232,13 @@ def random_predictor(targets=("train_step_ms", "train_memory_mb", "inference_ms"
             head.set_target_scale(0.1, 1.0)
     scalers = {t: [P.Scaler(torch.zeros(fs.static_dim), torch.ones(fs.static_dim), torch.zeros(emb),
                           torch.ones(emb), 4.6, 0.1) for _ in seeds] for t in targets}
-    manifest = {"name": "random", "feature_set": fs.name, "targets": list(targets),
-                "seeds": list(seeds),
-                "head": {"hidden": hidden, "fc": fc, "dropout": 0.0, "node_dropout": False,
-                         "batch_affine": list(batch_affine)},
-                "encoder": ({"in_dim": fs.node_dim, "dims": list(encoder_dims), "dropout": 0.0}
-                            if encoder is not None else None),
-                "device": {"slug": "test-device", "name": "test"}}
+    manifest = Manifest(
+        name="random", kind=NETWORK, feature_set=fs.name, targets=tuple(targets),
+        device=Device(slug="test-device", name="test"),
+        network=Network(seeds=tuple(seeds), head={"hidden": hidden, "fc": fc, "dropout": 0.0, "node_dropout": False,
+                                                   "batch_affine": list(batch_affine)},
+                        encoder=({"in_dim": fs.node_dim, "dims": list(encoder_dims), "dropout": 0.0}
+                                 if encoder is not None else None)))
     return P.Predictor(manifest, encoder, heads, scalers)
 
 

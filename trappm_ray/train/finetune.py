@@ -20,6 +20,7 @@ import torch
 
 from trappm_ray.model import predictor as P
 from trappm_ray.labels.examples import load_examples
+from trappm_ray.model.manifest import NETWORK, Manifest, Network
 from trappm_ray.model.predictor import Predictor, Scaler
 from trappm_ray.train.regressors import (Recipe, predict_rows, embed, fit, mape, prepare, train_epochs,
                       unpack_graphs)
@@ -93,7 +94,7 @@ def finetune_table(pred: Predictor, labels_dir: str, slug: str, sizes=(25, 50, 1
     pool = np.concatenate([train, val])
     rng = np.random.default_rng(seed)
     order = rng.permutation(pool)
-    recipe = scratch or Recipe(**{k: v for k, v in pred.manifest.get("recipe", {}).items()
+    recipe = scratch or Recipe(**{k: v for k, v in pred.manifest.recipe.items()
                                   if k in Recipe.__dataclass_fields__} | {"max_epochs": 40})
     out: dict = {"test_rows": int(len(test))}
     for target in targets:
@@ -194,7 +195,7 @@ def finetune_predictor(cfg: FinetuneConfig) -> dict:
         y = ex.column(target)
         ok = np.flatnonzero(np.isfinite(y) & (y > 0))
         for k, (head, sc) in enumerate(zip(source.heads[target], source.scalers[target])):
-            seed = source.manifest["seeds"][k]
+            seed = source.manifest.net.seeds[k]
             tr, va, _ = split([ex.rows[i] for i in ok], "none", seed)
             calls[(target, k)] = (_fine_tune_task, (head, sc, data_ref, emb_ref, y, ok[tr], ok[va],
                                                     cfg.epochs, cfg.lr, cfg.patience, seed), {})
@@ -212,20 +213,21 @@ def finetune_predictor(cfg: FinetuneConfig) -> dict:
         after[target] = float(np.mean([o["val_mape"] for o in outs]))
         log.info("%s: val MAPE %.1f%% as is -> %.1f%% fine-tuned (best epochs %s)", target,
                  before[target], after[target], [o["best_epoch"] for o in outs])
-    m = source.manifest
-    manifest = {
-        **{k: m[k] for k in ("feature_set", "seeds", "head", "recipe", "encoder") if k in m},
-        "targets": targets, "units": {t: unit(t) for t in targets},
-        **label_provenance(cfg.labels, cfg.device, ex),
-        "metrics": {"val_mape_mean_over_seeds": after, "val_mape_source_as_is": before},
-        "transfer": {"source": cfg.source or "default", "source_device": m.get("device", {}).get("slug"),
-                     "source_version": m.get("version"), "epochs": cfg.epochs, "lr": cfg.lr},
-        "code_version": P.code_version(), "torch": torch.__version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    m, prov = source.manifest, label_provenance(cfg.labels, cfg.device, ex)
+    net = m.net
+    manifest = Manifest(
+        name=cfg.name or cfg.device, kind=NETWORK, feature_set=m.feature_set, targets=tuple(targets),
+        units={t: unit(t) for t in targets}, recipe=m.recipe,
+        network=Network(seeds=net.seeds, head=net.head, encoder=net.encoder),
+        device=prov.device, options=prov.options, data=prov.data,
+        metrics={"val_mape_mean_over_seeds": after, "val_mape_source_as_is": before},
+        transfer={"source": cfg.source or "default", "source_device": m.device.slug,
+                  "source_version": m.version, "epochs": cfg.epochs, "lr": cfg.lr},
+        code_version=P.code_version(), torch=torch.__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
     uri = P.register(Predictor(manifest, source.encoder, heads, scalers), cfg.registry,
                      cfg.name or cfg.device)
-    return {"uri": uri, "device": cfg.device, "source": manifest["transfer"], "examples": len(ex),
+    return {"uri": uri, "device": cfg.device, "source": manifest.transfer, "examples": len(ex),
             "val_mape_source_as_is": before, "val_mape": after,
             "targets_left_out": [t for t in have if t not in targets],
             "wall_s": round(time.perf_counter() - t0, 1)}

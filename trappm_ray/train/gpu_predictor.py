@@ -21,7 +21,6 @@ describes the error on an architecture the predictor never saw.
 """
 from __future__ import annotations
 
-import json
 import logging
 import time
 from dataclasses import asdict, dataclass, replace
@@ -30,7 +29,7 @@ from datetime import datetime, timezone
 import numpy as np
 import torch
 
-from trappm_ray import devices, storage
+from trappm_ray import devices
 from trappm_ray.graph.features import V2_STATIC
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model import launch
@@ -38,10 +37,12 @@ from trappm_ray.model import predictor as P
 from trappm_ray.model.anchors import from_examples
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.intervals import LEVELS, weighted_quantiles
+from trappm_ray.model.manifest import NETWORK, Device, Manifest, Network
 from trappm_ray.model.options import label_options
 from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.graph.data import to_data, with_static
 from trappm_ray.model.roofline_inputs import INPUTS, STATIC_DIM, node_arrays
+from trappm_ray.model.stored import read_manifest
 from trappm_ray.model.static_mlp import GNN_SHARE, blend, blend_weight, fit_static_mlp
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.targets import unit
@@ -199,14 +200,15 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
                  "held-out-arch MAPE %.2f%% (networks alone %.2f%%)", target, w, chosen, held_mape[target], alone[target])
         if mlp:
             weights[target] = w
-    manifest = manifest_of(cfg, ex, targets, recipe, residuals, held_mape)
-    manifest["metrics"]["held_out_arch_mape_networks_alone"] = alone
-    if with_mlp:
-        manifest["blend"] = {"hidden": mlps[targets[0]][0].hidden, "weights": weights,
-                             "rule": "per seed exp(w log network + (1 - w) log static MLP); w " +
-                             ("chosen on the held-out rows" if cfg.gnn_share is None else "fixed (GpuPredictorConfig.gnn_share)")}
+    blended = None if not with_mlp else {
+        "hidden": mlps[targets[0]][0].hidden, "weights": weights,
+        "rule": "per seed exp(w log network + (1 - w) log static MLP); w " +
+                ("chosen on the held-out rows" if cfg.gnn_share is None else "fixed (GpuPredictorConfig.gnn_share)")}
+    manifest = manifest_of(cfg, ex, targets, recipe, residuals,
+                           {"held_out_arch_mape_mean_over_seeds": held_mape,
+                            "held_out_arch_mape_networks_alone": alone}, blended)
     uri = P.register(P.Predictor(manifest, None, heads, scalers, mlps if with_mlp else None), cfg.registry, cfg.name or cfg.device)
-    anchors = from_examples(ex, index, cfg.device, manifest["run"])  # what transfer to a GPU without labels moves
+    anchors = from_examples(ex, index, cfg.device, manifest.net.run)  # what transfer to a GPU without labels moves
     anchors.save(uri)
     if cfg.ship:
         ship(uri, P.DEFAULT_DIR.parent / cfg.device)
@@ -235,45 +237,44 @@ class AnchorsConfig:
 def write_anchors(cfg: AnchorsConfig) -> dict:
     """Build the device's anchors (:func:`~trappm_ray.model.anchors.from_examples`) and store them
     at ``cfg.uri``, as :func:`train_gpu_predictor` does after training."""
-    run = json.loads(storage.read_bytes(storage.join(cfg.uri, "manifest.json")))["run"]
+    run = read_manifest(cfg.uri).net.run
     index = graph_index(cfg.labels, cfg.corpora)
     ex, _ = examples(cfg.labels, cfg.corpora, (cfg.device,), index)
     anchors = from_examples(ex, index, cfg.device, run)
     return {"path": anchors.save(cfg.uri), "anchors": len(anchors), "examples": len(ex)}
 
 
-def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residuals, held_mape) -> dict:
+def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residuals, metrics: dict,
+                blend: dict | None) -> Manifest:
     rows = [r for r in ok_labels(cfg.labels, cfg.device).to_pylist() if (r.get("gpus") or 1) == 1]
     dates = sorted(r["date"] for r in rows if r.get("date"))
     spec = ex[0]["spec"]
     graphs = list({tuple(e["rkey"][:3]): e for e in ex}.values())  # one row per graph
     versions = sorted({v for r in rows for v in (r.get("torch_version") or "").split(";") if v})
-    return {
-        "inputs": INPUTS, "feature_set": "v2", "targets": list(targets), "seeds": list(cfg.seeds),
-        "units": {t: unit(t) for t in targets},
-        "head": {"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout,
-                 "node_dropout": recipe.node_dropout, "batch_affine": [], "static_dim": STATIC_DIM},
-        "recipe": {"name": "roofline-gnn", **asdict(recipe)},
-        "encoder": None,
-        "run": {t: run_setting([e for e in ex if e["target"] == t]) for t in targets},
-        "device": {"slug": cfg.device, "name": rows[0]["device_name"], "kind": rows[0]["device"],
-                   "threads": None, "torch": ";".join(versions), "spec": spec},
-        "options": label_options(rows),
-        "data": {"labels": len(ex), "per_target": {t: sum(e["target"] == t for e in ex) for t in targets},
-                 "architectures": len({e["arch"] for e in ex}),
-                 "families": sorted({e["family"] for e in ex}),
-                 "model_sources": sorted({r["model_source"] for r in rows if r.get("model_source")}),
-                 "sha256_16": data_hash(cfg.labels, cfg.device),
-                 "label_dates": [dates[0], dates[-1]] if dates else None},
-        "domain": fit_domain(np.stack([e["x"][:len(V2_STATIC)] for e in graphs]), [e["family"] for e in graphs]),
-        "residual_quantiles": residuals,
-        "launch": launch.profiles(ex),
-        "intervals": "split-conformal on held-out-architecture residuals, pooled over seeds",
-        "metrics": {"held_out_arch_mape_mean_over_seeds": held_mape},
-        "command": f"python jobs/train_gpu_predictor.py --device {cfg.device}",
-        "code_version": P.code_version(), "torch": torch.__version__,
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"),
-    }
+    return Manifest(
+        name=cfg.name or cfg.device, kind=NETWORK, feature_set="v2", targets=tuple(targets),
+        units={t: unit(t) for t in targets},
+        network=Network(
+            seeds=tuple(cfg.seeds), inputs=INPUTS, encoder=None, blend=blend,
+            head={"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout,
+                  "node_dropout": recipe.node_dropout, "batch_affine": [], "static_dim": STATIC_DIM},
+            run={t: run_setting([e for e in ex if e["target"] == t]) for t in targets}),
+        recipe={"name": "roofline-gnn", **asdict(recipe)},
+        device=Device(slug=cfg.device, name=rows[0]["device_name"], kind=rows[0]["device"],
+                      torch=";".join(versions), spec=spec),
+        options=label_options(rows),
+        data={"labels": len(ex), "per_target": {t: sum(e["target"] == t for e in ex) for t in targets},
+              "architectures": len({e["arch"] for e in ex}),
+              "families": sorted({e["family"] for e in ex}),
+              "model_sources": sorted({r["model_source"] for r in rows if r.get("model_source")}),
+              "sha256_16": data_hash(cfg.labels, cfg.device),
+              "label_dates": [dates[0], dates[-1]] if dates else None},
+        domain=fit_domain(np.stack([e["x"][:len(V2_STATIC)] for e in graphs]), [e["family"] for e in graphs]),
+        residual_quantiles=residuals, launch=launch.profiles(ex),
+        intervals="split-conformal on held-out-architecture residuals, pooled over seeds",
+        metrics=metrics, command=f"python jobs/train_gpu_predictor.py --device {cfg.device}",
+        code_version=P.code_version(), torch=torch.__version__,
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
 __all__ = ["GpuPredictorConfig", "AnchorsConfig", "auxiliary_rows", "gnn_inputs", "gnn_recipe", "run_setting",

@@ -11,7 +11,6 @@ device weighted equally, so an interval states the error on a device the model n
 from __future__ import annotations
 
 import hashlib
-import json
 import logging
 import time
 from collections import defaultdict
@@ -25,6 +24,7 @@ from trappm_ray.model import launch
 from trappm_ray.model.device_features import KERNELS_COL
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.intervals import LEVELS, weighted_quantiles
+from trappm_ray.model.manifest import Boosters, Device, Manifest
 from trappm_ray.model.predictor import code_version
 from trappm_ray.model.spec_model import KIND, VARIANTS, design, design_names
 from trappm_ray.ray_init import ensure_ray
@@ -236,38 +236,37 @@ def score(m: dict) -> float:
 
 
 def manifest_of(t: dict, cfg: SpecTrainConfig, chosen: dict, candidates: dict, boosters_meta: list,
-                residual_q: dict, wall_s: float) -> dict:
+                residual_q: dict, wall_s: float) -> Manifest:
     """The predictor's manifest: what it is, what it was trained on, how well it transfers."""
-    per_dev = defaultdict(int)
+    per_dev: dict[str, int] = defaultdict(int)
     for s in t["spec"]:
         per_dev[str(s)] += 1
     gpu = t["kind"] != "cpu"
-    return {
-        "kind": KIND, "name": KIND, "version": "v0001", "format": 1, "feature_set": "v2",
-        "variant": chosen["variant"], "features": design_names(chosen["variant"]),
-        "targets": sorted(set(t["target"]), reverse=True), "units": {"train_step_ms": "ms", "inference_ms": "ms"},
-        "device": {"slug": KIND, "name": "any GPU from its spec entry", "kind": "cuda"},
-        "options": {"precision": ["amp-fp16", "fp32", "fp16", "fp64"], "optimizer": ["sgd-momentum", "none"],
-                    "gpus": [1], "memory_format": ["nchw", "nhwc"]},
-        "boosters": boosters_meta,
-        "params": {"depth": chosen["depth"], "rounds": cfg.rounds, "eta": cfg.eta, "balance": cfg.balance,
-                   "seeds": list(cfg.seeds)},
-        "target": ("log(measured / base), base = max(roofline floor, kernels x host_us_per_kernel); the answer "
-                   "is base x exp(the mean of the boosters' log ratio and the target's efficiency), never "
-                   "below the floor"),
-        "host_us_per_kernel": launch.HOST_US_PER_KERNEL, "efficiency": chosen["efficiency"],
-        "data": {"labels": cfg.labels, "rows": int(len(t["spec"])), "rows_per_device": dict(sorted(per_dev.items())),
-                 "rows_per_target": {k: int((t["target"] == k).sum()) for k in sorted(set(t["target"]))},
-                 "label_sets": sorted(set(t["slug"].tolist())), "architectures": int(len(set(t["arch"][gpu]))),
-                 "families": sorted(set(t["family"].tolist()))},
-        "lodo": chosen["metrics"], "lodo_candidates": candidates,
-        "residual_quantiles": residual_q, "intervals": "split-conformal on LODO residuals, devices weighted alike",
-        "launch": t.get("launch", {}),
-        "domain": fit_domain(t["x"][:, :9], t["family"].tolist()),
-        "command": COMMAND + (f" --out {cfg.out}" if cfg.out != SpecTrainConfig.out else ""),
-        "config": asdict(cfg), "code": code_version(),
-        "created": datetime.now(timezone.utc).isoformat(timespec="seconds"), "wall_s": round(wall_s, 1),
-    }
+    return Manifest(
+        kind=KIND, name=KIND, version="v0001", feature_set="v2",
+        targets=tuple(sorted(set(t["target"]), reverse=True)), units={"train_step_ms": "ms", "inference_ms": "ms"},
+        device=Device(slug=KIND, name="any GPU from its spec entry", kind="cuda"),
+        options={"precision": ["amp-fp16", "fp32", "fp16", "fp64"], "optimizer": ["sgd-momentum", "none"],
+                 "gpus": [1], "memory_format": ["nchw", "nhwc"]},
+        boosters=Boosters(
+            variant=chosen["variant"], features=tuple(design_names(chosen["variant"])), files=tuple(boosters_meta),
+            params={"depth": chosen["depth"], "rounds": cfg.rounds, "eta": cfg.eta, "balance": cfg.balance,
+                    "seeds": list(cfg.seeds)},
+            target=("log(measured / base), base = max(roofline floor, kernels x host_us_per_kernel); the answer "
+                    "is base x exp(the mean of the boosters' log ratio and the target's efficiency), never "
+                    "below the floor"),
+            host_us_per_kernel=dict(launch.HOST_US_PER_KERNEL), efficiency=chosen["efficiency"],
+            lodo=chosen["metrics"], lodo_candidates=candidates),
+        data={"labels": cfg.labels, "rows": int(len(t["spec"])), "rows_per_device": dict(sorted(per_dev.items())),
+              "rows_per_target": {k: int((t["target"] == k).sum()) for k in sorted(set(t["target"]))},
+              "label_sets": sorted(set(t["slug"].tolist())), "architectures": int(len(set(t["arch"][gpu]))),
+              "families": sorted(set(t["family"].tolist()))},
+        residual_quantiles=residual_q, intervals="split-conformal on LODO residuals, devices weighted alike",
+        launch=t.get("launch", {}),
+        domain=fit_domain(t["x"][:, :9], t["family"].tolist()),
+        command=COMMAND + (f" --out {cfg.out}" if cfg.out != SpecTrainConfig.out else ""),
+        recipe=asdict(cfg), code_version=code_version(),
+        created=datetime.now(timezone.utc).isoformat(timespec="seconds"), wall_s=round(wall_s, 1))
 
 
 def train_spec_predictor(cfg: SpecTrainConfig) -> dict:
@@ -324,9 +323,9 @@ def train_from_table(t: dict, cfg: SpecTrainConfig, t0: float | None = None) -> 
         meta.append({"file": f"booster-{seed}.json", "seed": seed, "sha256": hashlib.sha256(blob).hexdigest()})
     best["efficiency"] = efficiency(t, tr)
     manifest = manifest_of(t, cfg, best, candidates, meta, residual_q, time.time() - t0)
-    storage.write_bytes(storage.join(cfg.out, "manifest.json"), json.dumps(manifest, indent=1).encode())
-    return {"out": cfg.out, "variant": best["variant"], "depth": best["depth"], "rows": manifest["data"]["rows"],
-            "candidates": candidates, "lodo": best["metrics"], "wall_s": manifest["wall_s"]}
+    storage.write_bytes(storage.join(cfg.out, "manifest.json"), manifest.to_json().encode())
+    return {"out": cfg.out, "variant": best["variant"], "depth": best["depth"], "rows": manifest.data["rows"],
+            "candidates": candidates, "lodo": best["metrics"], "wall_s": manifest.wall_s}
 
 
 __all__ = ["SpecTrainConfig", "TIMM_GPUS", "table", "host_base", "efficiency", "answer_log_ratio", "constraints",
