@@ -8,7 +8,7 @@ activation precision (autocast's dtype rules). Both are linear in nodes + edges.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 import numpy as np
 
@@ -92,10 +92,12 @@ class Walk:
     weight_elems: np.ndarray   # trainable parameters per node
     save_cond: np.ndarray      # Mul/Div with a trainable operand
     dep: np.ndarray            # tensor depends on the data input (scales with the batch)
+    laid: dict = field(default_factory=dict, repr=False, compare=False)  # intervals per precision
 
     def intervals(self, act_bytes: int = FP32, low_bytes: int | None = None,
                   on_chip: np.ndarray | None = None) -> Intervals:
-        """Lay every tensor on the timeline for one precision.
+        """Lay every tensor on the timeline for one precision (once per precision and on-chip
+        mask: a batch search asks for the same layout at every batch; arrays read-only).
 
         Args:
             act_bytes: bytes per element of activations outside autocast (and of the input).
@@ -103,6 +105,15 @@ class Walk:
             on_chip: per node, True where the output never reaches device memory (the scores
                 of fused attention): no tensor, no copy, no gradient.
         """
+        key = (act_bytes, low_bytes, None if on_chip is None else np.asarray(on_chip, bool).tobytes())
+        if key not in self.laid:
+            iv = self._intervals(act_bytes, low_bytes, on_chip)
+            for a in (iv.cat, iv.size, iv.start, iv.end, iv.scales, iv.node):
+                a.flags.writeable = False
+            self.laid[key] = iv
+        return self.laid[key]
+
+    def _intervals(self, act_bytes: int, low_bytes: int | None, on_chip: np.ndarray | None) -> Intervals:
         n, ops, elems, preds = self.num_nodes, self.ops, self.elems, self.preds
         real = self.real.copy()
         if on_chip is not None:
@@ -241,15 +252,16 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
 
     Args:
         graph: a featurized :class:`~trappm_ray.graph.featurize.Graph`.
-        folded_norm: per node, True where a Conv carries a folded BatchNorm (None: none; this
-            walk is computed once per graph and kept in ``graph.derived``).
+        folded_norm: per node, True where a Conv carries a folded BatchNorm (None: none). A
+            walk is computed once per graph and mask, and kept in ``graph.derived``.
     """
-    memo = getattr(graph, "derived", None) if folded_norm is None else None
-    if memo is not None and "walk" in memo:
-        return memo["walk"]
+    memo = getattr(graph, "derived", None)
+    key = ("walk", None if folded_norm is None else np.asarray(folded_norm, bool).tobytes())
+    if memo is not None and key in memo:
+        return memo[key]
     found = _walk(graph, folded_norm)
     if memo is not None:
-        memo["walk"] = found
+        memo[key] = found
     return found
 
 

@@ -243,6 +243,26 @@ def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fu
     return flops, moved, np.stack([bn_flops, bn_bytes])
 
 
+def _work(graph, precision: str, restore_folded_bn: bool, folded_norm: np.ndarray | None, fused_attention: bool,
+          compiled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+    """Node classes and :func:`_forward_work`, which depend on the graph and the setting but not
+    on the device or the mode: kept in ``graph.derived`` (read-only), as one prediction asks for
+    the same graph's roofline on several devices and in both modes."""
+    derived = getattr(graph, "derived", None) if folded_norm is None else None
+    key = ("roofline_work", precision, restore_folded_bn, fused_attention, compiled)
+    if derived is not None and key in derived:
+        return derived[key]
+    cls = node_classes(graph)
+    folded = np.zeros(len(cls), bool) if not (restore_folded_bn and len(cls)) else np.asarray(
+        guess_folded_norm(graph) if folded_norm is None else folded_norm, bool)
+    work = (cls, *_forward_work(graph, precision, cls, folded, fused_attention, compiled))
+    for a in work:
+        a.flags.writeable = False
+    if derived is not None:
+        derived[key] = work
+    return work
+
+
 def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode: str = "train",
              optimizer: str = "sgd-momentum", restore_folded_bn: bool = True,
              folded_norm: np.ndarray | None = None, fused_attention: bool = True,
@@ -271,10 +291,8 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
     if optimizer not in OPTIMIZER_BYTES:
         raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(OPTIMIZER_BYTES)}")
     tensor, vector, bw = device_rates(spec, precision)
-    cls = node_classes(graph)
-    folded = np.zeros(len(cls), bool) if not (restore_folded_bn and len(cls)) else np.asarray(
-        guess_folded_norm(graph) if folded_norm is None else folded_norm, bool)
-    flops, moved, (bn_flops, bn_bytes) = _forward_work(graph, precision, cls, folded, fused_attention, compiled)
+    cls, flops, moved, (bn_flops, bn_bytes) = _work(graph, precision, restore_folded_bn, folded_norm,
+                                                    fused_attention, compiled)
     if tensor == vector and precision != "fp64":  # off the tensor cores cuDNN may pick Winograd
         attrs = np.asarray(graph.attrs).reshape(-1, 3)
         wino = (cls == TENSOR) & (attrs[:, 0] == 9) & (attrs[:, 1] == 1) & (attrs[:, 2] == 1)

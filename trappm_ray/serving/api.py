@@ -24,7 +24,7 @@ import onnx
 
 from trappm_ray import errors
 from trappm_ray.devices import DeviceSpec
-from trappm_ray.graph.featurize import Graph, featurize
+from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.model.options import step_fields
 from trappm_ray.model.options import resolve as resolve_options
@@ -41,7 +41,7 @@ from trappm_ray.physics.power import PowerModel, limit_refusal, step_power
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
-from trappm_ray.serving.model_input import model_bytes
+from trappm_ray.serving.model_input import featurize_with, graph_at, model_bytes
 from trappm_ray.serving.plan import cluster_text, config_dims, layout_prediction, parse_parallel
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
@@ -54,12 +54,6 @@ from trappm_ray.targets import REPORTED, TARGETS
 def power_model() -> PowerModel:
     """The shipped power model's weights (read once)."""
     return PowerModel.load()
-
-
-def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int | None = None) -> Graph:
-    """``proto`` featurized at ``batch_size`` (default the options'; None there: as exported)."""
-    return featurize(proto, batch_size=batch_size or opts.batch_size, resolution=opts.resolution,
-                     dims=dict(opts.dims) or None)
 
 
 def requested_setting(opts: PredictOptions, predictor: Estimator) -> dict:
@@ -220,10 +214,10 @@ def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, lau
 
 
 def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
-              predictor: Estimator) -> float:
+              predictor: Estimator, known: Graph | None = None) -> float:
     """Training memory (MB) of ``proto`` at ``batch_size`` that a budget must hold: on a GPU the
     CUDA memory model's upper end (a fit is a promise), else the predictor's answer."""
-    graph = featurize_with(proto, opts, batch_size)
+    graph = graph_at(proto, opts, batch_size, known)
     setting = resolve_options(asdict(opts), predictor.manifest)
     if "train_memory_mb" not in predictor.targets:  # a GPU predictor: the CUDA memory model
         return gpu_memory_mb(graph, setting["precision"], setting["optimizer"], **step_fields(setting))["high"]
@@ -239,7 +233,8 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
     A bad model yields its :class:`errors.ModelError` in its slot; the others are unaffected.
     """
     out: list = [None] * len(models)
-    cache: dict[tuple, object] = {}  # a sweep reads its model and featurizes each batch once
+    cache: dict[tuple, object] = {}  # a sweep reads its model and featurizes it once where it can
+    known: dict[tuple, Graph] = {}  # per model, resolution and dims: a graph to re-batch
     passes: dict[int, tuple] = {}  # per predictor: its items, and each (graph, setting) once
     text_notes: dict[int, str] = {}
 
@@ -256,7 +251,9 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             sha = hashlib.sha256(data).hexdigest()
             proto = cached((sha,), lambda: read_model(data))
             at = (sha, opts.resolution, opts.dims)
-            graph = cached((*at, opts.batch_size), lambda: featurize_with(proto, opts))
+            graph = cached((*at, opts.batch_size), lambda: graph_at(proto, opts, opts.batch_size, known.get(at))
+                           if opts.batch_size else featurize_with(proto, opts))
+            known.setdefault(at, graph)
             text = graph.meta.get("token_ids") and for_text(chosen, asdict(opts))
             if text:  # a text model on a predictor of image models
                 chosen, setting, text_notes[i] = text
@@ -268,7 +265,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
                                     **step_fields(setting))
                 anchor = launch.anchor_batch(batch, fit, profiles)
             try:  # the batches whose answers hold the answer at this one
-                above = [cached((*at, b), lambda b=b: featurize_with(proto, opts, b)) for b in
+                above = [cached((*at, b), lambda b=b: graph_at(proto, opts, b, graph)) for b in
                          ([anchor] if anchor > batch else [] if anchor else
                           batch_envelope.ladder(batch, device_of(chosen)["kind"]))]
             except errors.ModelError:  # a batch that cannot be re-bound: the answer as predicted
@@ -303,7 +300,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             p.notes += ([text_notes[i]] if i in text_notes else []) + notes
             if opts.memory_budget_mb is not None:
                 p.max_batch_size = largest_batch(
-                    lambda b, proto=proto, opts=opts, chosen=chosen: memory_at(proto, opts, b, chosen),
+                    lambda b, proto=proto, opts=opts, chosen=chosen, graph=graph: memory_at(proto, opts, b, chosen, graph),
                     opts.memory_budget_mb, opts.max_batch)
             out[i] = p
     return out

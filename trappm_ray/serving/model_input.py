@@ -23,7 +23,10 @@ from pathlib import Path
 import onnx
 
 from trappm_ray import errors, storage
+from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.graph.onnx_io import Limits, read_model
+from trappm_ray.graph.rebatch import at_batch
+from trappm_ray.serving.prediction import PredictOptions
 
 DEFAULT_RESOLUTION = 224  # for timm names and torch modules, which carry no input shape
 # The class a config without ``architectures`` is built as, by ``model_type``.
@@ -210,5 +213,18 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
                                f"is in the local cache ({hub_cache()}) ({e})") from None
 
 
-__all__ = ["DEFAULT_RESOLUTION", "export_cache", "hub_cache", "cached_config", "checked_config", "config_file", "config_model",
+def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int | None = None) -> Graph:
+    """``proto`` featurized at ``batch_size`` (default the options'; None there: as exported)."""
+    return featurize(proto, batch_size=batch_size or opts.batch_size, resolution=opts.resolution,
+                     dims=dict(opts.dims) or None)
+
+
+def graph_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int, known: Graph | None = None) -> Graph:
+    """``proto`` featurized at ``batch_size``: by per-batch arithmetic from ``known`` (the same
+    model featurized at another batch) where :func:`~trappm_ray.graph.rebatch.at_batch` proves
+    it exact, else by a featurize."""
+    return (known is not None and at_batch(known, batch_size)) or featurize_with(proto, opts, batch_size)
+
+
+__all__ = ["featurize_with", "graph_at", "DEFAULT_RESOLUTION", "export_cache", "hub_cache", "cached_config", "checked_config", "config_file", "config_model",
            "timm_names", "check_timm_name", "model_bytes"]
