@@ -56,7 +56,7 @@ def test_moved_scales_the_gpus_kernels_to_the_anchors_answer_and_keeps_the_host(
     assert row["train_step_ms"] == pytest.approx(5.0 + 0.2, rel=0.02)
     assert row["train_step_ms_low"] == pytest.approx(row["train_step_ms"] * 0.8)  # the anchor's relative band
     assert "train_step_ms_high" not in row and row["train_step_ms_floor"] == 0.5  # only what the row had
-    assert len(notes) == 1 and "batch 64" in notes[0] and "x 1.97" in notes[0]
+    assert len(notes) == 1 and "batch 64" in notes[0] and "x 1.98" in notes[0]  # (40 - 0.5) / 20 = 1.975
     floored = {"train_step_ms": 3.0, "train_step_ms_floor": 9.0}
     E.moved(floored, anchor, 1, 64, lambda b, t: steps[b])
     assert floored["train_step_ms"] == 9.0  # never below the floor

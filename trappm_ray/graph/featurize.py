@@ -336,7 +336,7 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     graph = Graph(ops, edge_index, macs, params, wbytes, obytes, in_shape, out_shape, n_in, n_out,
                   in_elems, out_elems, attrs, static)
     # names for a per-layer breakdown, what graph.rebatch re-reads; never stored
-    graph.derived.update(node_names=[n.name for n in nodes], weights=weights, folded=folded, inferred=m)
+    graph.derived.update(node_names=[n.name for n in nodes], weights=weights, folded=folded, numel=numel, inferred=m)
     return graph
 
 

@@ -39,6 +39,8 @@ KEEPS_BATCH = SAME_SHAPE | BROADCAST | {
     "Split", "Slice", "Gather", "Unsqueeze", "Squeeze", "ReduceMean", "ReduceSum", "ReduceMax",
     "ReduceMin", "ReduceProd", "ReduceL2", "Expand", "DepthToSpace", "SpaceToDepth"}
 AXIS_OPS = {"Concat", "Split", "Gather", "Flatten"}  # refused along axis 0 (their default, but Flatten's and Concat's)
+ATTR_OPS = AXIS_OPS | {"Transpose", "Gemm", "Slice", "Squeeze", "Unsqueeze", "ReduceMean", "ReduceSum", "ReduceMax",
+                       "ReduceMin", "ReduceProd", "ReduceL2"}  # whose attributes _carries reads
 
 
 @dataclass(frozen=True)
@@ -77,10 +79,11 @@ def _axes(node: onnx.NodeProto, a: dict, consts: dict, rank: int, index: int) ->
     return None if axes is None else [int(x) % max(rank, 1) for x in axes]
 
 
-def _carries(node: onnx.NodeProto, a: dict, consts: dict, shapes: dict, scaled: list[bool]) -> bool:
+def _carries(node: onnx.NodeProto, consts: dict, shapes: dict, scaled: list[bool]) -> bool:
     """Whether ``node`` (some data input of which carries the batch) keeps it in axis 0 of its
     outputs in proportion; False where that is not proven."""
     op, ins = node.op_type, list(node.input)
+    a = _attrs(node) if node.attribute and op in ATTR_OPS else {}
     rank = len(shapes.get(ins[0], ())) if ins and ins[0] else 0
     out_rank = len(shapes.get(node.output[0], ())) if node.output else 0
     if node.domain not in ("", "ai.onnx") or op not in KEEPS_BATCH:
@@ -129,7 +132,7 @@ def batch_terms(graph: Graph) -> BatchTerms | None:
 
 def _split(graph: Graph, m, b0: int) -> BatchTerms | None:
     nodes, shapes, dtypes = m.model.graph.node, m.shapes, m.dtypes
-    weights, folded = graph.derived["weights"], graph.derived["folded"]
+    weights, folded, numel = graph.derived["weights"], graph.derived["folded"], graph.derived["numel"]
     consts = constant_targets(m.model)
     scale = {x: True for x in m.data_inputs}  # tensor -> carries the batch in axis 0
     vdep: set[str] = set()  # integer tensors whose values depend on the batch (shapes)
@@ -146,7 +149,7 @@ def _split(graph: Graph, m, b0: int) -> BatchTerms | None:
         if shape_of or (any(x in vdep for x in inputs if x) and not any(scaled)):
             vdep.update(outputs)  # the batch as a value, and shape arithmetic on it
         carries = any(scaled) and i not in folded and not shape_of
-        if carries and not _carries(node, _attrs(node) if node.attribute else {}, consts, shapes, scaled):
+        if carries and not _carries(node, consts, shapes, scaled):
             return None
         for x in outputs:
             scale[x] = carries
@@ -154,12 +157,12 @@ def _split(graph: Graph, m, b0: int) -> BatchTerms | None:
             if carries and (not s or s[0] % b0):
                 return None
         data_in = [x for x in inputs if x and x not in weights]
-        ielems[i] = sum(float(math.prod(shapes[x])) for x in data_in if scale.get(x) and x in shapes)
-        oelems[i] = sum(float(math.prod(shapes[x])) for x in outputs if scale.get(x) and x in shapes)
-        if i not in folded:
-            obytes[i] = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
-                            for x in outputs if scale.get(x) and x in shapes)
-        macs[i] = graph.macs[i] if carries else 0.0
+        if any(scaled):
+            ielems[i] = sum(numel[x] for x in data_in if scale.get(x) and x in numel)
+        if carries:
+            oelems[i] = sum(numel[x] for x in outputs if x in numel)
+            obytes[i] = sum(numel[x] * DTYPE_BYTES.get(dtypes.get(x, 1), 4) for x in outputs if x in numel)
+            macs[i] = graph.macs[i]
         first = data_in[0] if data_in else (inputs[0] if inputs else "")
         in_first[i], out_first[i] = bool(first) and scale.get(first, False), bool(outputs) and scale[outputs[0]]
     input_bytes = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)

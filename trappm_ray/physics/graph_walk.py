@@ -8,7 +8,7 @@ activation precision (autocast's dtype rules). Both are linear in nodes + edges.
 """
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -259,7 +259,10 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
     key = ("walk", None if folded_norm is None else np.asarray(folded_norm, bool).tobytes())
     if memo is not None and key in memo:
         return memo[key]
-    found = _walk(graph, folded_norm)
+    if folded_norm is None:
+        found = _walk(graph, None)
+    else:  # the mask changes nothing but the layout: the walk without it, re-masked
+        found = replace(walk(graph), folded=np.asarray(folded_norm, bool)[:graph.num_nodes], laid={})
     if memo is not None:
         memo[key] = found
     return found

@@ -174,10 +174,12 @@ def device_scale(est: StepEstimate, measured_ms: float, bounds: tuple[float, flo
         return lo
     if est.with_device_scale(hi) <= measured_ms:
         return hi
-    for _ in range(40):  # bisection in log space: the step grows with the scale
-        mid = math.sqrt(lo * hi)
-        lo, hi = (mid, hi) if est.with_device_scale(mid) < measured_ms else (lo, mid)
-    return math.sqrt(lo * hi)
+    # The step is the latest of the kernels' issue time + the device time from there on: a
+    # maximum of lines in the scale, so it reaches the measurement where the first line does.
+    issue = np.cumsum(est.host_us)
+    after = np.cumsum(est.device_us[::-1])[::-1]
+    grows = after > 0
+    return float(np.clip(np.min((measured_ms * 1e3 - issue[grows]) / after[grows]), lo, hi))
 
 
 def fill(elements: np.ndarray, per_block: np.ndarray, blocks_per_sm: np.ndarray, sms: int | None) -> np.ndarray:
