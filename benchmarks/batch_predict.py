@@ -1,11 +1,13 @@
 """Batch-job throughput (models/s) with 1 and 2 actors, and the scaling between them.
 
-    .venv/bin/python benchmarks/batch_predict.py [--copies 384] [--repeats 2]
+    .venv/bin/python benchmarks/batch_predict.py [--copies 384] [--repeats 2] [--device SLUG]
         [--predictor URI | --random] [--onnx PATH[,PATH]] [--json PATH]
 
 Inputs: files under a temporary directory, cycling over the given ONNX files (default: the
-ResNet-101 skeleton, exported on first use); each file has a distinct name, so every run
-predicts every file. The job (``trappm_ray.serving.batch.run``, batch size 32, 4 files per actor
+ResNet-101 skeleton, exported on first use); each file has a distinct name and distinct bytes
+(its doc string numbers the copy), so every run featurizes every file, as distinct models
+would be. ``--device`` answers for that device (its shipped or spec-based predictor, the GPU
+path with its extra batches) instead of ``--predictor``. The job (``trappm_ray.serving.batch.run``, batch size 32, 4 files per actor
 call) runs on one private local Ray cluster with 2 CPUs (after a warm-up job, so Ray itself is
 up), for 1 and 2 actors, each over ``--copies`` files and over 4x as many, into empty output
 directories, ``--repeats`` times each (the fastest run counts: other work on a 2-core machine
@@ -27,6 +29,7 @@ import shutil
 import tempfile
 from pathlib import Path
 
+import onnx
 from bench_predictor import add_common_args, bench_predictor, resnet101
 
 
@@ -34,6 +37,7 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--copies", type=int, default=384)
     ap.add_argument("--repeats", type=int, default=2, help="runs per size; the fastest counts")
+    ap.add_argument("--device", default=None, help="a device's predictor (e.g. rtx3090)")
     add_common_args(ap)
     args = ap.parse_args()
     from trappm_ray.serving.batch import BatchPredictConfig, run
@@ -43,16 +47,19 @@ def main() -> None:
     predictor = bench_predictor(args.predictor, args.random)
     sources = [resnet101(Path(p)) for p in args.onnx.split(",")]
     sizes = (args.copies, 4 * args.copies)
+    models = [onnx.load(str(s), load_external_data=False) for s in sources]
     for n in sizes:
         (work / f"in-{n}").mkdir()
         for i in range(n):
-            shutil.copy(sources[i % len(sources)], work / f"in-{n}" / f"m{i:05d}.onnx")
+            m = models[i % len(models)]
+            m.doc_string = f"copy {i}"  # distinct bytes: nothing is shared between files
+            (work / f"in-{n}" / f"m{i:05d}.onnx").write_bytes(m.SerializeToString())
     (work / "warm").mkdir()
     shutil.copy(sources[0], work / "warm" / "w.onnx")
 
     ensure_ray(num_cpus=2)
     cpus = len(os.sched_getaffinity(0))
-    base = dict(predictor=predictor, batch_size=32)
+    base = dict(predictor=predictor, batch_size=32, device=args.device)
     run(BatchPredictConfig(src=str(work / "warm"), dst=str(work / "out-warm"), **base))
     res = {"copies": list(sizes), "inputs": [str(s) for s in sources], "cpus_usable": cpus,
            "load_avg_before": os.getloadavg()[0]}
