@@ -1,0 +1,377 @@
+"""Which axis of every tensor of a featurized graph carries the batch, proven op by op.
+
+The proof behind :mod:`trappm_ray.graph.rebatch`: walking the inferred model in graph order,
+each tensor either carries the batch in one axis (its size there a multiple of the batch, the
+rest fixed) or does not depend on it. A transpose moves that axis, a reshape keeps it where its
+target says (a dimension computed from the input's shape, a copied one, or the one ``-1``
+left), a matrix product keeps it in a stacking axis, A's rows or B's columns. The shape vectors
+a dynamic export computes (``Shape -> Gather -> Concat -> Reshape``) are followed element by
+element: which elements are the batch (times a constant), which are fixed numbers.
+
+:class:`Refused` is raised wherever that is not proven: an operator not known to keep the batch
+in one axis (recurrent cells, einsum, resize, a custom domain), one that reduces, slices,
+gathers or concatenates along the batch axis, a shape value not followed feeding a reshape,
+expand or slice, a constant target that fixes the batch, or a statistic over the batch.
+"""
+from __future__ import annotations
+
+import math
+
+import onnx
+from onnx import helper, numpy_helper
+
+from trappm_ray.graph.shape_rules import BROADCAST, SAME_SHAPE
+
+WINDOW = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
+          "GlobalLpPool", "BatchNormalization", "InstanceNormalization", "DepthToSpace", "SpaceToDepth"}
+REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1"}
+# shape-vector arithmetic this module follows element by element
+SHAPE_ARITH = {"Gather", "Unsqueeze", "Squeeze", "Identity", "Cast", "Reshape", "Concat", "Slice", "Add", "Sub",
+               "Mul", "Div", "Equal", "Where", "ConstantOfShape"}
+# ops whose output's shape an input's values decide (beyond the shape arithmetic followed)
+VALUE_SHAPED = {"Range", "Tile", "Slice", "Pad", "OneHot", "TopK", "NonZero", "Split", "Resize", "Upsample",
+                "Expand", "Reshape", "ConstantOfShape", "Squeeze", "Unsqueeze", "Compress", "CenterCropPad"}
+Elem = tuple[int | None, int]  # (k: the value is k x batch, None: independent of it; value at the featurized batch)
+
+
+def _broadcast(x: list[Elem], y: list[Elem]) -> list[tuple[Elem, Elem]] | None:
+    if len(x) == len(y):
+        return list(zip(x, y))
+    if len(x) == 1 or len(y) == 1:
+        return [(x[i if len(x) > 1 else 0], y[i if len(y) > 1 else 0]) for i in range(max(len(x), len(y)))]
+    return None
+
+
+def _binary(op: str, p: Elem, q: Elem) -> Elem | None:
+    """One element of ``op`` on shape values; None where the result is not a number nor a
+    multiple of the batch (an affine ``batch + 1`` is not followed)."""
+    (k1, v1), (k2, v2) = p, q
+    if k1 is None and k2 is None:  # two numbers
+        if op == "Div":
+            return (None, v1 // v2) if v2 and v1 % v2 == 0 else None
+        return None, {"Add": v1 + v2, "Sub": v1 - v2, "Mul": v1 * v2, "Equal": int(v1 == v2)}[op]
+    if op in ("Add", "Sub"):
+        sign = 1 if op == "Add" else -1
+        if (k1 is None and v1) or (k2 is None and v2):
+            return None  # a multiple of the batch plus a number
+        k = (k1 or 0) + sign * (k2 or 0)
+        return (k or None), v1 + sign * v2
+    if op == "Mul" and (k1 is None or k2 is None):
+        return (k1 * v2 if k1 is not None else k2 * v1), v1 * v2  # type: ignore[operator]
+    if op == "Div" and k1 is not None and k2 is None and v2 and k1 % v2 == 0:
+        return k1 // v2, v1 // v2
+    if op == "Equal":
+        if k1 is not None and k2 is not None:
+            return None, int(k1 == k2)
+        times, c = (k1, v2) if k1 is not None else (k2, v1)
+        return (None, 0) if times is not None and times > 0 and c <= 0 else None  # k x batch > 0 is never <= 0
+    return None
+
+
+class Refused(Exception):
+    """Some tensor's batch axis could not be proven."""
+
+
+def _attrs(node: onnx.NodeProto) -> dict:
+    return {a.name: helper.get_attribute_value(a) for a in node.attribute}
+
+
+def _constants(model: onnx.ModelProto, kinds: tuple[int, ...], cast=int) -> dict[str, list]:
+    """Small constants (scalars and vectors) of the element types ``kinds`` by tensor name, as
+    flat lists of ``cast``."""
+    out: dict[str, list] = {}
+    tensors = [(t.name, t) for t in model.graph.initializer]
+    tensors += [(n.output[0], a.t) for n in model.graph.node
+                if n.op_type == "Constant" and n.output for a in n.attribute if a.name == "value"]
+    for name, t in tensors:
+        if (t.data_type in kinds and len(t.dims) <= 1
+                and math.prod(t.dims) <= 64 and t.data_location != onnx.TensorProto.EXTERNAL):
+            try:
+                out[name] = [cast(v) for v in numpy_helper.to_array(t).ravel()]
+            except (ValueError, TypeError):
+                continue
+    return out
+
+
+class BatchAxes:
+    """The walk over one inferred model ``m`` featurized at batch ``b0`` (:meth:`visit` each
+    node in graph order; :class:`Refused` where the proof fails). ``axis`` maps every tensor that
+    carries the batch to its axis."""
+
+    def __init__(self, m, b0: int):
+        self.m, self.b0, self.shapes = m, b0, m.shapes
+        self.consts = _constants(m.model, (onnx.TensorProto.INT64, onnx.TensorProto.INT32))
+        self.scales = _constants(m.model, (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE), float)  # Resize's
+        self.axis: dict[str, int] = {x: 0 for x in m.data_inputs}  # tensor -> its batch axis
+        self.tags: dict[str, list[Elem]] = {}  # shape vectors that hold the batch as a value
+        self.unknown: set[str] = set()  # values that depend on the batch in ways not followed
+
+    def rank(self, x: str) -> int:
+        return len(self.shapes.get(x, ()))
+
+    def values(self, x: str) -> list[Elem] | None:
+        """``x``'s elements (tagged, or constant), None where not known."""
+        if x in self.tags:
+            return self.tags[x]
+        if x in self.consts:
+            return [(None, v) for v in self.consts[x]]
+        return None
+
+    def visit(self, node: onnx.NodeProto) -> None:
+        ins, outs = list(node.input), [x for x in node.output if x]
+        a0 = _attrs(node) if node.op_type == "Shape" and node.attribute else {}
+        scaled = [bool(x) and x in self.axis for x in ins]
+        valued = [bool(x) and (x in self.tags or x in self.unknown) for x in ins]
+        if node.op_type in ("Shape", "Size") and not any(scaled) and ins and ins[0] in self.shapes:
+            s = list(self.shapes[ins[0]])  # the shape of a batch-free tensor (or of a shape vector)
+            self.consts[outs[0]] = s[int(a0.get("start", 0)):a0.get("end")] if node.op_type == "Shape" \
+                else [math.prod(s)]
+            return
+        if not any(scaled) and not any(valued):
+            if outs and node.op_type in SHAPE_ARITH and all(x in self.consts for x in ins if x):
+                found = self.arith(node.op_type, _attrs(node) if node.attribute else {}, ins)  # constant arithmetic
+                if found is not None and len(outs) == 1:
+                    self.consts[outs[0]] = [v for _, v in found]
+            return
+        if node.domain not in ("", "ai.onnx"):
+            raise Refused
+        a = _attrs(node) if node.attribute and node.op_type not in WINDOW | SAME_SHAPE - {"LayerNormalization"} else {}
+        if not any(scaled):
+            self.shape_values(node, a, ins, outs)
+            return
+        for out, ax in zip(outs, self.out_axes(node, a, ins, scaled)):
+            self.carry(out, ax)
+
+    def carry(self, x: str, ax: int) -> None:
+        """Record that ``x`` carries the batch in axis ``ax`` (whose size must be a multiple of it)."""
+        s = self.shapes.get(x)
+        if not s or not 0 <= ax < len(s) or s[ax] % self.b0:
+            raise Refused
+        self.axis[x] = ax
+
+    def shape_values(self, node, a: dict, ins: list[str], outs: list[str]) -> None:
+        """A node on shape values alone: followed element by element where it can be, else its
+        outputs are marked unknown (refused if they ever decide a shape)."""
+        op = node.op_type
+        if op == "ConstantOfShape":
+            found = self.values(ins[0])
+            tagged = [j for j, (k, _) in enumerate(found or []) if k is not None]
+            if found is None or len(tagged) != 1:
+                raise Refused
+            self.carry(outs[0], tagged[0])
+            return
+        if op in ("Reshape", "Expand") and ins[0] not in self.tags and ins[0] not in self.unknown:
+            if op == "Reshape":
+                raise Refused  # a batch-free tensor reshaped to a batch-sized shape
+            self.carry(outs[0], self.expand_axis(ins, None))
+            return
+        if op == "Range":  # range(0, k x batch, 1): a tensor of the batch's length
+            start, limit, delta = (self.values(x) for x in ins[:3])
+            if start != [(None, 0)] or delta != [(None, 1)] or not limit or limit[0][0] is None:
+                raise Refused
+            self.carry(outs[0], 0)
+            return
+        got = self.arith(op, a, ins) if op in SHAPE_ARITH else None
+        if got is None and (op in VALUE_SHAPED or op not in SAME_SHAPE | BROADCAST | SHAPE_ARITH):
+            raise Refused  # an output whose shape the batch's value may decide
+        if got is None:
+            self.unknown.update(outs)
+        elif all(k is None for k, _ in got):
+            self.consts[outs[0]] = [v for _, v in got]
+        else:
+            self.tags[outs[0]] = got
+
+    def arith(self, op: str, a: dict, ins: list[str]) -> list[Elem] | None:
+        try:
+            return self._arith(op, a, ins)
+        except (ValueError, IndexError, KeyError, ZeroDivisionError):
+            return None
+
+    def _arith(self, op: str, a: dict, ins: list[str]) -> list[Elem] | None:
+        x = self.values(ins[0])
+        if x is None:
+            return None
+        if op in ("Unsqueeze", "Squeeze", "Identity", "Cast", "Reshape"):
+            return x
+        if op == "Gather" and int(a.get("axis", 0)) == 0 and len(ins) > 1 and ins[1] in self.consts:
+            return [x[i] for i in self.consts[ins[1]]] if all(-len(x) <= i < len(x) for i in self.consts[ins[1]]) else None
+        if op == "Concat" and int(a.get("axis", 0)) in (0, -1):
+            parts = [self.values(y) for y in ins]
+            return None if any(p is None for p in parts) else [e for p in parts for e in p]  # type: ignore[union-attr]
+        if op == "Slice" and len(ins) >= 3 and all(y in self.consts for y in ins[1:] if y):
+            (start,), (end,) = self.consts[ins[1]][:1], self.consts[ins[2]][:1]
+            step = self.consts[ins[4]][0] if len(ins) > 4 and ins[4] else 1
+            if len(ins) > 3 and ins[3] and self.consts[ins[3]] not in ([0], [-1]):
+                return None
+            return x[slice(start, end, step)]
+        if op == "ConstantOfShape":
+            fill = a.get("value")
+            fill = int(numpy_helper.to_array(fill).ravel()[0]) if fill is not None else 0
+            return [(None, fill)] * x[0][1] if len(x) == 1 and x[0][0] is None and 0 <= x[0][1] <= 64 else None
+        rest = [self.values(y) for y in ins[1:]]
+        if op in ("Add", "Sub", "Mul", "Div", "Equal") and len(rest) == 1 and rest[0] is not None:
+            pairs = _broadcast(x, rest[0])
+            out = None if pairs is None else [_binary(op, p, q) for p, q in pairs]
+            return None if out is None or any(e is None for e in out) else out  # type: ignore[return-value]
+        if op == "Where" and len(rest) == 2 and rest[0] is not None and rest[1] is not None:
+            yes, no = rest[0], rest[1]
+            n = max(len(x), len(yes), len(no))
+            if any(len(v) not in (1, n) for v in (x, yes, no)) or any(k is not None for k, _ in x):
+                return None
+            pick = lambda v, i: v[i if len(v) > 1 else 0]  # noqa: E731
+            return [pick(yes, i) if pick(x, i)[1] else pick(no, i) for i in range(n)]
+        return None
+
+    def expand_axis(self, ins: list[str], ax: int | None) -> int:
+        """The batch axis of ``Expand(x, target)``, ``x`` carrying it at ``ax`` (None: not)."""
+        tgt = self.values(ins[1]) if len(ins) > 1 else None
+        if tgt is None:
+            raise Refused
+        rx = self.rank(ins[0])
+        r = max(rx, len(tgt))
+        if ax is not None:
+            out = ax + r - rx
+            j = out - (r - len(tgt))
+            if j >= 0 and tgt[j][0] is None and tgt[j][1] != 1:
+                raise Refused  # a constant target fixes the batch dimension
+            return out
+        tagged = [j for j, (k, _) in enumerate(tgt) if k is not None]
+        if len(tagged) != 1:
+            raise Refused
+        out = tagged[0] + r - len(tgt)
+        jx = out - (r - rx)
+        if jx >= 0 and self.shapes[ins[0]][jx] != 1:
+            raise Refused
+        return out
+
+    def reshape_axis(self, a: dict, ins: list[str], ax: int) -> int:
+        """The batch axis of ``Reshape(x, target)``, ``x`` carrying it at ``ax``: the one element
+        of the target computed from the batch, or copying it (0), else the one left (-1)."""
+        tgt = self.values(ins[1])
+        if tgt is None or a.get("allowzero"):
+            raise Refused
+        explicit = [j for j, (k, v) in enumerate(tgt) if k is not None or (v == 0 and j == ax)]
+        rest = [j for j, (k, v) in enumerate(tgt) if k is None and v == -1]
+        if len(explicit) == 1:
+            return explicit[0]
+        if not explicit and len(rest) == 1:
+            return rest[0]
+        raise Refused
+
+    def out_axes(self, node, a: dict, ins: list[str], scaled: list[bool]) -> list[int]:
+        """Per output, the axis that carries the batch, for a node with batch-carrying inputs."""
+        op, n_out = node.op_type, len([x for x in node.output if x])
+        axes = [self.axis[x] if s else -1 for x, s in zip(ins, scaled)]
+        ax, rank = axes[0], self.rank(ins[0])
+        shape_inputs = {"Reshape": 1, "Expand": 1}.get(op)  # the one input a shape value may feed
+        if any(x in self.tags or x in self.unknown for i, x in enumerate(ins) if x and i != shape_inputs
+               and op not in BROADCAST and op not in SAME_SHAPE):
+            raise Refused  # a shape value followed nowhere else decides this node
+        if op in ("Shape", "Size"):
+            s = self.shapes[ins[0]]
+            elems = [(s[j] // self.b0 if j == ax else None, s[j]) for j in range(len(s))] if op == "Shape" \
+                else [(math.prod(s) // self.b0, math.prod(s))]
+            if op == "Shape":
+                elems = elems[int(a.get("start", 0)):a.get("end")]
+            self.tags[node.output[0]] = elems
+            return []
+        if op in SAME_SHAPE:
+            if n_out > 1 and op != "Dropout" and not (
+                    op == "LayerNormalization" and int(a.get("axis", -1)) % rank > ax):
+                raise Refused  # statistics over the batch (training-mode BatchNorm, a LayerNorm across it)
+            return [ax] * n_out
+        if op in BROADCAST:
+            r = self.rank(node.output[0])
+            out = {x_ax + r - self.rank(x) for x, x_ax in zip(ins, axes) if x_ax >= 0}
+            if len(out) != 1:
+                raise Refused
+            o = out.pop()
+            if not 0 <= o < r:
+                raise Refused
+            for x, x_ax in zip(ins, axes):  # a batch-free operand broadcasts along the batch axis
+                if x and x_ax < 0 and 0 <= o - (r - self.rank(x)) and self.shapes[x][o - (r - self.rank(x))] != 1:
+                    raise Refused
+            return [o] * n_out
+        if op in WINDOW:
+            if any(scaled[1:]) or ax != 0:
+                raise Refused
+            return [0] * n_out
+        if op == "Gemm":
+            if any(scaled[1:]) or ax != (1 if a.get("transA") else 0):
+                raise Refused
+            return [0]
+        if op == "MatMul":
+            return [self.matmul_axis(ins, axes, node.output[0])]
+        if op == "Transpose":
+            perm = a.get("perm") or list(range(rank))[::-1]
+            return [list(perm).index(ax)]
+        if op == "Flatten":
+            return [0 if ax < int(a.get("axis", 1)) % max(rank, 1) else 1]
+        if op == "Reshape":
+            return [self.reshape_axis(a, ins, ax)]
+        if op == "Expand":
+            return [self.expand_axis(ins, ax)]
+        if op == "Concat":  # every part carries the batch in the same axis, joined along another
+            if not all(scaled) or len(set(axes)) != 1 or int(a["axis"]) % rank == ax:
+                raise Refused
+            return [ax]
+        if op == "Split":
+            if any(scaled[1:]) or int(a.get("axis", 0)) % rank == ax:
+                raise Refused
+            return [ax] * n_out
+        if op in ("Resize", "Upsample"):  # a scale of exactly 1 on the batch axis; sizes would fix it
+            scales = self.scales.get(ins[2 if op == "Resize" else 1]) if len(ins) > (2 if op == "Resize" else 1) else None
+            if scales is None or len(ins) > 3 and ins[3] or any(scaled[1:]) or scales[ax] != 1.0:
+                raise Refused
+            return [ax]
+        if op == "Pad":  # pads that do not depend on the batch add a fixed size: none on its axis
+            if any(scaled[1:]) or len(ins) > 3 and ins[3] or self.shapes[node.output[0]][ax] != self.shapes[ins[0]][ax]:
+                raise Refused
+            return [ax]
+        if op == "Gather":
+            axis = int(a.get("axis", 0)) % rank if rank else 0
+            if scaled[0] and len(scaled) > 1 and scaled[1] or (scaled[0] and axis == ax):
+                raise Refused
+            if scaled[0]:
+                return [ax if ax < axis else ax - 1 + self.rank(ins[1])]
+            return [axis + axes[1]]  # indices carry the batch: an embedding lookup
+        if op in ("Slice", "Squeeze", "Unsqueeze") or op in REDUCE:
+            index = 3 if op == "Slice" else 1
+            out_rank = self.rank(node.output[0])
+            listed = a.get("axes")
+            if listed is None and len(ins) > index and ins[index]:
+                listed = self.consts.get(ins[index])
+            if listed is None or any(scaled[1:]):
+                raise Refused
+            if op == "Unsqueeze":
+                kept = [j for j in range(out_rank) if j not in {v % out_rank for v in listed}]
+                return [kept[ax]]
+            listed = [v % rank for v in listed]
+            if ax in listed:
+                raise Refused
+            if op == "Slice" or (op in REDUCE and a.get("keepdims", 1)):
+                return [ax]
+            return [ax - sum(v < ax for v in listed)]
+        raise Refused
+
+    def matmul_axis(self, ins: list[str], axes: list[int], out: str) -> int:
+        """MatMul keeps the batch in a broadcast (stacking) axis, or in A's rows or B's columns;
+        an axis the product sums over is refused."""
+        r = self.rank(out)
+        found: set[int] = set()
+        for i, (x, x_ax) in enumerate(zip(ins[:2], axes[:2])):
+            if x_ax < 0:
+                continue
+            rx = self.rank(x)
+            if rx < 2 or x_ax == (rx - 1 if i == 0 else rx - 2):
+                raise Refused
+            found.add(x_ax + r - rx)
+        if len(found) != 1:
+            raise Refused
+        axis = found.pop()
+        if len([a for a in axes[:2] if a >= 0]) == 2 and axis >= r - 2:
+            raise Refused  # both operands' batch where the product pairs rows with columns
+        return axis
+
+
+__all__ = ["Refused", "BatchAxes", "Elem"]
