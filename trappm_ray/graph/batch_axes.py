@@ -18,54 +18,17 @@ from __future__ import annotations
 import math
 
 import onnx
-from onnx import helper, numpy_helper
+from onnx import helper
 
 from trappm_ray.graph.shape_rules import BROADCAST, SAME_SHAPE
+from trappm_ray.graph.shape_values import SHAPE_ARITH, Elem, constants, evaluate
 
 WINDOW = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
           "GlobalLpPool", "BatchNormalization", "InstanceNormalization", "DepthToSpace", "SpaceToDepth"}
 REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1"}
-# shape-vector arithmetic this module follows element by element
-SHAPE_ARITH = {"Gather", "Unsqueeze", "Squeeze", "Identity", "Cast", "Reshape", "Concat", "Slice", "Add", "Sub",
-               "Mul", "Div", "Equal", "Where", "ConstantOfShape"}
 # ops whose output's shape an input's values decide (beyond the shape arithmetic followed)
 VALUE_SHAPED = {"Range", "Tile", "Slice", "Pad", "OneHot", "TopK", "NonZero", "Split", "Resize", "Upsample",
                 "Expand", "Reshape", "ConstantOfShape", "Squeeze", "Unsqueeze", "Compress", "CenterCropPad"}
-Elem = tuple[int | None, int]  # (k: the value is k x batch, None: independent of it; value at the featurized batch)
-
-
-def _broadcast(x: list[Elem], y: list[Elem]) -> list[tuple[Elem, Elem]] | None:
-    if len(x) == len(y):
-        return list(zip(x, y))
-    if len(x) == 1 or len(y) == 1:
-        return [(x[i if len(x) > 1 else 0], y[i if len(y) > 1 else 0]) for i in range(max(len(x), len(y)))]
-    return None
-
-
-def _binary(op: str, p: Elem, q: Elem) -> Elem | None:
-    """One element of ``op`` on shape values; None where the result is not a number nor a
-    multiple of the batch (an affine ``batch + 1`` is not followed)."""
-    (k1, v1), (k2, v2) = p, q
-    if k1 is None and k2 is None:  # two numbers
-        if op == "Div":
-            return (None, v1 // v2) if v2 and v1 % v2 == 0 else None
-        return None, {"Add": v1 + v2, "Sub": v1 - v2, "Mul": v1 * v2, "Equal": int(v1 == v2)}[op]
-    if op in ("Add", "Sub"):
-        sign = 1 if op == "Add" else -1
-        if (k1 is None and v1) or (k2 is None and v2):
-            return None  # a multiple of the batch plus a number
-        k = (k1 or 0) + sign * (k2 or 0)
-        return (k or None), v1 + sign * v2
-    if op == "Mul" and (k1 is None or k2 is None):
-        return (k1 * v2 if k1 is not None else k2 * v1), v1 * v2  # type: ignore[operator]
-    if op == "Div" and k1 is not None and k2 is None and v2 and k1 % v2 == 0:
-        return k1 // v2, v1 // v2
-    if op == "Equal":
-        if k1 is not None and k2 is not None:
-            return None, int(k1 == k2)
-        times, c = (k1, v2) if k1 is not None else (k2, v1)
-        return (None, 0) if times is not None and times > 0 and c <= 0 else None  # k x batch > 0 is never <= 0
-    return None
 
 
 class Refused(Exception):
@@ -76,23 +39,6 @@ def _attrs(node: onnx.NodeProto) -> dict:
     return {a.name: helper.get_attribute_value(a) for a in node.attribute}
 
 
-def _constants(model: onnx.ModelProto, kinds: tuple[int, ...], cast=int) -> dict[str, list]:
-    """Small constants (scalars and vectors) of the element types ``kinds`` by tensor name, as
-    flat lists of ``cast``."""
-    out: dict[str, list] = {}
-    tensors = [(t.name, t) for t in model.graph.initializer]
-    tensors += [(n.output[0], a.t) for n in model.graph.node
-                if n.op_type == "Constant" and n.output for a in n.attribute if a.name == "value"]
-    for name, t in tensors:
-        if (t.data_type in kinds and len(t.dims) <= 1
-                and math.prod(t.dims) <= 64 and t.data_location != onnx.TensorProto.EXTERNAL):
-            try:
-                out[name] = [cast(v) for v in numpy_helper.to_array(t).ravel()]
-            except (ValueError, TypeError):
-                continue
-    return out
-
-
 class BatchAxes:
     """The walk over one inferred model ``m`` featurized at batch ``b0`` (:meth:`visit` each
     node in graph order; :class:`Refused` where the proof fails). ``axis`` maps every tensor that
@@ -100,8 +46,8 @@ class BatchAxes:
 
     def __init__(self, m, b0: int):
         self.m, self.b0, self.shapes = m, b0, m.shapes
-        self.consts = _constants(m.model, (onnx.TensorProto.INT64, onnx.TensorProto.INT32))
-        self.scales = _constants(m.model, (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE), float)  # Resize's
+        self.consts = constants(m.model, (onnx.TensorProto.INT64, onnx.TensorProto.INT32))
+        self.scales = constants(m.model, (onnx.TensorProto.FLOAT, onnx.TensorProto.DOUBLE), float)  # Resize's
         self.axis: dict[str, int] = {x: 0 for x in m.data_inputs}  # tensor -> its batch axis
         self.tags: dict[str, list[Elem]] = {}  # shape vectors that hold the batch as a value
         self.unknown: set[str] = set()  # values that depend on the batch in ways not followed
@@ -129,7 +75,7 @@ class BatchAxes:
             return
         if not any(scaled) and not any(valued):
             if outs and node.op_type in SHAPE_ARITH and all(x in self.consts for x in ins if x):
-                found = self.arith(node.op_type, _attrs(node) if node.attribute else {}, ins)  # constant arithmetic
+                found = evaluate(node.op_type, _attrs(node) if node.attribute else {}, ins, self.values, self.consts)
                 if found is not None and len(outs) == 1:
                     self.consts[outs[0]] = [v for _, v in found]
             return
@@ -171,7 +117,7 @@ class BatchAxes:
                 raise Refused
             self.carry(outs[0], 0)
             return
-        got = self.arith(op, a, ins) if op in SHAPE_ARITH else None
+        got = evaluate(op, a, ins, self.values, self.consts) if op in SHAPE_ARITH else None
         if got is None and (op in VALUE_SHAPED or op not in SAME_SHAPE | BROADCAST | SHAPE_ARITH):
             raise Refused  # an output whose shape the batch's value may decide
         if got is None:
@@ -180,47 +126,6 @@ class BatchAxes:
             self.consts[outs[0]] = [v for _, v in got]
         else:
             self.tags[outs[0]] = got
-
-    def arith(self, op: str, a: dict, ins: list[str]) -> list[Elem] | None:
-        try:
-            return self._arith(op, a, ins)
-        except (ValueError, IndexError, KeyError, ZeroDivisionError):
-            return None
-
-    def _arith(self, op: str, a: dict, ins: list[str]) -> list[Elem] | None:
-        x = self.values(ins[0])
-        if x is None:
-            return None
-        if op in ("Unsqueeze", "Squeeze", "Identity", "Cast", "Reshape"):
-            return x
-        if op == "Gather" and int(a.get("axis", 0)) == 0 and len(ins) > 1 and ins[1] in self.consts:
-            return [x[i] for i in self.consts[ins[1]]] if all(-len(x) <= i < len(x) for i in self.consts[ins[1]]) else None
-        if op == "Concat" and int(a.get("axis", 0)) in (0, -1):
-            parts = [self.values(y) for y in ins]
-            return None if any(p is None for p in parts) else [e for p in parts for e in p]  # type: ignore[union-attr]
-        if op == "Slice" and len(ins) >= 3 and all(y in self.consts for y in ins[1:] if y):
-            (start,), (end,) = self.consts[ins[1]][:1], self.consts[ins[2]][:1]
-            step = self.consts[ins[4]][0] if len(ins) > 4 and ins[4] else 1
-            if len(ins) > 3 and ins[3] and self.consts[ins[3]] not in ([0], [-1]):
-                return None
-            return x[slice(start, end, step)]
-        if op == "ConstantOfShape":
-            fill = a.get("value")
-            fill = int(numpy_helper.to_array(fill).ravel()[0]) if fill is not None else 0
-            return [(None, fill)] * x[0][1] if len(x) == 1 and x[0][0] is None and 0 <= x[0][1] <= 64 else None
-        rest = [self.values(y) for y in ins[1:]]
-        if op in ("Add", "Sub", "Mul", "Div", "Equal") and len(rest) == 1 and rest[0] is not None:
-            pairs = _broadcast(x, rest[0])
-            out = None if pairs is None else [_binary(op, p, q) for p, q in pairs]
-            return None if out is None or any(e is None for e in out) else out  # type: ignore[return-value]
-        if op == "Where" and len(rest) == 2 and rest[0] is not None and rest[1] is not None:
-            yes, no = rest[0], rest[1]
-            n = max(len(x), len(yes), len(no))
-            if any(len(v) not in (1, n) for v in (x, yes, no)) or any(k is not None for k, _ in x):
-                return None
-            pick = lambda v, i: v[i if len(v) > 1 else 0]  # noqa: E731
-            return [pick(yes, i) if pick(x, i)[1] else pick(no, i) for i in range(n)]
-        return None
 
     def expand_axis(self, ins: list[str], ax: int | None) -> int:
         """The batch axis of ``Expand(x, target)``, ``x`` carrying it at ``ax`` (None: not)."""

@@ -28,7 +28,7 @@ log = logging.getLogger(__name__)
 _MAX_TARGET = 64  # a shape target has one entry per dimension
 
 
-def constant_targets(model: onnx.ModelProto) -> dict[str, np.ndarray]:
+def _constant_targets(model: onnx.ModelProto) -> dict[str, np.ndarray]:
     """Small 1-D integer constants (initializers and Constant nodes) by tensor name."""
     out = {}
     tensors = [(t.name, t) for t in model.graph.initializer]
@@ -58,7 +58,7 @@ def rebind_batch(model: onnx.ModelProto, shapes: dict[str, tuple[int, ...]],
 
     Returns the names of the nodes whose target was re-bound.
     """
-    targets = constant_targets(model)
+    targets = _constant_targets(model)
     new_inits, changed = [], []
     for node in model.graph.node:
         if node.op_type not in ("Reshape", "Expand") or len(node.input) < 2:
