@@ -25,6 +25,7 @@ from trappm_ray.graph.shape_values import SHAPE_ARITH, Elem, constants, evaluate
 
 WINDOW = {"Conv", "ConvTranspose", "MaxPool", "AveragePool", "LpPool", "GlobalAveragePool", "GlobalMaxPool",
           "GlobalLpPool", "BatchNormalization", "InstanceNormalization", "DepthToSpace", "SpaceToDepth"}
+NO_ATTRS = (WINDOW | SAME_SHAPE | {"Constant"}) - {"LayerNormalization"}  # ops no rule here reads an attribute of
 REDUCE = {"ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin", "ReduceProd", "ReduceL2", "ReduceL1"}
 # ops whose output's shape an input's values decide (beyond the shape arithmetic followed)
 VALUE_SHAPED = {"Range", "Tile", "Slice", "Pad", "OneHot", "TopK", "NonZero", "Split", "Resize", "Upsample",
@@ -65,23 +66,23 @@ class BatchAxes:
 
     def visit(self, node: onnx.NodeProto) -> None:
         ins, outs = list(node.input), [x for x in node.output if x]
-        a0 = _attrs(node) if node.op_type == "Shape" and node.attribute else {}
+        # attributes where a rule reads them (parsing every node's costs more than the rest of the walk)
+        a = _attrs(node) if node.attribute and node.op_type not in NO_ATTRS else {}
         scaled = [bool(x) and x in self.axis for x in ins]
         valued = [bool(x) and (x in self.tags or x in self.unknown) for x in ins]
         if node.op_type in ("Shape", "Size") and not any(scaled) and ins and ins[0] in self.shapes:
             s = list(self.shapes[ins[0]])  # the shape of a batch-free tensor (or of a shape vector)
-            self.consts[outs[0]] = s[int(a0.get("start", 0)):a0.get("end")] if node.op_type == "Shape" \
+            self.consts[outs[0]] = s[int(a.get("start", 0)):a.get("end")] if node.op_type == "Shape" \
                 else [math.prod(s)]
             return
         if not any(scaled) and not any(valued):
             if outs and node.op_type in SHAPE_ARITH and all(x in self.consts for x in ins if x):
-                found = evaluate(node.op_type, _attrs(node) if node.attribute else {}, ins, self.values, self.consts)
+                found = evaluate(node.op_type, a, ins, self.values, self.consts)
                 if found is not None and len(outs) == 1:
                     self.consts[outs[0]] = [v for _, v in found]
             return
         if node.domain not in ("", "ai.onnx"):
             raise Refused
-        a = _attrs(node) if node.attribute and node.op_type not in WINDOW | SAME_SHAPE - {"LayerNormalization"} else {}
         if not any(scaled):
             self.shape_values(node, a, ins, outs)
             return
