@@ -49,20 +49,22 @@ def test_moved_scales_the_gpus_kernels_to_the_anchors_answer_and_keeps_the_host(
     # batch 64: 10 kernels of 2 ms (device-bound, 20 ms); batch 1: 10 kernels of 0.1 ms behind
     # 10 x 0.5 ms of host time (host-bound, 5.1 ms)
     steps = {64: _step(500.0, [2000.0] * 10), 1: _step(500.0, [100.0] * 10)}
-    row = {"train_step_ms": 30.0, "train_step_ms_low": 15.0, "train_step_ms_floor": 0.5}
-    anchor = {"train_step_ms": 40.0, "train_step_ms_low": 32.0, "train_step_ms_high": 80.0}
-    notes = E.moved(row, anchor, 1, 64, lambda b, t: steps[b])
+    anchor = {"train_step_ms": 40.0, "train_step_ms_low": 32.0, "train_step_ms_high": 80.0,
+              "train_step_ms_floor": 20.0, "train_step_ms_measured_batch": 64, "train_power_w": 300.0}
+    row, notes = E.moved(anchor, 1, 64, lambda b, t: steps[b], {"train_step_ms": 0.5})
     # the anchor's 40 ms is the GPU's kernels x ~2; at batch 1 that leaves the host's 5 ms + the last kernel
     assert row["train_step_ms"] == pytest.approx(5.0 + 0.2, rel=0.02)
     assert row["train_step_ms_low"] == pytest.approx(row["train_step_ms"] * 0.8)  # the anchor's relative band
-    assert "train_step_ms_high" not in row and row["train_step_ms_floor"] == 0.5  # only what the row had
+    assert row["train_step_ms_high"] == pytest.approx(row["train_step_ms"] * 2.0)
+    # the anchor's floor is not the batch's, nor are targets the step model does not move
+    assert set(row) == {"train_step_ms", "train_step_ms_low", "train_step_ms_high", "train_step_ms_measured_batch"}
     assert len(notes) == 1 and "batch 64" in notes[0] and "x 1.98" in notes[0]  # (40 - 0.5) / 20 = 1.975
-    floored = {"train_step_ms": 3.0, "train_step_ms_floor": 9.0}
-    E.moved(floored, anchor, 1, 64, lambda b, t: steps[b])
+    floored, _ = E.moved(anchor, 1, 64, lambda b, t: steps[b], {"train_step_ms": 9.0})
     assert floored["train_step_ms"] == 9.0  # never below the floor
-    absurd = {"train_step_ms": 3.0}  # an anchor answer 100x the step model: the correction stops at its bound
-    E.moved(absurd, {"train_step_ms": 2000.0}, 1, 64, lambda b, t: steps[b])
+    # an anchor answer 100x the step model: the correction stops at its bound
+    absurd, notes = E.moved({"train_step_ms": 2000.0}, 1, 64, lambda b, t: steps[b], {})
     assert absurd["train_step_ms"] == pytest.approx(steps[1].with_device_scale(E.DEVICE_SCALE[1]))
+    assert "the most a learned answer may move it" in notes[0]
 
 
 def test_shipped_gpu_answers_never_get_cheaper_with_batch():

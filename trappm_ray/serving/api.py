@@ -65,6 +65,12 @@ def requested_setting(opts: PredictOptions, predictor: Estimator) -> dict:
     return requested
 
 
+def time_floors(graph: Graph, predictor: Estimator, setting: dict) -> dict[str, float]:
+    """The least time of a step and a pass of ``graph`` on ``predictor``'s device in ``setting``."""
+    return time_floors_ms(graph, device_of(predictor), setting["precision"], setting["optimizer"],
+                          predictor.spec if isinstance(predictor, SpecPredictor) else None)
+
+
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
                      opts: PredictOptions, source: str, sha256: str) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search): intervals widened
@@ -76,8 +82,7 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     if spec is not None:
         device["memory_gb"] = spec.memory_gb
     floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"]),
-              **time_floors_ms(graph, device, setting["precision"], setting["optimizer"],
-                               predictor.spec if isinstance(predictor, SpecPredictor) else None)}
+              **time_floors(graph, predictor, setting)}
 
     def est(t: str) -> Estimate | None:
         if t not in row:
@@ -275,24 +280,31 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             continue
         setting = {**setting, "interval_z": opts.interval_z}
         items, slots = passes.setdefault(id(chosen), (chosen, [], {}))[1:]
-        keys = [(id(g), json.dumps(setting, sort_keys=True)) for g in (graph, *above)]
-        for g, key in zip((graph, *above), keys):
+        # below the anchor physics answers from the anchor's row: the network runs at the batch
+        # asked only for a target the step model does not carry
+        moved = anchor > batch and set(chosen.targets) <= set(STEP_MODES)
+        asked = (*above,) if moved else (graph, *above)
+        keys = [(id(g), json.dumps(setting, sort_keys=True)) for g in asked]
+        for g, key in zip(asked, keys):
             slots.setdefault(key, (len(slots), g, setting))
-        items.append((i, proto, sha, graph, [int(g.static["batch_size"]) for g in above], bool(anchor), keys))
+        items.append((i, proto, sha, graph, setting, [int(g.static["batch_size"]) for g in above], bool(anchor),
+                      ([None] if moved else []) + keys))
     for chosen, items, slots in passes.values():
         rows = chosen.predict_graphs([g for _, g, _ in slots.values()], [s for *_, s in slots.values()])
         spec, host = gpu_spec(chosen), step_host_us(chosen.manifest.launch)
-        for i, proto, sha, graph, batches, on_gpu, keys in items:
+        for i, proto, sha, graph, setting, batches, on_gpu, keys in items:
             data, opts, label = models[i]
-            row, *above_rows = (dict(rows[slots[k][0]]) for k in keys)
-            batch, setting = int(graph.static["batch_size"]), slots[keys[0]][2]
+            row, *above_rows = ({} if k is None else dict(rows[slots[k][0]]) for k in keys)
+            batch = int(graph.static["batch_size"])
             if on_gpu and batches:
                 at_batch = {batch: graph, batches[0]: slots[keys[1]][1]}
 
                 def step(b: int, t: str, at_batch=at_batch, setting=setting, spec=spec, host=host) -> StepEstimate:
                     return step_time(at_batch[b], spec, setting, STEP_MODES[t], host)
 
-                notes = batch_envelope.moved(row, above_rows[0], batch, batches[0], step)
+                row_at, notes = batch_envelope.moved(above_rows[0], batch, batches[0], step,
+                                                     time_floors(graph, chosen, setting))
+                row.update(row_at)
             else:
                 notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
                                              batches[-1] if batches else 0)

@@ -71,38 +71,40 @@ def hold(row: dict[str, float], above: list[dict[str, float]]) -> dict[str, tupl
     return changed
 
 
-def moved(row: dict[str, float], anchor_row: dict[str, float], batch: int, anchor: int, step) -> list[str]:
-    """Move ``row`` (the predictor's answer at ``batch``) in place to the physics step model at
-    ``batch`` with the GPU's kernel times corrected as the predictor's answer at ``anchor``
-    (``anchor_row``) says (:func:`trappm_ray.physics.step_model.device_scale`, within
-    :data:`DEVICE_SCALE`): the learned part corrects the device's efficiency where its labels
-    are, physics carries it to the batch asked, the host's issue time included. The interval moves
-    with the value; never below the row's floor.
+def moved(anchor_row: dict[str, float], batch: int, anchor: int, step, floors: dict[str, float]
+          ) -> tuple[dict[str, float], list[str]]:
+    """The answer at ``batch``: the physics step model there, with the GPU's kernel times
+    corrected as the predictor's answer at ``anchor`` (``anchor_row``) says
+    (:func:`trappm_ray.physics.step_model.device_scale`, within :data:`DEVICE_SCALE`): the learned
+    part corrects the device's efficiency where its labels are, physics carries it to the batch
+    asked, the host's issue time included. The interval moves with the value; never below the
+    ``floors`` of the graph at ``batch``. The predictor itself is not asked at ``batch``: below
+    its labels' workloads its answer is what this replaces.
 
     Args:
         step: ``(batch, target) -> StepEstimate`` of the step model.
+        floors: per target the least time of the graph at ``batch`` (ms).
 
     Returns:
-        One note per target moved by more than :data:`REPORT_CHANGE`.
+        The row at ``batch`` (per moved target its value, interval and spread, and what else the
+        anchor's row says of its derivation) and one note per target saying how it was derived.
     """
+    row: dict[str, float] = {}
     out = []
     for t in STEP_MODES:
-        if t not in row or t not in anchor_row or row[t] <= 0 or anchor_row[t] <= 0:
+        if anchor_row.get(t, 0.0) <= 0:
             continue
         scale = device_scale(step(anchor, t), anchor_row[t], DEVICE_SCALE)
-        before = row[t]
-        after = max(min(step(batch, t).with_device_scale(scale), anchor_row[t]), row.get(f"{t}_floor", 0.0))
-        for suffix in SCALED:
-            if f"{t}{suffix}" in row and f"{t}{suffix}" in anchor_row:
-                row[f"{t}{suffix}"] = anchor_row[f"{t}{suffix}"] * after / anchor_row[t]
-        if abs(after / before - 1) > REPORT_CHANGE:
-            why = (f"so that at batch {anchor} (the largest that fits this GPU, where its labels measure a "
-                   f"model) it reads the predictor's answer" if DEVICE_SCALE[0] < scale < DEVICE_SCALE[1] else
-                   f"the most a learned answer may move it: the predictor's answer at batch {anchor} (the "
-                   f"largest that fits this GPU) lies further from physics than that")
-            out.append(f"{t}: the step model at batch {batch}, its GPU kernel times x {scale:.3g}, {why}: "
-                       f"{after:.4g} ms, where the predictor alone read {before:.4g}")
-    return out
+        after = max(min(step(batch, t).with_device_scale(scale), anchor_row[t]), floors.get(t, 0.0))
+        row.update({f"{t}{suffix}": anchor_row[f"{t}{suffix}"] * after / anchor_row[t]
+                    for suffix in SCALED if f"{t}{suffix}" in anchor_row})
+        row.update({k: v for k, v in anchor_row.items() if k == f"{t}_measured_batch"})
+        why = (f"so that at batch {anchor} (the largest that fits this GPU, where its labels measure a "
+               f"model) it reads the predictor's answer, {anchor_row[t]:.4g} ms" if DEVICE_SCALE[0] < scale < DEVICE_SCALE[1]
+               else f"the most a learned answer may move it: the predictor's answer at batch {anchor} (the "
+               f"largest that fits this GPU), {anchor_row[t]:.4g} ms, lies further from physics than that")
+        out.append(f"{t}: the step model at batch {batch}, its GPU kernel times x {scale:.3g}, {why}: {after:.4g} ms")
+    return row, out
 
 
 def notes(changed: dict[str, tuple[float, float]], batch: int, top: int) -> list[str]:
