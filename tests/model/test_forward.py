@@ -8,7 +8,9 @@ import pytest
 
 from tests.onnx_builders import cnn_model
 from tests.predictor_builders import random_predictor
+from trappm_ray.graph.arrays import graph_arrays
 from trappm_ray.graph.featurize import featurize
+from trappm_ray.model.forward import Batch
 from trappm_ray.model import predictor as P
 from trappm_ray.model.estimator import PredictorError
 from trappm_ray.model.network_predictor import NetworkPredictor
@@ -70,3 +72,15 @@ def test_a_network_answer_imports_no_torch():
     out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-500:]
     assert out.stdout.strip() == "[]"
+
+
+def test_batch_reuses_structure_only_for_the_same_graph_arrays(graphs):
+    a, other = graph_arrays(graphs[0]), graph_arrays(graphs[2])
+    first = Batch([a])
+    again = Batch([a.with_static(a.static + 1)])  # the same graph, another static vector
+    assert again.adjacency is first.adjacency and (again.static == first.static + 1).all()
+    fresh = Batch([other])
+    assert fresh.adjacency is not first.adjacency and (fresh.x == other.x).all()
+    # the kept columns are every nonzero one: the raw features' products are unchanged
+    assert (first.x[:, first.cols] == first.x_cols).all() and not first.x[:, [
+        c for c in range(first.x.shape[1]) if c not in set(first.cols)]].any()

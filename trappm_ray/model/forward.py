@@ -43,18 +43,38 @@ def _relu(x: np.ndarray) -> np.ndarray:
 class Batch:
     """Several graphs as one: nodes stacked, edges offset, each node's graph known.
 
+    The node features of the graphs at hand are mostly zero columns (a graph uses a few of the
+    op one-hot columns): :attr:`cols` lists the others, and a layer on the raw features reads
+    those alone (:func:`sage` with ``cols``), the same sum without its zero terms.
+
     Args:
         graphs: the graphs' arrays (:mod:`trappm_ray.graph.arrays`).
     """
 
+    # The structure of the last batch, kept while its graphs' arrays are the same objects: a
+    # predictor asks once per target for the same graphs with another static vector.
+    _last: tuple = ()
+
     def __init__(self, graphs: Sequence[GraphArrays]):
+        arrays = tuple((g.x, g.edge_index) for g in graphs)
+        last = Batch._last
+        if len(last) == 2 and len(last[0]) == len(arrays) and all(
+                a is b and e is f for (a, e), (b, f) in zip(arrays, last[0])):
+            self.x, self.cols, self.x_cols, self.adjacency, self.in_degree, self.membership = last[1]
+        else:
+            self._structure(graphs)
+            Batch._last = (arrays, (self.x, self.cols, self.x_cols, self.adjacency, self.in_degree, self.membership))
+        self.static = np.stack([g.static for g in graphs]).astype(np.float32, copy=False)
+        self.log_samples = np.array([[g.log_samples] for g in graphs], dtype=np.float32)
+
+    def _structure(self, graphs: Sequence[GraphArrays]) -> None:
         sizes = [g.num_nodes for g in graphs]
         offsets = np.cumsum([0] + sizes[:-1])
         self.x = np.concatenate([g.x for g in graphs]).astype(np.float32, copy=False)
+        self.cols = np.flatnonzero(np.any(self.x != 0, axis=0))
+        self.x_cols = np.ascontiguousarray(self.x[:, self.cols])
         edges = np.concatenate([g.edge_index + o for g, o in zip(graphs, offsets)], axis=1)
         src, dst = edges[0], edges[1]
-        self.static = np.stack([g.static for g in graphs]).astype(np.float32, copy=False)
-        self.log_samples = np.array([[g.log_samples] for g in graphs], dtype=np.float32)
         n = len(self.x)
         # sums over in-neighbours and over each graph's nodes as sparse products (scipy's CSR:
         # ten times faster than numpy's scatter-adds on a batch of graphs)
@@ -72,17 +92,24 @@ class Batch:
         return np.asarray(self.membership @ h)
 
 
-def sage(w: dict[str, np.ndarray], name: str, b: Batch, h: np.ndarray, agg: np.ndarray | None = None) -> np.ndarray:
-    """One GraphSAGE layer ``name`` on node rows ``h`` (``agg``: their neighbour mean, if known)."""
+def sage(w: dict[str, np.ndarray], name: str, b: Batch, h: np.ndarray, agg: np.ndarray | None = None,
+         cols: np.ndarray | None = None) -> np.ndarray:
+    """One GraphSAGE layer ``name`` on node rows ``h`` (``agg``: their neighbour mean, if known;
+    ``cols``: the input columns ``h`` and ``agg`` hold, of the layer's inputs, the rest zero)."""
     agg = b.neighbor_mean(h) if agg is None else agg
-    return _linear(w, f"{name}.lin_l", agg) + _linear(w, f"{name}.lin_r", h)
+    if cols is None:
+        return _linear(w, f"{name}.lin_l", agg) + _linear(w, f"{name}.lin_r", h)
+    out = agg @ w[f"{name}.lin_l.weight"][:, cols].T + h @ w[f"{name}.lin_r.weight"][:, cols].T
+    for bias in (f"{name}.lin_l.bias", f"{name}.lin_r.bias"):
+        out = out + w[bias] if bias in w else out
+    return out
 
 
 def encoder_embedding(w: dict[str, np.ndarray], prefix: str, layers: int, b: Batch) -> np.ndarray:
     """The frozen encoder's node embeddings summed per graph, ``[num_graphs, out_dim]``."""
-    h = b.x
+    h = b.x_cols
     for i in range(layers):
-        h = sage(w, f"{prefix}convs.{i}", b, h)
+        h = sage(w, f"{prefix}convs.{i}", b, h, cols=b.cols if i == 0 else None)
         if i < layers - 1:
             bn = f"{prefix}norms.{i}.module."
             h = (h - w[bn + "running_mean"]) / np.sqrt(w[bn + "running_var"] + np.float32(BN_EPS))
@@ -96,9 +123,9 @@ def regressor(w: dict[str, np.ndarray], prefix: str, b: Batch, static_z: np.ndar
 
     Args:
         static_z, emb_z: the scaled static vectors and pooled embeddings (None: no embedding).
-        agg: the neighbour mean of the node features (shared by every head).
+        agg: the neighbour mean of the node features' :attr:`Batch.cols` (shared by every head).
     """
-    h = _relu(sage(w, f"{prefix}conv1", b, b.x, agg))
+    h = _relu(sage(w, f"{prefix}conv1", b, b.x_cols, agg, b.cols))
     h = _relu(sage(w, f"{prefix}conv2", b, h))
     parts = [b.pool(h)] + ([emb_z] if emb_z is not None else []) + [static_z]
     h = _relu(_linear(w, f"{prefix}fc1", np.concatenate(parts, axis=1)))
@@ -133,7 +160,7 @@ def predict(manifest: Manifest, w: dict[str, np.ndarray], graphs: Sequence[Graph
     emb = None
     if net.encoder:
         emb = encoder_embedding(w, "encoder.", len(net.encoder["dims"]), b)
-    agg = b.neighbor_mean(b.x)
+    agg = b.neighbor_mean(b.x_cols)
     blend = (net.blend or {}).get("weights", {})
     out = {}
     for target in targets or manifest.targets:
