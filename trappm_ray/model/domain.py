@@ -55,6 +55,20 @@ def fit_domain(static: np.ndarray, families: list[str], seed: int = 0) -> dict:
             "quantile": QUANTILE}
 
 
+_ARRAYS: dict[int, tuple] = {}  # id(reference list) -> (the list, its arrays): one parse per manifest
+
+
+def _arrays(domain: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The domain's mean, spread and reference graphs as arrays, parsed once per manifest (up to
+    4,000 graphs: parsing the JSON lists took longer than the distances)."""
+    ref = domain["reference"]
+    kept = _ARRAYS.get(id(ref))
+    if kept is None or kept[0] is not ref:  # the list itself is kept, so its id is not reused
+        kept = _ARRAYS[id(ref)] = (ref, np.asarray(domain["mean"], np.float64),
+                                   np.asarray(domain["std"], np.float64), np.asarray(ref, np.float64))
+    return kept[1], kept[2], kept[3]
+
+
 def assess(domain: dict | None, static: np.ndarray) -> dict:
     """Distance of one model's static vector to the training domain, and whether it extrapolates.
 
@@ -65,8 +79,9 @@ def assess(domain: dict | None, static: np.ndarray) -> dict:
     if not domain:
         return {"distance": None, "threshold": None, "extrapolates": None, "widen": 1.0,
                 "note": "this predictor records no training domain; similarity not assessed"}
-    scaled = (np.asarray(static, np.float64) - np.asarray(domain["mean"])) / np.asarray(domain["std"])
-    distance = float(_nearest(scaled[None, :], np.asarray(domain["reference"]))[0])
+    mean, std, reference = _arrays(domain)
+    scaled = (np.asarray(static, np.float64) - mean) / std
+    distance = float(_nearest(scaled[None, :], reference)[0])
     ratio = distance / domain["threshold"]
     out = {"distance": round(distance, 3), "threshold": round(domain["threshold"], 3),
            "extrapolates": bool(ratio > 1.0), "widen": float(max(1.0, ratio))}

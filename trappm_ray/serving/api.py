@@ -49,7 +49,6 @@ from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
 from trappm_ray.targets import REPORTED, TARGETS
 
 
-
 @functools.lru_cache(maxsize=1)
 def power_model() -> PowerModel:
     """The shipped power model's weights (read once)."""
@@ -72,17 +71,19 @@ def time_floors(graph: Graph, predictor: Estimator, setting: dict) -> dict[str, 
 
 
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
-                     opts: PredictOptions, source: str, sha256: str) -> Prediction:
+                     opts: PredictOptions, source: str, sha256: str,
+                     times: dict[str, float] | None = None) -> Prediction:
     """A :class:`Prediction` from one ``predict_graphs`` row (no budget search): intervals widened
     where the model is unlike the training graphs, memory never below its physical floor
-    (weights, gradients, optimizer state and the largest tensor: :mod:`trappm_ray.serving.checks`)."""
+    (weights, gradients, optimizer state and the largest tensor: :mod:`trappm_ray.serving.checks`);
+    ``times``: the graph's :func:`time_floors`, where known."""
     units = {t: TARGETS[t].unit for t in REPORTED}
     setting = resolve_options(requested_setting(opts, predictor), predictor.manifest)
     device, domain, spec = device_of(predictor), domain_of(predictor.manifest, graph), gpu_spec(predictor)
     if spec is not None:
         device["memory_gb"] = spec.memory_gb
     floors = {"train_memory_mb": memory_floor_mb(graph, setting["precision"], setting["optimizer"]),
-              **time_floors(graph, predictor, setting)}
+              **(time_floors(graph, predictor, setting) if times is None else times)}
 
     def est(t: str) -> Estimate | None:
         if t not in row:
@@ -302,13 +303,14 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
                 def step(b: int, t: str, at_batch=at_batch, setting=setting, spec=spec, host=host) -> StepEstimate:
                     return step_time(at_batch[b], spec, setting, STEP_MODES[t], host)
 
-                row_at, notes = batch_envelope.moved(above_rows[0], batch, batches[0], step,
-                                                     time_floors(graph, chosen, setting))
+                times = time_floors(graph, chosen, setting)
+                row_at, notes = batch_envelope.moved(above_rows[0], batch, batches[0], step, times)
                 row.update(row_at)
             else:
+                times = None
                 notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
                                              batches[-1] if batches else 0)
-            p = build_prediction(row, graph, chosen, opts, label, sha)
+            p = build_prediction(row, graph, chosen, opts, label, sha, times)
             p.notes += ([text_notes[i]] if i in text_notes else []) + notes
             if opts.memory_budget_mb is not None:
                 p.max_batch_size = largest_batch(
@@ -394,6 +396,5 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
     return result
 
 
-__all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict",
-           "predict_many", "load_predictor", "device_catalog", "model_bytes",
-           "build_prediction", "model_version", "device_of"]
+__all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict", "predict_many", "load_predictor",
+           "device_catalog", "model_bytes", "build_prediction", "model_version", "device_of"]
