@@ -64,12 +64,16 @@ class BatchAxes:
             return [(None, v) for v in self.consts[x]]
         return None
 
-    def visit(self, node: onnx.NodeProto) -> None:
-        ins, outs = list(node.input), [x for x in node.output if x]
+    def visit(self, node: onnx.NodeProto, ins: list[str] | None = None, outs: list[str] | None = None) -> None:
+        """Follow the batch through ``node`` (``ins``/``outs``: its input and nonempty output
+        names, where the caller has them)."""
+        ins = list(node.input) if ins is None else ins
+        outs = [x for x in node.output if x] if outs is None else outs
         # attributes where a rule reads them (parsing every node's costs more than the rest of the walk)
         a = _attrs(node) if node.attribute and node.op_type not in NO_ATTRS else {}
         scaled = [bool(x) and x in self.axis for x in ins]
-        valued = [bool(x) and (x in self.tags or x in self.unknown) for x in ins]
+        # shape values are rare (dynamic exports): most graphs never look them up
+        valued = [bool(x) and (x in self.tags or x in self.unknown) for x in ins] if self.tags or self.unknown else []
         if node.op_type in ("Shape", "Size") and not any(scaled) and ins and ins[0] in self.shapes:
             s = list(self.shapes[ins[0]])  # the shape of a batch-free tensor (or of a shape vector)
             self.consts[outs[0]] = s[int(a.get("start", 0)):a.get("end")] if node.op_type == "Shape" \
@@ -170,8 +174,9 @@ class BatchAxes:
         axes = [self.axis[x] if s else -1 for x, s in zip(ins, scaled)]
         ax, rank = axes[0], self.rank(ins[0])
         shape_inputs = {"Reshape": 1, "Expand": 1}.get(op)  # the one input a shape value may feed
-        if any(x in self.tags or x in self.unknown for i, x in enumerate(ins) if x and i != shape_inputs
-               and op not in BROADCAST and op not in SAME_SHAPE):
+        if (self.tags or self.unknown) and any(
+                x in self.tags or x in self.unknown for i, x in enumerate(ins) if x and i != shape_inputs
+                and op not in BROADCAST and op not in SAME_SHAPE):
             raise Refused  # a shape value followed nowhere else decides this node
         if op in ("Shape", "Size"):
             s = self.shapes[ins[0]]

@@ -76,26 +76,27 @@ def _terms(graph: Graph, m, b0: int) -> BatchTerms:
     weights, folded, numel = graph.derived["weights"], graph.derived["folded"], graph.derived["numel"]
     nodes = m.model.graph.node
     n = len(nodes)
-    macs, obytes, oelems, ielems = (np.zeros(n) for _ in range(4))
+    ielems = np.zeros(n)
+    carries = np.zeros(n, bool)  # every output carries the batch: the node's outputs and MACs scale
     in_slot, out_slot = np.full(n, -1), np.full(n, -1)
+    axis = walk.axis
     for i, node in enumerate(nodes):
         if i in folded:
             continue
-        walk.visit(node)
         inputs, outputs = list(node.input), [x for x in node.output if x]
+        walk.visit(node, inputs, outputs)
         data_in = [x for x in inputs if x and x not in weights]
-        ielems[i] = sum(numel[x] for x in data_in if x in walk.axis and x in numel)
-        carried = [x for x in outputs if x in walk.axis]
-        if carried:
-            if len(carried) != len(outputs):
-                raise Refused
-            oelems[i] = sum(numel[x] for x in outputs if x in numel)
-            obytes[i] = sum(numel[x] * DTYPE_BYTES.get(m.dtypes.get(x, 1), 4) for x in outputs if x in numel)
-            macs[i] = graph.macs[i]
-            out_slot[i] = _slot(walk.axis[outputs[0]], walk.rank(outputs[0]))
+        ielems[i] = sum(numel[x] for x in data_in if x in axis and x in numel)
+        if any(x in axis for x in outputs):
+            if not all(x in axis for x in outputs):
+                raise Refused  # some outputs scale, others not: not followed
+            carries[i] = True
+            out_slot[i] = _slot(axis[outputs[0]], walk.rank(outputs[0]))
         first = data_in[0] if data_in else (inputs[0] if inputs else "")
-        if first in walk.axis:
-            in_slot[i] = _slot(walk.axis[first], walk.rank(first))
+        if first in axis:
+            in_slot[i] = _slot(axis[first], walk.rank(first))
+    # a carrying node's outputs all scale: its whole output count, bytes and MACs (featurize's)
+    macs, obytes, oelems = (np.where(carries, v, 0.0) for v in (graph.macs, graph.out_bytes, graph.out_elems))
     input_bytes = sum(float(math.prod(m.shapes[x])) * DTYPE_BYTES.get(m.dtypes.get(x, 1), 4)
                       for x in m.data_inputs if x in m.shapes)
     return BatchTerms(b0, macs, obytes, oelems, ielems, in_slot, out_slot, input_bytes)
