@@ -114,11 +114,13 @@ class Walk:
         return self.laid[key]
 
     def _intervals(self, act_bytes: int, low_bytes: int | None, on_chip: np.ndarray | None) -> Intervals:
-        n, ops, elems, preds = self.num_nodes, self.ops, self.elems, self.preds
-        real = self.real.copy()
+        n, ops, preds = self.num_nodes, self.ops, self.preds
+        real_mask = self.real.copy()
         if on_chip is not None:
-            real[:n] &= ~np.asarray(on_chip, bool)
-        dep = self.dep
+            real_mask[:n] &= ~np.asarray(on_chip, bool)
+        # the loop reads Python lists: a NumPy scalar per element costs more than the loop's logic
+        real, elems, dep, req = real_mask.tolist(), self.elems.tolist(), self.dep.tolist(), self.req.tolist()
+        fused, folded, save_cond = self.fused.tolist(), self.folded.tolist(), self.save_cond.tolist()
         bwd = 2 * n  # backward of node i runs at step bwd - i
         dt = [act_bytes] * (n + 1)
         last = list(range(n + 1))
@@ -127,11 +129,11 @@ class Walk:
         cons_max = [-1] * (n + 1)
         out: list[tuple] = []  # (cat, bytes, start, end, scales, node)
         for i in range(n):
-            if not real[i] and not self.fused[i] and not preds[i]:
+            if not real[i] and not fused[i] and not preds[i]:
                 continue
             op, ps = ops[i], preds[i]
             if low_bytes is not None:
-                if self.fused[i]:
+                if fused[i]:
                     target = None
                     dt[i] = dt[ps[0]] if ps else act_bytes
                 elif op in HALF_OPS:
@@ -146,9 +148,9 @@ class Walk:
                         op in PROMOTE_OPS) else (dt[ps[0]] if ps else act_bytes)
             else:
                 target = None
-            in_place = op in INPLACE_RESULT and len(ps) == 1 and ps[0] < n and self.folded[ps[0]]
-            saves_in = not in_place and (self.fused[i] or op in SAVE_IN or (
-                op in SAVE_IF_TENSOR and (len(ps) > 1 or self.save_cond[i])))
+            in_place = op in INPLACE_RESULT and len(ps) == 1 and ps[0] < n and folded[ps[0]]
+            saves_in = not in_place and (fused[i] or op in SAVE_IN or (
+                op in SAVE_IF_TENSOR and (len(ps) > 1 or save_cond[i])))
             keep_to = bwd - i + 1 if saves_in else i + 1
             for p in ps:
                 cons_max[p] = max(cons_max[p], i)
@@ -163,9 +165,9 @@ class Walk:
                     saver[p] = min(saver[p], i)
             if not real[i]:
                 continue
-            if (op in SAVE_OUT and not self.fused[i]) or in_place:
+            if (op in SAVE_OUT and not fused[i]) or in_place:
                 saver[i] = i
-            if self.folded[i]:  # the BatchNorm's input (the conv output) and its grad
+            if folded[i]:  # the BatchNorm's input (the conv output) and its grad
                 out.append((CAT_S, elems[i] * dt[i], i, bwd - i + 1, dep[i], i))
                 out.append((CAT_T, elems[i] * dt[i], bwd - i, bwd - i + 1, dep[i], i))
             if op in RNN_RESERVE:
@@ -191,7 +193,7 @@ class Walk:
                 out.append((CAT_S, size, i, max(bwd - saver[i] + 1, last[i]), dep[i], i))
             else:
                 out.append((CAT_T, size, i, last[i], dep[i], i))
-            if self.req[i]:  # gradient w.r.t. this tensor, from its last consumer's backward
+            if req[i]:  # gradient w.r.t. this tensor, from its last consumer's backward
                 g0 = n if sink else bwd - cons_max[i]
                 out.append((CAT_T, size, g0, bwd - i + 1, dep[i], i))
         if low_bytes is not None:  # autocast's cache of half weight copies, until it exits
@@ -288,20 +290,23 @@ def _walk(graph, folded_norm: np.ndarray | None) -> Walk:
     root = [-1] * n        # data input of the pointwise chain a node belongs to
     absorbed = [False] * n
     closures, split_in = [0] * n, [False] * n
-    n_out = np.asarray(graph.n_out)
-    fused = np.zeros(n, bool)
+    n_out = np.asarray(graph.n_out).tolist()
+    fused = [False] * n
     preds: list[list[int]] = [[] for _ in range(n)]
+    # the loop reads Python lists: a NumPy scalar per element costs more than the loop's logic
+    fed, learned = (in_elems > 0).tolist(), (weight_elems > 0).tolist()
+    small, degree = (~is_float | (out_elems <= SCALAR_ELEMS)).tolist(), outdeg.tolist()
     for i in range(n):
         ps = raw[i]
-        dep[i] = any(dep[p] for p in ps) or (not ps and in_elems[i] > 0)
-        req[i] = any(req[p] for p in ps) or weight_elems[i] > 0
+        dep[i] = True in [dep[p] for p in ps] or (not ps and fed[i])
+        req[i] = True in [req[p] for p in ps] or learned[i]
         # Tensors computed from parameters alone (relative-position tables gathered each step)
         # exist too; they just do not grow with the batch.
-        if not (dep[i] or req[i]) or not is_float[i] or out_elems[i] <= SCALAR_ELEMS:
+        if not (dep[i] or req[i]) or small[i]:
             continue
         # data inputs, views resolved to their base; the graph input when nothing else feeds it
         res = list(dict.fromkeys(base[p] for p in ps if base[p] >= 0)) or (
-            [n] if in_elems[i] > 0 and dep[i] else [])
+            [n] if fed[i] and dep[i] else [])
         op = ops[i]
         if op in VIEW_OPS and (res or op != "Gather"):  # a Gather from a parameter copies
             base[i] = res[0] if res else -1
@@ -313,7 +318,7 @@ def _walk(graph, folded_norm: np.ndarray | None) -> Walk:
             for p in ps:
                 if base[p] < 0:
                     continue
-                if root[p] >= 0 and outdeg[p] == 1 and ops[p] in POINTWISE:
+                if root[p] >= 0 and degree[p] == 1 and ops[p] in POINTWISE:
                     roots.add(root[p])
                     parts.append(p)
                 else:  # through a view, the view itself: two slices of one tensor differ
@@ -349,7 +354,7 @@ def _walk(graph, folded_norm: np.ndarray | None) -> Walk:
     # operands are needed for backward; by a constant they are not.
     save_cond = (params > SCALAR_ELEMS) | np.array(
         [any(n_out[p] > 1 for p in raw[i]) for i in range(n)], bool)
-    return Walk(n, list(ops), elems, real, preds, fused, np.array(req + [False]), folded,
+    return Walk(n, list(ops), elems, real, preds, np.array(fused, bool), np.array(req + [False]), folded,
                 weight_elems, save_cond, np.array(dep + [True]))
 
 
