@@ -285,7 +285,8 @@ def mig_profiles(slug: str, path: str | Path | None = None) -> list[MigProfile]:
         slug: slug or any alias of the device.
         path: optional MIG profiles CSV (default: the packaged table).
     """
-    return [p for p in _load_mig(str(path or MIG_CSV)) if p.device_slug == get(slug).slug]
+    wanted = get(slug).slug
+    return [p for p in _load_mig(str(path or MIG_CSV)) if p.device_slug == wanted]
 
 
 def all_memory_options() -> list[MemoryOption]:

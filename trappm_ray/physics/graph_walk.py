@@ -364,7 +364,11 @@ def guess_folded_norm(graph) -> np.ndarray:
     A Conv with a bias input and a spatial output that feeds no normalization (directly or via a
     transpose/reshape, as LayerNorm2d and patch embeddings do) is taken to be Conv+BN. Wrong for
     networks of biased convs without normalization (VGG): prefer :func:`folded_norm_mask`.
+    Kept in ``graph.derived`` (read-only): every pass of a prediction asks.
     """
+    memo = getattr(graph, "derived", None)
+    if memo is not None and "folded_norm_guess" in memo:
+        return memo["folded_norm_guess"]
     n = graph.num_nodes
     norm_next = np.zeros(n, bool)
     src, dst = graph.edge_index
@@ -373,7 +377,11 @@ def guess_folded_norm(graph) -> np.ndarray:
             norm_next[s] = True
     spatial = np.asarray(graph.out_shape)[:, 2:4].prod(axis=1) > 1
     is_conv = np.array([op == "Conv" for op in graph.ops], bool)
-    return is_conv & (np.asarray(graph.n_in) >= 3) & spatial & ~norm_next
+    guess = is_conv & (np.asarray(graph.n_in) >= 3) & spatial & ~norm_next
+    guess.flags.writeable = False
+    if memo is not None:
+        memo["folded_norm_guess"] = guess
+    return guess
 
 
 def folded_norm_mask(model) -> np.ndarray:
