@@ -69,6 +69,15 @@ class BatchAxes:
         names, where the caller has them)."""
         ins = list(node.input) if ins is None else ins
         outs = [x for x in node.output if x] if outs is None else outs
+        op, axis = node.op_type, self.axis
+        # the common case first, as out_axes would decide it: an elementwise op or a window over
+        # the batch-first tensor its first input is, no other input carrying the batch
+        if ins and ins[0] in axis and node.domain in ("", "ai.onnx") and (
+                op in SAME_SHAPE and len(outs) == 1 or op in WINDOW and axis[ins[0]] == 0 and not (
+                    self.tags or self.unknown) and not any(x in axis for x in ins[1:])):
+            for out in outs:
+                self.carry(out, axis[ins[0]])
+            return
         # attributes where a rule reads them (parsing every node's costs more than the rest of the walk)
         a = _attrs(node) if node.attribute and node.op_type not in NO_ATTRS else {}
         scaled = [bool(x) and x in self.axis for x in ins]
