@@ -305,8 +305,11 @@ def _walk(graph, folded_norm: np.ndarray | None) -> Walk:
         if not (dep[i] or req[i]) or small[i]:
             continue
         # data inputs, views resolved to their base; the graph input when nothing else feeds it
-        res = list(dict.fromkeys(base[p] for p in ps if base[p] >= 0)) or (
-            [n] if fed[i] and dep[i] else [])
+        res: list[int] = []
+        for p in ps:
+            if base[p] >= 0 and base[p] not in res:
+                res.append(base[p])
+        res = res or ([n] if fed[i] and dep[i] else [])
         op = ops[i]
         if op in VIEW_OPS and (res or op != "Gather"):  # a Gather from a parameter copies
             base[i] = res[0] if res else -1
