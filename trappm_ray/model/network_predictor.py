@@ -23,6 +23,7 @@ from trappm_ray.model.floor_ratio import TARGET_MODES
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.roofline_inputs import INPUTS, node_arrays
+from trappm_ray.physics.roofline import attends
 
 # (graphs' arrays, targets) -> per target [graphs, seeds] in the network's unit
 Networks = Callable[[Sequence[GraphArrays], Sequence[str]], dict[str, np.ndarray]]
@@ -75,9 +76,12 @@ def _roofline_rows(manifest: Manifest, networks: Networks, graphs, settings_list
             found = static_input(graph, spec, s, mode, run)
             if found is None:
                 raise PredictorError(f"{spec.slug} has no roofline at {s['precision']}")
-            key = (i, s["precision"], run["torch2"], run["compiled"])
+            # one graph's inputs serve every target whose run reads it alike (fused attention
+            # matters only where the graph attends)
+            torch2 = bool(run["torch2"]) and attends(graph)
+            key = (i, s["precision"], torch2, run["compiled"])
             if key not in nodes:
-                nodes[key] = node_arrays(graph, spec, s["precision"], bool(run["torch2"]), bool(run["compiled"]))
+                nodes[key] = node_arrays(graph, spec, s["precision"], torch2, bool(run["compiled"]))
             inputs.append(nodes[key].with_static(found[1]))
             floors.append(found[0])
             kernels.append(round(math.exp(found[1][KERNELS_COL])))

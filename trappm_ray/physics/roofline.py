@@ -205,6 +205,18 @@ def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.n
     return mask
 
 
+def attends(graph) -> bool:
+    """Whether ``graph`` has attention scores a fused kernel keeps on chip (kept in
+    ``graph.derived``): without any, fused attention changes nothing of its roofline."""
+    memo = getattr(graph, "derived", None)
+    if memo is not None and "attends" in memo:
+        return memo["attends"]
+    found = bool(attention_scores(graph).any())
+    if memo is not None:
+        memo["attends"] = found
+    return found
+
+
 def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fused_attention: bool,
                   compiled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node forward FLOPs, bytes, and the FLOPs/bytes of restored BatchNorms.
@@ -249,6 +261,7 @@ def _work(graph, precision: str, restore_folded_bn: bool, folded_norm: np.ndarra
     on the device or the mode: kept in ``graph.derived`` (read-only), as one prediction asks for
     the same graph's roofline on several devices and in both modes."""
     derived = getattr(graph, "derived", None) if folded_norm is None else None
+    fused_attention = fused_attention and attends(graph)  # one work for both where nothing attends
     key = ("roofline_work", precision, restore_folded_bn, fused_attention, compiled)
     if derived is not None and key in derived:
         return derived[key]
@@ -340,6 +353,6 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-__all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "MATMUL_OPS", "OPTIMIZER_BYTES", "PRECISIONS", "precision_refusal",
+__all__ = ["attends", "BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "MATMUL_OPS", "OPTIMIZER_BYTES", "PRECISIONS", "precision_refusal",
            "TENSOR", "VECTOR", "WINOGRAD_FACTOR", "RooflineEstimate", "attention_scores", "device_rates", "node_classes",
            "node_features", "roofline"]
