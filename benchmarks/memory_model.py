@@ -55,7 +55,8 @@ def main() -> None:
     import onnx
 
     from trappm_ray.graph.featurize import featurize
-    from trappm_ray.physics.graph_walk import folded_norm_mask, walk
+    from trappm_ray.physics.folded_norm import folded_norm_mask
+    from trappm_ray.physics.graph_walk import walk
     from trappm_ray.physics.memory import training_memory
 
     print(f"load average: {os.getloadavg()[0]:.2f}")

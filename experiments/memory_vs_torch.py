@@ -93,7 +93,7 @@ def model_saved(arch: str, batch: int, res: int, amp: bool) -> dict:
     """The memory model's saved activations for the same architecture (export + featurize)."""
     from trappm_ray.corpus.zoo import export_skeleton
     from trappm_ray.graph.featurize import featurize
-    from trappm_ray.physics.graph_walk import folded_norm_mask
+    from trappm_ray.physics.folded_norm import folded_norm_mask
     from trappm_ray.physics.memory import training_memory
 
     sk = export_skeleton(arch, res)

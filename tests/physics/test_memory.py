@@ -9,7 +9,8 @@ import pytest
 from tests import onnx_builders as ob
 from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.physics import censored
-from trappm_ray.physics.graph_walk import checkpoint_segments, folded_norm_mask, guess_folded_norm, walk
+from trappm_ray.physics.folded_norm import folded_norm_mask, guess_folded_norm
+from trappm_ray.physics.graph_walk import checkpoint_segments, walk
 from trappm_ray.physics.memory import (
     CONTEXT_BYTES,
     CUBLAS_WORKSPACE,

@@ -15,7 +15,8 @@ import math
 import os
 from collections import defaultdict
 
-from trappm_ray.physics.graph_walk import folded_norm_mask, walk
+from trappm_ray.physics.folded_norm import folded_norm_mask
+from trappm_ray.physics.graph_walk import walk
 from trappm_ray.physics.memory import (
     CONTEXT_BYTES,
     FRAGMENTATION,

@@ -26,9 +26,9 @@ from trappm_ray.physics.graph_walk import (
     HALF,
     Walk,
     checkpoint_segments,
-    guess_folded_norm,
     walk,
 )
+from trappm_ray.physics.folded_norm import guess_folded_norm
 from trappm_ray.physics.roofline import attention_scores
 
 log = logging.getLogger(__name__)
@@ -146,7 +146,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         batch_size: predict for this batch; batch-dependent tensors are scaled from the batch
             the graph was featurized at (exact for graphs whose activations carry the batch).
         folded_norm: per node, True where a Conv carries a BatchNorm folded in by an eval-mode
-            export (see :func:`trappm_ray.physics.graph_walk.folded_norm_mask`); None guesses
+            export (see :func:`trappm_ray.physics.folded_norm.folded_norm_mask`); None guesses
             it from the graph (Conv with bias feeding no normalization).
         grads_set_to_none: ``optimizer.zero_grad(set_to_none=True)``, PyTorch's default since
             2.0: gradients appear during backward; False keeps them allocated all step.

@@ -46,8 +46,8 @@ from dataclasses import dataclass
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.physics.graph_walk import (FP32_OPS, FP32_RESULT_OPS, HALF_OPS, POINTWISE,
-                                           VIEW_OPS, guess_folded_norm, walk)
+from trappm_ray.physics.folded_norm import guess_folded_norm
+from trappm_ray.physics.graph_walk import FP32_OPS, FP32_RESULT_OPS, HALF_OPS, POINTWISE, VIEW_OPS, walk
 
 log = logging.getLogger(__name__)
 
