@@ -5,6 +5,7 @@ import pytest
 
 import numpy as np
 
+from trappm_ray.model import launch
 from trappm_ray.physics.step_model import StepEstimate
 from trappm_ray.serving import api
 from trappm_ray.serving import batch_envelope as E
@@ -12,9 +13,12 @@ from trappm_ray.serving import batch_envelope as E
 SAMPLE = "data/sample/onnx/resnet10t@64.onnx"
 
 
-def test_ladder_climbs_to_the_cpu_top_and_gpus_take_the_step_model():
-    assert E.ladder(1, "cpu") == [2, 4] and E.ladder(3, "cpu") == [6] and E.ladder(4, "cpu") == []
-    assert E.ladder(1, "cuda") == [] and E.ladder(1, "unknown") == []
+def test_ladder_climbs_to_the_predictors_top_and_gpus_take_the_step_model():
+    assert E.ladder(1, 4) == [2, 4] and E.ladder(3, 4) == [6] and E.ladder(4, 4) == []
+    assert E.ladder(1, 0) == [] and E.ladder(1, 1) == []
+    # the top is fitted: the lower quartile of a CPU predictor's labels' batches, none on a GPU
+    assert launch.envelope_top([1, 4, 4, 8, 8, 16, 24, 48], "cpu") == 4
+    assert launch.envelope_top([1] * 10, "cpu") == 1 and launch.envelope_top([1, 64, 256], "cuda") == 0
 
 
 def test_hold_clips_from_the_top_down_and_moves_the_interval_along():
@@ -57,7 +61,8 @@ def test_moved_scales_the_gpus_kernels_to_the_anchors_answer_and_keeps_the_host(
     assert row["train_step_ms_low"] == pytest.approx(row["train_step_ms"] * 0.8)  # the anchor's relative band
     assert row["train_step_ms_high"] == pytest.approx(row["train_step_ms"] * 2.0)
     # the anchor's floor is not the batch's, nor are targets the step model does not move
-    assert set(row) == {"train_step_ms", "train_step_ms_low", "train_step_ms_high", "train_step_ms_measured_batch"}
+    assert set(row) == {"train_step_ms", "train_step_ms_low", "train_step_ms_high", "train_step_ms_measured_batch",
+                        "train_step_ms_anchor"}
     assert len(notes) == 1 and "batch 64" in notes[0] and "x 1.98" in notes[0]  # (40 - 0.5) / 20 = 1.975
     floored, _ = E.moved(anchor, 1, 64, lambda b, t: steps[b], {"train_step_ms": 9.0})
     assert floored["train_step_ms"] == 9.0  # never below the floor
@@ -65,6 +70,10 @@ def test_moved_scales_the_gpus_kernels_to_the_anchors_answer_and_keeps_the_host(
     absurd, notes = E.moved({"train_step_ms": 2000.0}, 1, 64, lambda b, t: steps[b], {})
     assert absurd["train_step_ms"] == pytest.approx(steps[1].with_device_scale(E.DEVICE_SCALE[1]))
     assert "the most a learned answer may move it" in notes[0]
+    # a graph of no work (its anchor answer 0): the floor answers, and the target is not lost
+    empty, notes = E.moved({"train_step_ms": 0.0, "train_step_ms_low": 0.0}, 1, 64, lambda b, t: steps[b],
+                           {"train_step_ms": 0.02})
+    assert empty == {"train_step_ms": 0.02, "train_step_ms_std": 0.0} and "no work" in notes[0]
 
 
 def test_shipped_gpu_answers_never_get_cheaper_with_batch():

@@ -317,7 +317,7 @@ def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
 def test_a_model_the_rtx3090_measured_is_answered_from_that_measurement_on_a_gpu_without_labels(tmp_path):
     """The shipped RTX 3090 predictor carries its measurements: resnet10t at 176 px, batch 512,
     is one of them, so on an H100 the step is that measurement's ratio to its floor times the
-    H100's floor; 16x off the measured batch the predictor answers."""
+    H100's floor; 16x below it, the step model moves that answer from the anchor batch."""
     from trappm_ray.corpus.zoo import export_skeleton
     from trappm_ray.model.anchors import MeasuredAnchors
 
@@ -333,4 +333,6 @@ def test_a_model_the_rtx3090_measured_is_answered_from_that_measurement_on_a_gpu
     assert got.train_step_ms.value == pytest.approx(measured["ratio"] * got.floors["train_step_ms"], rel=1e-6)
     assert any("measured on rtx3090-amp at batch 512" in n for n in got.notes)
     far = P.predict(str(path), batch_size=32, device="h100-sxm5-80gb")
-    assert not any("measured on" in n for n in far.notes)
+    assert any("measured on rtx3090-amp at batch 512" in n and "answers at batch 512, the step model from there"
+               in n for n in far.notes)
+    assert far.train_step_ms.value < got.train_step_ms.value

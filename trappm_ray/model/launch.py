@@ -102,6 +102,19 @@ def step_host_us(profiles: dict) -> dict[str, float]:
     return out
 
 
+ENVELOPE_QUANTILE = 0.25
+
+
+def envelope_top(batches: list[int], kind: str) -> int:
+    """How far up a CPU predictor's batch envelope reaches (:mod:`trappm_ray.serving.batch_envelope`):
+    the lower quartile of its labels' ``batches``, below which its answers at ``2b, 4b, ...`` are
+    interpolations, not extrapolations (the project's own CPU labels, batches 1-48: 4; labels
+    all at batch 1: 1, no envelope). 0 for a GPU (``kind``), whose answers the step model moves."""
+    if kind != "cpu" or not batches:
+        return 0
+    return int(np.quantile(np.asarray(batches, np.float64), ENVELOPE_QUANTILE))
+
+
 def anchor_batch(batch: int, fit: int, profiles: dict) -> int:
     """The batch whose learned answer another batch is moved from: the largest power of two that
     fits the GPU's memory (``fit``) and the labels' batches (``batch_max`` of the ``profiles``).
@@ -112,5 +125,5 @@ def anchor_batch(batch: int, fit: int, profiles: dict) -> int:
     return max(top, batch)
 
 
-__all__ = ["EDGE_QUANTILE", "HOST_US_PER_KERNEL", "host_base_ms", "profile", "profiles", "step_host_us",
+__all__ = ["EDGE_QUANTILE", "ENVELOPE_QUANTILE", "HOST_US_PER_KERNEL", "envelope_top", "host_base_ms", "profile", "profiles", "step_host_us",
            "anchor_batch"]

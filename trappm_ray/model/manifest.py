@@ -166,6 +166,9 @@ class Manifest:
         domain: the training graphs' static features (:mod:`trappm_ray.model.domain`).
         intervals: how its intervals were fitted, in words; ``residual_quantiles`` the fit.
         launch: per target the small-workload model fitted to its labels (:mod:`trappm_ray.model.launch`).
+        envelope_top: a CPU predictor's batch envelope reaches up to this batch, the lower quartile
+            of its labels' batches (:func:`trappm_ray.model.launch.envelope_top`); 0: none (GPU
+            predictors move answers with the step model).
         recipe: the training configuration.
         transfer: for a fine-tuned predictor, the predictor it started from.
         version, registered_at: set by the registry; created, command, code_version, torch,
@@ -187,6 +190,7 @@ class Manifest:
     intervals: str = ""
     residual_quantiles: dict[str, Any] = field(default_factory=dict)
     launch: dict[str, dict[str, Any]] = field(default_factory=dict)
+    envelope_top: int = 0
     recipe: dict[str, Any] = field(default_factory=dict)
     transfer: dict[str, Any] | None = None
     version: str = ""

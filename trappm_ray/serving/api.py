@@ -123,6 +123,7 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.notes.append(moved)
     p.notes += [f"{t}: this graph was measured on {device.get('reference') or 'the reference GPU'} at batch "
                 f"{int(row[f'{t}_measured_batch'])}; that measurement, moved by the roofline floors, answers"
+                + (f" at batch {int(row[f'{t}_anchor'])}, the step model from there" if f"{t}_anchor" in row else "")
                 for t in REPORTED if f"{t}_measured_batch" in row]
     if predictor.manifest.intervals:  # split-conformal bands (GPU predictors)
         p.interval = f"{predictor.manifest.intervals}, at the coverage of +-interval_z sd"
@@ -234,10 +235,8 @@ def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
 def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator
                  ) -> list[Prediction | errors.ModelError]:
     """Predict ``(onnx bytes, options, label)`` items with one pass per predictor over all graphs
-    (``predictor``, or the one an item's ``opts.device`` names).
-
-    A bad model yields its :class:`errors.ModelError` in its slot; the others are unaffected.
-    """
+    (``predictor``, or the one an item's ``opts.device`` names). A bad model yields its
+    :class:`errors.ModelError` in its slot; the others are unaffected."""
     out: list = [None] * len(models)
     cache: dict[tuple, object] = {}  # a sweep reads its model and featurizes it once where it can
     known: dict[tuple, Graph] = {}  # per model, resolution and dims: a graph to re-batch
@@ -273,7 +272,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             try:  # the batches whose answers hold the answer at this one
                 above = [cached((*at, b), lambda b=b: graph_at(proto, opts, b, graph)) for b in
                          ([anchor] if anchor > batch else [] if anchor else
-                          batch_envelope.ladder(batch, device_of(chosen)["kind"]))]
+                          batch_envelope.ladder(batch, chosen.manifest.envelope_top))]
             except errors.ModelError:  # a batch that cannot be re-bound: the answer as predicted
                 above = []
         except errors.ModelError as e:

@@ -14,19 +14,18 @@ doubling from batch 32 to 256 where the GPU is full from about 64).
   (:mod:`trappm_ray.physics.step_model`: kernels at their fill of the GPU, host issue time
   overlapping them), which never more than doubles when the batch doubles, nor falls.
 * On a CPU, whose labels span batches 1-48, the answer at batch ``b`` is held to the envelope of
-  the predictions at ``2b, 4b, ...`` up to the top of :data:`LADDER_TOP` (:func:`hold`): from the
-  top down, each value is clipped to ``[next / 2, next]``. On the project's own CPU labels (1,700
-  pairs at batches b and 2b) the time fell with batch in 13 pairs (noise) and more than doubled
-  in 2 (training step) and 6 (inference) of the 485 pairs at b < 4; above that caches make
-  doubling super-linear more often, so the envelope stops there.
+  the predictions at ``2b, 4b, ...`` up to the predictor's ``envelope_top`` (:func:`hold`; the
+  lower quartile of its labels' batches, stored in its manifest by training:
+  :func:`trappm_ray.model.launch.envelope_top`): from the top down, each value is clipped to
+  ``[next / 2, next]``. On the project's own CPU labels (1,700 pairs at batches b and 2b) the
+  time fell with batch in 13 pairs (noise) and more than doubled in 2 (training step) and 6
+  (inference) of the 485 pairs at b < 4; above that caches make doubling super-linear more
+  often, so the envelope stops there.
 """
 from __future__ import annotations
 
 from trappm_ray.physics.step_model import MODES as STEP_MODES, device_scale
 
-# Smallest batch of the ladder's top: the lower quartile of the CPU labels' batches (1-48):
-# answers there are interpolations, not extrapolations. GPUs take the step model instead.
-LADDER_TOP = {"cpu": 4}
 HELD = ("train_step_ms", "inference_ms", "train_memory_mb")  # costs that grow with batch
 SCALED = ("", "_std", "_low", "_high")  # a target's value and interval move together
 REPORT_CHANGE = 0.01  # relative change worth a note
@@ -36,10 +35,10 @@ REPORT_CHANGE = 0.01  # relative change worth a note
 DEVICE_SCALE = (0.25, 4.0)
 
 
-def ladder(batch: int, kind: str) -> list[int]:
-    """Batches ``2b, 4b, ...`` up to the first at or above the top of ``kind`` (empty at or
-    above it, or for an unknown device kind)."""
-    top, out = LADDER_TOP.get(kind, 0), []  # type: int, list[int]
+def ladder(batch: int, top: int) -> list[int]:
+    """Batches ``2b, 4b, ...`` up to the first at or above ``top`` (a predictor's
+    ``envelope_top``; empty at or above it)."""
+    out: list[int] = []
     while batch * 2 ** len(out) < top:
         out.append(batch * 2 ** (len(out) + 1))
     return out
@@ -92,13 +91,19 @@ def moved(anchor_row: dict[str, float], batch: int, anchor: int, step, floors: d
     row: dict[str, float] = {}
     out = []
     for t in STEP_MODES:
-        if anchor_row.get(t, 0.0) <= 0:
+        if t not in anchor_row:
+            continue
+        if anchor_row[t] <= 0:  # a graph of no work: its floor (the host's issue time) answers
+            row.update({t: floors.get(t, 0.0), f"{t}_std": 0.0})
+            out.append(f"{t}: the graph does no work the roofline counts; the least time to issue its "
+                       f"kernels answers: {row[t]:.4g} ms")
             continue
         scale = device_scale(step(anchor, t), anchor_row[t], DEVICE_SCALE)
         after = max(min(step(batch, t).with_device_scale(scale), anchor_row[t]), floors.get(t, 0.0))
         row.update({f"{t}{suffix}": anchor_row[f"{t}{suffix}"] * after / anchor_row[t]
                     for suffix in SCALED if f"{t}{suffix}" in anchor_row})
-        row.update({k: v for k, v in anchor_row.items() if k == f"{t}_measured_batch"})
+        if f"{t}_measured_batch" in anchor_row:  # the anchor's answer moved a measurement of this graph
+            row.update({f"{t}_measured_batch": anchor_row[f"{t}_measured_batch"], f"{t}_anchor": anchor})
         why = (f"so that at batch {anchor} (the largest that fits this GPU, where its labels measure a "
                f"model) it reads the predictor's answer, {anchor_row[t]:.4g} ms" if DEVICE_SCALE[0] < scale < DEVICE_SCALE[1]
                else f"the most a learned answer may move it: the predictor's answer at batch {anchor} (the "
@@ -114,4 +119,4 @@ def notes(changed: dict[str, tuple[float, float]], batch: int, top: int) -> list
             for t, (before, after) in changed.items() if abs(after / before - 1) > REPORT_CHANGE]
 
 
-__all__ = ["LADDER_TOP", "HELD", "ladder", "hold", "notes", "moved"]
+__all__ = ["HELD", "ladder", "hold", "notes", "moved"]

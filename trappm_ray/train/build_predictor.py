@@ -18,6 +18,7 @@ import numpy as np
 import torch
 
 from trappm_ray.model.anchors import ANCHOR_FILE
+from trappm_ray.model.launch import envelope_top
 from trappm_ray.model import predictor as P
 from trappm_ray.model import stored
 from trappm_ray.model.domain import fit_domain
@@ -97,22 +98,31 @@ class Provenance:
     device: Device
     options: dict[str, list]
     data: dict[str, Any]
+    envelope_top: int
+
+
+def label_device(rows: list[dict], slug: str, spec: str | None = None) -> Device:
+    """The manifest's device for label ``rows`` of ``slug`` (``spec``: its row of the spec
+    table, else the one the rows name; imported sets name theirs)."""
+    versions = sorted({v for r in rows for v in (r.get("torch_version") or "").split(";") if v})
+    kind = rows[0]["device"]
+    return Device(slug=slug, name=rows[0]["device_name"], kind=kind, threads=rows[0].get("threads") if kind == "cpu" else None,
+                  torch=";".join(versions) or None, spec=spec or rows[0].get("device_spec") or None)
 
 
 def label_provenance(labels: str, slug: str, examples, select: dict | None = None) -> Provenance:
-    """The manifest's ``device``, ``options`` and ``data`` for a predictor fitted on
-    ``examples`` (the ok rows of ``slug`` that match ``select``)."""
+    """The manifest's ``device``, ``options``, ``data`` and ``envelope_top`` for a predictor
+    fitted on ``examples`` (the ok rows of ``slug`` that match ``select``)."""
     rows = [r for r in ok_labels(labels, slug).to_pylist()
             if all(r.get(k) == v for k, v in (select or {}).items())]
     dates = sorted(r["date"] for r in rows if r["date"])
-    device = Device(slug=slug, name=rows[0]["device_name"], kind=rows[0]["device"], threads=rows[0]["threads"],
-                    torch=rows[0]["torch_version"],
-                    spec=rows[0].get("device_spec") or None)  # imported sets name their row of data/devices.csv
+    device = label_device(rows, slug)
     return Provenance(device, label_options(rows),
                       {"labels": len(examples), "architectures": len({r["arch"] for r in examples.rows}),
                        "families": sorted({r["family"] for r in examples.rows}),
                        "sha256_16": data_hash(labels, slug),
-                       "label_dates": [dates[0], dates[-1]] if dates else None})
+                       "label_dates": [dates[0], dates[-1]] if dates else None},
+                      envelope_top([int(r["batch_size"]) for r in rows], device.kind))
 
 
 def available_targets(labels: str, slug: str) -> tuple[str, ...]:
@@ -183,6 +193,7 @@ def train_predictor(cfg: RegressConfig) -> dict:
     manifest = Manifest(
         name=cfg.name or slug, kind=NETWORK, feature_set=recipe.feature_set, targets=tuple(targets),
         device=prov.device, options=prov.options, data=prov.data, units={t: unit(t) for t in targets},
+        envelope_top=prov.envelope_top,
         network=Network(
             seeds=tuple(cfg.seeds),
             head={"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout, "node_dropout": recipe.node_dropout,
@@ -243,4 +254,4 @@ def random_predictor(targets=("train_step_ms", "train_memory_mb", "inference_ms"
 
 
 __all__ = ["RegressConfig", "DEFAULT_ENCODER", "train_predictor", "available_targets", "ship",
-           "data_hash", "label_provenance"]
+           "data_hash", "label_device", "label_provenance"]

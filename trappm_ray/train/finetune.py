@@ -219,7 +219,7 @@ def finetune_predictor(cfg: FinetuneConfig) -> dict:
         name=cfg.name or cfg.device, kind=NETWORK, feature_set=m.feature_set, targets=tuple(targets),
         units={t: unit(t) for t in targets}, recipe=m.recipe,
         network=Network(seeds=net.seeds, head=net.head, encoder=net.encoder),
-        device=prov.device, options=prov.options, data=prov.data,
+        device=prov.device, options=prov.options, data=prov.data, envelope_top=prov.envelope_top,
         metrics={"val_mape_mean_over_seeds": after, "val_mape_source_as_is": before},
         transfer={"source": cfg.source or "default", "source_device": m.device.slug,
                   "source_version": m.version, "epochs": cfg.epochs, "lr": cfg.lr},

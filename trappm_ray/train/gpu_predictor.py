@@ -33,11 +33,12 @@ from trappm_ray import devices
 from trappm_ray.graph.features import V2_STATIC
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model import launch
+from trappm_ray.model.launch import envelope_top
 from trappm_ray.model import predictor as P
 from trappm_ray.model.anchors import from_examples
 from trappm_ray.model.domain import fit_domain
 from trappm_ray.model.intervals import LEVELS, weighted_quantiles
-from trappm_ray.model.manifest import NETWORK, Device, Manifest, Network
+from trappm_ray.model.manifest import NETWORK, Manifest, Network
 from trappm_ray.model.options import label_options
 from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.graph.data import to_data, with_static
@@ -46,7 +47,7 @@ from trappm_ray.model.stored import read_manifest
 from trappm_ray.model.static_mlp import GNN_SHARE, blend, blend_weight, fit_static_mlp
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.targets import unit
-from trappm_ray.train.build_predictor import data_hash, ship
+from trappm_ray.train.build_predictor import data_hash, label_device, ship
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.gpu_examples import examples, graph_index
 from trappm_ray.train.regressors import RECIPES, build_regressor, fit_task, prepare
@@ -248,9 +249,8 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
                 blend: dict | None) -> Manifest:
     rows = [r for r in ok_labels(cfg.labels, cfg.device).to_pylist() if (r.get("gpus") or 1) == 1]
     dates = sorted(r["date"] for r in rows if r.get("date"))
-    spec = ex[0]["spec"]
+    device = label_device(rows, cfg.device, ex[0]["spec"])
     graphs = list({tuple(e["rkey"][:3]): e for e in ex}.values())  # one row per graph
-    versions = sorted({v for r in rows for v in (r.get("torch_version") or "").split(";") if v})
     return Manifest(
         name=cfg.name or cfg.device, kind=NETWORK, feature_set="v2", targets=tuple(targets),
         units={t: unit(t) for t in targets},
@@ -260,9 +260,8 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
                   "node_dropout": recipe.node_dropout, "batch_affine": [], "static_dim": STATIC_DIM},
             run={t: run_setting([e for e in ex if e["target"] == t]) for t in targets}),
         recipe={"name": "roofline-gnn", **asdict(recipe)},
-        device=Device(slug=cfg.device, name=rows[0]["device_name"], kind=rows[0]["device"],
-                      torch=";".join(versions), spec=spec),
-        options=label_options(rows),
+        device=device, options=label_options(rows),
+        envelope_top=envelope_top([int(r["batch_size"]) for r in rows], device.kind),
         data={"labels": len(ex), "per_target": {t: sum(e["target"] == t for e in ex) for t in targets},
               "architectures": len({e["arch"] for e in ex}),
               "families": sorted({e["family"] for e in ex}),
