@@ -41,13 +41,14 @@ LAYOUT_ERROR_P90 = {"one node": 0.448, "many nodes": 0.243}
 
 @dataclass(frozen=True)
 class LayoutAnswer:
-    """One layout's iteration, throughput and memory on its fullest GPU."""
+    """One layout's iteration, throughput and memory on its fullest GPU, on ``cluster``."""
 
     layout: Layout
     iteration: IterationEstimate
     memory_gb: float
     fits: bool
     samples_per_s: float
+    cluster: Cluster
     power_w: float | None = None  # per GPU; None where the GPU has no sourced TDP
 
     @property
@@ -155,7 +156,7 @@ def plan(model: str | dict, gpus: int, device: str | devices.DeviceSpec, global_
         watts = (power_at(steps[lo.micro_batch], spec, power, 1.0, min(est.device_ms / est.total_ms, 1.0))[0]
                  if spec.tdp_w else None)
         answers.append(LayoutAnswer(lo, est, memory, memory <= (spec.memory_gb or 0), global_batch / est.total_ms * 1e3,
-                                    watts))
+                                    nodes, watts))
     return sorted(answers, key=lambda a: (not a.fits, a.iteration.total_ms))
 
 
@@ -234,8 +235,7 @@ def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec |
     precision, optimizer = precision or "amp-fp16", optimizer or "adam"
     answer = plan(model, gpus, spec, global_batch, seq, precision, optimizer, recompute, cluster,
                   (micro_batch,), {**layout, "micro_batch": micro_batch})[0]
-    it = answer.iteration
-    nodes = cluster_for(spec.slug, cluster, spec.name)
+    it, nodes = answer.iteration, answer.cluster
     span = -(-gpus // nodes.gpus_per_node)
     err = LAYOUT_ERROR_P90["many nodes" if span > 1 else "one node"]
     band = lambda v: (v / (1 + err * interval_z / 1.645), v * (1 + err * interval_z / 1.645))  # noqa: E731 - p90 at z 1.645
