@@ -246,6 +246,12 @@ def tied_weights(model: onnx.ModelProto) -> set[str]:
     return set()
 
 
+def memory_estimate(ops: list[str], out_bytes, weight_bytes: float, input_bytes: float) -> float:
+    """The static training-memory estimate: weights + gradients + Adam's two moments (fp32), the
+    input and every output but a view's, kept for backward."""
+    return 4 * weight_bytes + input_bytes + float(sum(b for op, b in zip(ops, out_bytes) if op not in VIEW_OPS))
+
+
 def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
     """The linear pass over an inferred model (see :func:`featurize`)."""
     nodes = m.model.graph.node  # in topological order (featurize sorts them)
@@ -310,15 +316,13 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
         attrs.append(tuple(min(max(v, -INT_CAP), INT_CAP) for v in (kernel, stride, group)))
     macs, params, wbytes, obytes, in_elems, out_elems = (
         np.array(v, np.float64) for v in (macs, params, wbytes, obytes, in_elems, out_elems))
-    in_shape = np.array(in_shape, np.int64).reshape(N, SHAPE_SLOTS)
-    out_shape = np.array(out_shape, np.int64).reshape(N, SHAPE_SLOTS)
+    in_shape, out_shape = (np.array(s, np.int64).reshape(N, SHAPE_SLOTS) for s in (in_shape, out_shape))
     n_in, n_out = np.array(n_in, np.int32), np.array(n_out, np.int32)
     attrs = np.array(attrs, np.int64).reshape(N, 3)
     edge_index = np.unique(np.array([src, dst], np.int64).reshape(2, -1), axis=1).astype(np.int32)
 
     input_bytes = sum(float(math.prod(shapes[x])) * DTYPE_BYTES.get(dtypes.get(x, 1), 4)
                       for x in m.data_inputs if x in shapes)
-    kept = sum(b for op, b in zip(ops, obytes) if op not in VIEW_OPS)
     p, wb = float(params.sum()), float(wbytes.sum())
     first = tuple(shapes.get(m.data_inputs[0], ())) if m.data_inputs else ()
     if resolution is None:  # the spatial size of an image-like first input; of token ids, their
@@ -330,9 +334,7 @@ def build_graph(m, batch_size: int, resolution: int | None) -> Graph:
         "batch_size": batch_size, "resolution": resolution,
         "nodes": N, "edges": int(edge_index.shape[1]), "macs": float(macs.sum()), "params": p,
         "weight_bytes": wb, "activation_bytes": float(obytes.sum()),
-        # weights + gradients + Adam's two moments (fp32) + activations kept for backward
-        "train_memory_estimate_bytes": 4 * wb + input_bytes + kept,
-    }
+        "train_memory_estimate_bytes": memory_estimate(ops, obytes, wb, input_bytes)}
     graph = Graph(ops, edge_index, macs, params, wbytes, obytes, in_shape, out_shape, n_in, n_out,
                   in_elems, out_elems, attrs, static)
     # names for a per-layer breakdown, what graph.rebatch re-reads; never stored

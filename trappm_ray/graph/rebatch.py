@@ -22,7 +22,7 @@ from dataclasses import dataclass, replace
 import numpy as np
 
 from trappm_ray.graph.batch_axes import BatchAxes, Refused
-from trappm_ray.graph.featurize import DTYPE_BYTES, SHAPE_SLOTS, VIEW_OPS, Graph
+from trappm_ray.graph.featurize import DTYPE_BYTES, SHAPE_SLOTS, Graph, memory_estimate
 
 
 @dataclass(frozen=True)
@@ -117,9 +117,9 @@ def at_batch(graph: Graph, batch: int) -> Graph | None:
     for shape, slot in ((in_shape, t.in_slot), (out_shape, t.out_slot)):
         rows = np.flatnonzero(slot >= 0)
         shape[rows, slot[rows]] = shape[rows, slot[rows]] // t.batch * batch
-    kept = float(sum(b for op, b in zip(graph.ops, obytes) if op not in VIEW_OPS))
     static = {**graph.static, "batch_size": batch, "macs": float(macs.sum()), "activation_bytes": float(obytes.sum()),
-              "train_memory_estimate_bytes": 4 * graph.static["weight_bytes"] + t.input_bytes * r + kept}
+              "train_memory_estimate_bytes": memory_estimate(graph.ops, obytes, graph.static["weight_bytes"],
+                                                             t.input_bytes * r)}
     out = replace(graph, macs=macs, out_bytes=obytes, out_elems=oelems, in_elems=ielems, in_shape=in_shape,
                   out_shape=out_shape, static=static, meta=dict(graph.meta), derived={})
     out.derived.update({"node_names": graph.derived.get("node_names"),
