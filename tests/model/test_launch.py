@@ -31,13 +31,13 @@ def test_profile_takes_the_least_eager_time_per_kernel_and_the_lower_workload_ed
 def test_profiles_of_examples_skip_cpu_rows_and_split_by_target():
     def example(kind, target, measured):
         x = np.zeros(KERNELS_COL + 1)
-        x[KERNELS_COL] = math.log(50)
-        return {"kind": kind, "target": target, "measured": measured, "floor": 1.0, "x": x,
+        x[KERNELS_COL] = math.log(80)  # the roofline's node count: not what the host issues
+        return {"kind": kind, "target": target, "measured": measured, "floor": 1.0, "x": x, "launches": 50,
                 "setting": tuple(0 for _ in SETTING_COLS), "slug": kind, "rkey": ("m", 224, 8)}
     found = launch.profiles([example("cuda", "inference_ms", 5.0), example("cpu", "inference_ms", 0.5),
                              example("cuda", "train_step_ms", 10.0)])
     assert set(found) == {"inference_ms", "train_step_ms"}
-    assert found["inference_ms"]["host_us_per_kernel"] == pytest.approx(100.0)  # 5 ms / 50, not the CPU's
+    assert found["inference_ms"]["host_us_per_kernel"] == pytest.approx(100.0)  # 5 ms / 50 launches, not the CPU's
     assert found["train_step_ms"]["rows"] == 1 and found["train_step_ms"]["batch_max"] == 8
 
 

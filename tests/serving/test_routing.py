@@ -274,9 +274,9 @@ def test_rtx4090_answers_inference_from_its_gnn_and_the_step_from_the_spec_predi
     both = R.load_predictor(None, "rtx4090")
     own = both.shipped.predict_graphs([graph])[0]["inference_ms"]
     assert both.predict_graphs([graph], [{}])[0]["inference_ms"] == pytest.approx(own)
-    # 4 kernels: the API's answer is the host-bound level (RTX 4090 labels: <= 16 us a kernel)
-    host = 4 * both.manifest.launch["inference_ms"]["host_us_per_kernel"] / 1e3
-    assert p.inference_ms.value >= host > own
+    # 5 kernels: the GNN's own answer at batch 256 is below what the host takes to issue them;
+    # the API's is the step model's, host-bound, within the learned answer at the anchor
+    assert p.inference_ms.value >= p.floors["inference_ms"] > own
     assert any(n.startswith("inference_ms: the step model at batch 256") for n in p.notes)
 
 

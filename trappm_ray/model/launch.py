@@ -11,10 +11,10 @@ log(measured / floor) trained on them extrapolates there, and it does so badly (
 Two figures per device and target, measured on the predictor's own training rows
 (:func:`profile`):
 
-* ``host_us_per_kernel``: the least measured time per graph kernel among eager rows, an upper
-  bound on the host's time per kernel, and the host time itself where launch-bound rows exist
-  (RTX 3090: efficientnet_cc at batch 1, 129 us per kernel for a training step, 30 us for
-  inference);
+* ``host_us_per_kernel``: the least measured time per forward kernel among eager rows (kernels
+  as the step model counts them: :func:`trappm_ray.physics.step_model.launches`), an upper bound
+  on the host's time per kernel, and the host time itself where launch-bound rows exist (RTX
+  3090: efficientnet_cc at batch 1, 168 us per kernel for a training step, 40 us for inference);
 * ``floor_us_per_kernel_p05``: the 5th percentile of roofline floor per kernel, the lower edge
   of the workloads the predictor was trained on (recorded to describe the labels; answers no
   longer switch on it);
@@ -29,24 +29,23 @@ grows, and the learned part never sets the shape of the batch curve, which it ne
 """
 from __future__ import annotations
 
-import math
-
 import numpy as np
 
-from trappm_ray.model.device_features import KERNELS_COL, SETTING_COLS
+from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.physics.step_model import HOST_US
 
 EDGE_QUANTILE = 0.05
-# A typical eager PyTorch host's time per graph kernel, the step model's (forward 30 us, backward
-# 100 us): the host-bound level of a step of unknown host.
-HOST_US_PER_KERNEL = {"train_step_ms": HOST_US["forward"] + HOST_US["backward"], "inference_ms": HOST_US["forward"]}
+# A typical eager PyTorch host's time per roofline graph kernel (the roofline's node count, which
+# the spec-based model's features hold): the base of that model's answer, stored with its boosters.
+HOST_US_PER_KERNEL = {"train_step_ms": 130.0, "inference_ms": 30.0}
 
 
 def profile(rows: list[dict]) -> dict[str, float | int | list]:
     """Host time per kernel and the lower workload edge of one target's training rows.
 
     Args:
-        rows: ``{"measured": ms, "floor": ms, "kernels": n, "compiled": 0|1, "key": [..., batch]}``
+        rows: ``{"measured": ms, "floor": ms, "kernels": n (forward kernels), "compiled": 0|1,
+            "key": [..., batch]}``
             per label row of one device (or of every device of the spec-based predictor).
 
     Returns:
@@ -73,7 +72,7 @@ def profiles(examples: list[dict]) -> dict[str, dict]:
         if e["kind"] == "cpu":
             continue
         by_target.setdefault(e["target"], []).append(
-            {"measured": e["measured"], "floor": e["floor"], "kernels": math.exp(e["x"][KERNELS_COL]),
+            {"measured": e["measured"], "floor": e["floor"], "kernels": e["launches"],
              "compiled": e["setting"][SETTING_COLS.index("compiled")], "key": [e["slug"], *e["rkey"][:3]]})
     return {t: p for t, rows in sorted(by_target.items()) if (p := profile(rows))}
 

@@ -12,8 +12,9 @@ spec sheet alone, so that the answer holds at every batch and in every setting:
   ``blocks / (waves x slots)``; its memory time is its bytes at the achievable bandwidth; its
   device time the larger, never less than the least time of any kernel.
 * **Host.** The host spends a roughly fixed time per kernel (Python, dispatch, autograd, launch:
-  :data:`HOST_US`, of the order measured on the RTX 3090's batch-1 rows: 129 us per graph kernel
-  for an AMP training step, 30 us for inference). It issues kernel ``k`` at ``issue_k``; the GPU
+  :data:`HOST_US`, of the order measured on the RTX 3090's batch-1 rows: 168 us per kernel for an
+  AMP training step, 40 us for inference). A kernel is an op eager PyTorch runs: views, scalar
+  arithmetic on shapes and the members of a fused pointwise chain (an exported GELU) launch none. It issues kernel ``k`` at ``issue_k``; the GPU
   starts it when it is issued and the previous one has finished. The step ends at
   ``max_k(issue_k + device time of kernels k..n)``: the larger of host and device time where one
   dominates, smoothly more than either between them (a queue, not a sum, not a plain maximum).
@@ -34,14 +35,15 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trappm_ray import devices
+from trappm_ray.physics.graph_walk import walk
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, FREE, TENSOR, roofline
 
-# Host time per graph kernel of eager PyTorch, in us: forward (each node's kernel: dispatch and
+# Host time per forward kernel of eager PyTorch (:func:`launches`), in us: forward (dispatch and
 # launch through the module tree) and backward (autograd's node, input and weight gradients).
-# Training 30 + 100 = 130 us per graph kernel, inference 30: the RTX 3090's labels at batch 1
-# (129 / 30 us, timm's efficientnet_cc_b1_8e), within ryujaehun's batch-12 range on six GPUs
-# (112-220 / 31-70 us). A predictor measured on its own host passes its figures instead.
-HOST_US = {"forward": 30.0, "backward": 100.0}
+# Training 40 + 130 = 170 us per kernel, inference 40: the RTX 3090's labels at batch 1 (168 / 40
+# us, timm's efficientnet_cc_b1_8e, its least time per kernel). A predictor measured on its own
+# host passes its figures instead (its manifest's ``launch``).
+HOST_US = {"forward": 40.0, "backward": 130.0}
 # Per foreach list op of the optimizer: a fixed dispatch plus building the tensor lists (us).
 FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
 # torch.optim's foreach implementations (torch 2.x, CUDA default): (list ops, fp32 tensor passes
@@ -206,7 +208,11 @@ def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency 
     """Per graph node of the forward pass: whether it launches a kernel, its compute time at its
     fill of the SMs, its memory time, a restored BatchNorm's memory time (us), and its fill."""
     est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
-    work = (est.node_class != FREE) & (est.flops + est.bytes > 0)
+    # a kernel per op eager PyTorch runs: a node the memory walk finds allocating a tensor, not a
+    # view, nor a member of a fused pointwise chain (an exported GELU's five nodes are one op),
+    # nor scalar arithmetic on shapes (Python computes ``head_dim ** -0.5``, no kernel)
+    launches = walk(graph).real[:graph.num_nodes]
+    work = (est.node_class != FREE) & (est.flops + est.bytes > 0) & launches
     tensor = est.node_class == TENSOR
     share = fill(np.asarray(graph.out_elems, np.float64), np.where(tensor, eff.tile, eff.vector_block),
                  np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
@@ -230,6 +236,12 @@ def forward_kernels(graph, spec: devices.DeviceSpec, precision: str, eff: Effici
     node = np.maximum(np.maximum(compute, memory), eff.kernel_us)
     mean_fill = float(np.average(share[work], weights=node)) if node.sum() > 0 else 1.0
     return (np.concatenate([compute, np.zeros(len(bn_us))]), np.concatenate([memory, bn_us]), mean_fill)
+
+
+def launches(graph, spec: devices.DeviceSpec, precision: str) -> int:
+    """Kernels the forward pass of ``graph`` launches as the step model counts them (the host's
+    issue time is per such kernel): what a measured time per kernel is measured against."""
+    return len(forward_kernels(graph, spec, precision)[0])
 
 
 def node_device_us(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
@@ -321,4 +333,4 @@ def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dic
 
 
 __all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
-           "device_scale", "fill", "node_terms", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
+           "device_scale", "fill", "launches", "node_terms", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]

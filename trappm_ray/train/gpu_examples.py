@@ -19,6 +19,7 @@ from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.model.device_features import (SETTING_COLS, feature_vector, optimizer_of, roofline_features,
                                               settings_of)
 from trappm_ray.model.floor_ratio import TARGET_MODES
+from trappm_ray.physics.step_model import launches
 
 log = logging.getLogger(__name__)
 
@@ -70,16 +71,20 @@ def examples(labels: str, corpora: tuple[str, ...] = (), slugs: tuple[str, ...] 
                 key = (g["arch"], g["resolution"], g["batch_size"], spec.slug, r["precision"], mode,
                        optimizer_of(r), s["torch2"], s["compiled"])
                 if key not in cache:
-                    cache[key] = roofline_features(row_to_graph(g), spec, r["precision"], mode, optimizer_of(r), s)
+                    graph = row_to_graph(g)
+                    found = roofline_features(graph, spec, r["precision"], mode, optimizer_of(r), s)
+                    # the forward's kernels as the step model counts them: host time per kernel is per these
+                    cache[key] = found and (*found, launches(graph, spec, r["precision"]))
                 if cache[key] is None:  # e.g. no sourced FP64 peak: counted, reported once
                     if not no_roof:
                         log.warning("%s: no roofline for %s", slug, r["precision"])
                     no_roof += 1
                     continue
-                floor, feats = cache[key]
+                floor, feats, kernels = cache[key]
                 joined += 1
                 out.append({"slug": slug, "spec": spec.slug, "kind": spec.kind, "target": target, "arch": r["arch"],
                             "family": r["family"], "measured": float(r[target]), "floor": floor, "rkey": key,
+                            "launches": kernels,
                             "x": feature_vector(feats, spec, s), "setting": tuple(s[c] for c in SETTING_COLS)})
             counts[f"{slug}/{target}"] = {"ok_rows": len(have), "with_graph": joined, "no_roofline": no_roof,
                                           "without_graph": len(have) - joined - no_roof}
