@@ -10,7 +10,7 @@ inference rows (``docs/results-gpu.md``, "reference" rows) measures it against t
 It answers only settings the reference predictor was trained on (precision, optimizer, memory
 format), and text models only where the reference's labels hold some; anything else stays with the
 spec model, as do targets the spec model has many rows of
-the device for (``OWN_ROWS``: the RTX 4090's inference). On a much faster GPU a small workload
+the device for (:func:`keeps_own`: the RTX 4090's inference). On a much faster GPU a small workload
 cannot finish before the host has issued its kernels: the transferred time is never below the
 host's time to issue them (:data:`trappm_ray.physics.floors.LEAST_HOST_US_PER_KERNEL`), capped at
 the reference's own answer. Away from the reference's labeled batches the answer is moved from
@@ -35,13 +35,16 @@ from trappm_ray.model.device_features import EAGER_TORCH2, static_input
 
 TARGET_MODES = (("train_step_ms", "train"), ("inference_ms", "infer"))
 TEXT_SOURCES = ("transformers",)  # label model sources of text models (NeuSight's LMs)
-OWN_ROWS = 500  # a device with this many spec-model rows of a target keeps the spec model's answer
 
 
-def own_rows(spec_manifest: Manifest, slug: str, target: str) -> int:
-    """Rows of device ``slug`` and ``target`` the spec model was trained on."""
-    lodo = spec_manifest.boosters.lodo if spec_manifest.boosters is not None else {}
-    return (lodo.get(target, {}).get("devices", {}).get(slug) or {}).get("rows", 0)
+def keeps_own(spec_manifest: Manifest, slug: str, target: str) -> bool:
+    """Whether the spec model keeps its own answer for device ``slug`` and ``target``: it was
+    trained on at least its manifest's ``own_rows`` of them."""
+    part = spec_manifest.boosters
+    if part is None:
+        return False
+    rows = (part.lodo.get(target, {}).get("devices", {}).get(slug) or {}).get("rows", 0)
+    return rows >= part.own_rows
 
 
 def transfer_ms(ref_ms, floor_here, floor_there, kernels, mode: str):
@@ -116,5 +119,5 @@ def transferred_ms(reference, spec: devices.DeviceSpec, graphs: list, settings_l
     return out
 
 
-__all__ = ["TARGET_MODES", "OWN_ROWS", "TEXT_SOURCES", "image_only", "own_rows", "transfer_ms", "covers",
+__all__ = ["TARGET_MODES", "TEXT_SOURCES", "image_only", "keeps_own", "transfer_ms", "covers",
            "transferred_ms"]

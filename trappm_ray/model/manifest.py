@@ -130,6 +130,10 @@ class Boosters:
         efficiency: per target the median measured / base of the GPU rows, averaged in.
         lodo: per target leave-one-device-out errors, per device and their mean.
         lodo_candidates: the same summary for every variant and depth compared.
+        own_rows: a device with at least this many of the model's training rows of a target
+            keeps the model's own answer for it; below, a shipped GPU predictor's answer is moved
+            by the roofline floors (:mod:`trappm_ray.model.floor_ratio`): the routing the model's
+            evaluation compared (``docs/results-gpu.md``, reference rows).
     """
 
     variant: str
@@ -141,6 +145,7 @@ class Boosters:
     efficiency: dict[str, float] = field(default_factory=dict)
     lodo: dict[str, Any] = field(default_factory=dict)
     lodo_candidates: dict[str, Any] = field(default_factory=dict)
+    own_rows: int = 500
 
     @classmethod
     def from_dict(cls, d: dict) -> Boosters:

@@ -33,7 +33,7 @@ from trappm_ray.model.manifest import Device, Manifest
 from trappm_ray.model.stored import read_manifest
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.device_features import EAGER_TORCH2, KERNELS_COL, feature_names, static_input
-from trappm_ray.model.floor_ratio import OWN_ROWS, TARGET_MODES, own_rows, transferred_ms
+from trappm_ray.model.floor_ratio import TARGET_MODES, keeps_own, transferred_ms
 from trappm_ray.physics.roofline import device_rates
 
 log = logging.getLogger(__name__)
@@ -196,7 +196,7 @@ class SpecPredictor:
         digest = hashlib.sha256(repr(devices.spec_vector(spec).tolist()).encode()).hexdigest()[:8]
         tag = f"{spec.slug}#{digest}" if user_spec else spec.slug
         spec_only = user_spec or not rows.get(spec.slug)
-        self.moved = tuple(t for t in m.targets if user_spec or own_rows(m, spec.slug, t) < OWN_ROWS)
+        self.moved = tuple(t for t in m.targets if user_spec or not keeps_own(m, spec.slug, t))
         self.reference = reference if self.moved else None
         self.anchors = anchors if self.reference is not None else None
         note = device_note(m, spec.slug, user_spec)

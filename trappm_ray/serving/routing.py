@@ -20,7 +20,7 @@ from trappm_ray.model.stored import read_manifest
 from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.floor_ratio import OWN_ROWS, image_only, own_rows
+from trappm_ray.model.floor_ratio import image_only, keeps_own
 from trappm_ray.model.compositions import SettingMove, SettingRatio, TargetFill
 
 _LOADED: dict[str, Any] = {}  # URI or key -> a loaded predictor, model or anchors
@@ -312,7 +312,7 @@ def device_catalog() -> list[dict]:
         if s.kind == "cpu" or any(names_device(d, s.slug) for d in served):
             continue
         ref = reference_path(s)
-        moved = [t for t in m.targets if own_rows(m, s.slug, t) < OWN_ROWS] if ref else []
+        moved = [t for t in m.targets if not keeps_own(m, s.slug, t)] if ref else []
         out.append({"device": s.slug, "name": s.name, "kind": s.kind, "predictor": KIND,
                     "spec_only": not rows.get(s.slug), "training_rows": rows.get(s.slug, 0),
                     "targets": list(m.targets), "options": m.options, "lodo_mape": lodo,

@@ -55,6 +55,8 @@ class SpecTrainConfig:
         monotone: ``column:+1`` / ``column:-1`` monotone constraints on design columns (those a
             variant lacks are ignored), e.g. ``launch_pressure:+1``: more kernels per ms of
             floor can only add launch overhead.
+        own_rows: a device with this many training rows of a target keeps the model's own answer
+            (stored with the boosters; below, serving moves a shipped GPU predictor's answer).
         parallel: one Ray task per leave-one-device-out fit (``nthread`` CPUs each); False fits
             them in this process (tiny tables, tests). ray_address: the cluster (None: a private
             local one, or ``RAY_ADDRESS``).
@@ -73,6 +75,7 @@ class SpecTrainConfig:
     min_test_rows: int = 3
     train_kinds: tuple[str, ...] = ("cuda", "rocm", "cpu")
     monotone: tuple[str, ...] = ("launch_pressure:+1",)
+    own_rows: int = 500
     parallel: bool = True
     ray_address: str | None = None
 
@@ -256,7 +259,7 @@ def manifest_of(t: dict, cfg: SpecTrainConfig, chosen: dict, candidates: dict, b
                     "is base x exp(the mean of the boosters' log ratio and the target's efficiency), never "
                     "below the floor"),
             host_us_per_kernel=dict(launch.HOST_US_PER_KERNEL), efficiency=chosen["efficiency"],
-            lodo=chosen["metrics"], lodo_candidates=candidates),
+            lodo=chosen["metrics"], lodo_candidates=candidates, own_rows=cfg.own_rows),
         data={"labels": cfg.labels, "rows": int(len(t["spec"])), "rows_per_device": dict(sorted(per_dev.items())),
               "rows_per_target": {k: int((t["target"] == k).sum()) for k in sorted(set(t["target"]))},
               "label_sets": sorted(set(t["slug"].tolist())), "architectures": int(len(set(t["arch"][gpu]))),
