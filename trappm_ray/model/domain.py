@@ -64,6 +64,8 @@ def _arrays(domain: dict) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     ref = domain["reference"]
     kept = _ARRAYS.get(id(ref))
     if kept is None or kept[0] is not ref:  # the list itself is kept, so its id is not reused
+        if len(_ARRAYS) >= 16:  # a process serves a few predictors; tests load many
+            _ARRAYS.clear()
         kept = _ARRAYS[id(ref)] = (ref, np.asarray(domain["mean"], np.float64),
                                    np.asarray(domain["std"], np.float64), np.asarray(ref, np.float64))
     return kept[1], kept[2], kept[3]
