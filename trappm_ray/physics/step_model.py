@@ -14,9 +14,9 @@ spec sheet alone, so that the answer holds at every batch and in every setting:
 * **Host.** The host spends a roughly fixed time per kernel (Python, dispatch, autograd, launch:
   :data:`HOST_US`, of the order measured on the RTX 3090's batch-1 rows: 168 us per kernel for an
   AMP training step, 40 us for inference). A kernel is an op eager PyTorch runs: views, scalar
-  arithmetic on shapes and the members of a fused pointwise chain (an exported GELU) launch none. It issues kernel ``k`` at ``issue_k``; the GPU
-  starts it when it is issued and the previous one has finished. The step ends at
-  ``max_k(issue_k + device time of kernels k..n)``: the larger of host and device time where one
+  arithmetic on shapes and the members of a fused pointwise chain (an exported GELU) launch none.
+  It issues kernel ``k`` at ``issue_k``; the GPU starts it when it is issued and the previous
+  one has finished. The step ends at ``max_k(issue_k + device time of kernels k..n)``: the larger of host and device time where one
   dominates, smoothly more than either between them (a queue, not a sum, not a plain maximum).
 * **Setting.** Precision moves peaks and bytes (the roofline's counting); the optimizer step is
   what PyTorch's ``foreach`` implementation runs (:data:`OPTIMIZER_PASSES`: so many list ops,
@@ -211,8 +211,8 @@ def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency 
     # a kernel per op eager PyTorch runs: a node the memory walk finds allocating a tensor, not a
     # view, nor a member of a fused pointwise chain (an exported GELU's five nodes are one op),
     # nor scalar arithmetic on shapes (Python computes ``head_dim ** -0.5``, no kernel)
-    launches = walk(graph).real[:graph.num_nodes]
-    work = (est.node_class != FREE) & (est.flops + est.bytes > 0) & launches
+    allocates = walk(graph).real[:graph.num_nodes]
+    work = (est.node_class != FREE) & (est.flops + est.bytes > 0) & allocates
     tensor = est.node_class == TENSOR
     share = fill(np.asarray(graph.out_elems, np.float64), np.where(tensor, eff.tile, eff.vector_block),
                  np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
