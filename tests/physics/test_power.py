@@ -3,12 +3,13 @@ from __future__ import annotations
 
 import json
 
+import numpy as np
 import pytest
 
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics import power as W
-from trappm_ray.physics.step_model import step_time
+from trappm_ray.physics.step_model import StepEstimate, step_time
 
 SAMPLE = "data/sample/onnx/resnet10t@64.onnx"
 
@@ -39,13 +40,25 @@ def test_a_limit_that_binds_caps_the_power_and_lengthens_the_step():
         W.step_power(step, spec, limit_w=10.0)
 
 
-def test_fit_recovers_the_weights_that_made_the_measurements():
-    truth = W.PowerModel(0.3, 0.5, 0.2)
+def test_fit_recovers_the_weight_that_made_the_measurements():
+    truth = W.PowerModel(11.0)
     rows = [(s, devices.get(g), W.power_at(s, devices.get(g), truth, busy=busy)[0], busy)
             for g in ("v100-pcie-32gb", "p100-pcie-16gb") for b in (1, 8, 64, 256) for s in [_step(b, g)]
             for busy in (None, 0.4)]
-    got = W.fit(rows)
-    assert [got.k0, got.kc, got.km] == pytest.approx([0.3, 0.5, 0.2], abs=0.05)
+    assert W.fit(rows).w_per_tflop == pytest.approx(11.0, rel=1e-6)
+
+
+def test_a_busy_gpu_draws_in_proportion_to_its_units_and_is_held_at_its_limit():
+    model = W.PowerModel(12.0)
+    p100, v100, h200 = (devices.get(s) for s in ("p100-pcie-16gb", "v100-pcie-32gb", "h200-sxm-141gb"))
+    assert model.busy_w(v100) / model.busy_w(p100) == pytest.approx(14 / 9.3)
+    assert "9.3 fp32 TFLOP/s" in W.power_basis(model, p100) and "TDP" in W.power_basis(W.PowerModel(), p100)
+    # one long kernel, no host gap: 67 TFLOP/s x 12 W is more than its 700 W allow
+    step = StepEstimate.of(np.zeros(1), np.array([1e4]), np.array([1e3]), np.ones(1), (1, 0, 0), 1.0)
+    est = W.step_power(step, h200, model)
+    assert est.power_w == pytest.approx(h200.tdp_w, rel=1e-3) and est.clock < 1.0
+    unfitted = W.step_power(_step(256), v100, W.PowerModel())  # a busy GPU draws its TDP
+    assert unfitted.power_w <= v100.tdp_w and unfitted.power_w > 0.8 * v100.tdp_w
 
 
 def test_a_gpu_waiting_on_its_data_loader_draws_idle_power_for_that_share():
@@ -60,7 +73,7 @@ def test_the_shipped_weights_carry_their_provenance_and_error(tmp_path):
     shipped = json.loads(W.FITTED.read_text())
     assert "zeus" in shipped["source"] and shipped["command"] == "python jobs/evaluate_power.py"
     model = W.PowerModel.load()
-    assert model.error_p90 == shipped["error_p90"] and min(model.k0, model.kc, model.km) >= 0
+    assert model.error_p90 == shipped["error_p90"] and model.w_per_tflop == shipped["w_per_tflop"] > 0
     assert W.PowerModel.load(tmp_path / "none.json") == W.PowerModel()
 
 

@@ -1,23 +1,27 @@
 """GPU power of a training step or an inference pass, and what a power limit does to it.
 
-Board power is idle power plus dynamic power. The dynamic part follows what the step model
-(:mod:`trappm_ray.physics.step_model`) says the kernels do: while the GPU is busy, a base
-activity (clocks up, schedulers, caches) plus a share for the compute units in proportion to how
-much of the busy time they are saturated (the roofline compute time over the kernel time) and a
-share for the memory system in proportion to its saturation; while the GPU waits on the host it
-draws idle power. In symbols, with the SM clock at ``s`` x its full clock::
+Board power is idle power plus dynamic power. While its kernels run, a GPU draws dynamic power in
+proportion to the arithmetic units it switches: its peak FP32 throughput (SMs x lanes x clock,
+the datasheet's figure) times a weight in W per TFLOP/s; while it waits on the host (the share
+of the step the step model, :mod:`trappm_ray.physics.step_model`, finds the queue empty) it draws
+idle power. In symbols, with the SM clock at ``s`` x its full clock::
 
-    P(s) = P_idle + (TDP - P_idle) * busy(s) * ((k0 + kc * u_c(s)) * s**GAMMA + km * u_m(s))
+    P(s) = P_idle + busy(s) * w * F32 * s**GAMMA
 
 A power limit below ``P(1)`` makes the GPU lower its clock until ``P(s)`` meets the limit
 (dynamic power of the SMs ~ f V^2, with the voltage following the clock: ``GAMMA`` = 3): compute
-stretches by ``1 / s``, memory traffic does not, so a memory-bound step barely slows. Zeus
-(You et al., NSDI'23) measured exactly this trade on V100, P100 and RTX 6000.
+stretches by ``1 / s``, memory traffic does not, so a memory-bound step barely slows. The board's
+default limit is its TDP, so a GPU whose units would draw more is held there. Zeus (You et al.,
+NSDI'23) measured this trade on V100, P100 and RTX 6000.
 
-The activity weights ``k0, kc, km`` (:class:`PowerModel`) are three non-negative numbers fitted by
-least squares on measured average power of other GPUs (``fit``), each row with the share of its
-measured time the GPU was busy (``busy``): physics says what drives the power, the labels only how
-much each driver costs, the same for every GPU.
+Why the units' throughput, not the TDP: on the same device-bound training steps a P100 draws 0.65
+of its 250 W, a V100 and an RTX 6000 0.9 of theirs, and an H200 0.9-0.98 of 700 W
+(``docs/results-power.md``); the P100 has 9.3 fp32 TFLOP/s behind its 250 W, the V100 14. The
+weight ``w`` (:class:`PowerModel`) is one number fitted by least squares on measured average
+power of other GPUs (``fit``), each row with the share of its measured time the GPU was busy.
+A split into compute- and memory-bound activity holds out no better on these labels
+(``experiments/power_kernels.py``): the model answers a memory-bound step's power as a busy
+GPU's (an H200 copy kernel draws 472 W where a GEMM meets the 700 W cap: over-answered).
 """
 from __future__ import annotations
 
@@ -38,35 +42,43 @@ IDLE_SHARE = 0.12
 LEAST_CLOCK = 0.3  # the lowest SM clock a power limit drives a GPU to, as a share of full
 # Power limits GPUs accept: from about 30-50% of TDP (P100 125 W, V100 100 W of 250) to TDP.
 LOWEST_LIMIT_SHARE = 0.3
-# The weights fitted on every public power label, with their provenance and held-out error
+# The weight fitted on every public power label, with its provenance and held-out error
 # (written by ``python jobs/evaluate_power.py``).
 FITTED = Path(__file__).resolve().parents[1] / "data" / "power_model.json"
 
 
 @dataclass(frozen=True)
 class PowerModel:
-    """Activity weights of the dynamic power (shares of TDP - idle), and the relative error of
-    the power answer where it was checked on GPUs the weights were not fitted on.
+    """The dynamic power of a busy GPU per unit of its peak FP32 throughput, and the relative
+    error of the power answer where it was checked on GPUs it was not fitted on.
 
     Attributes:
-        k0, kc, km: base, compute and memory activity weights.
+        w_per_tflop: W per fp32 TFLOP/s of peak at full clock while the GPU is busy; None, the
+            unfitted physics: a busy GPU draws its TDP.
         error_p90: 90th percentile of |predicted / measured - 1| leaving one GPU out (the
             interval's half-width in ratio); None where never checked.
     """
 
-    k0: float = 0.35
-    kc: float = 0.45
-    km: float = 0.25
+    w_per_tflop: float | None = None
     error_p90: float | None = None
 
     @classmethod
     def load(cls, path: str | Path = FITTED) -> PowerModel:
-        """The fitted weights (the unfitted defaults where the file is absent)."""
+        """The fitted weight (the unfitted model where the file is absent)."""
         path = Path(path)
         if not path.exists():
             return cls()
         d = json.loads(path.read_text())
-        return cls(**d["weights"], error_p90=d.get("error_p90"))
+        return cls(d["w_per_tflop"], error_p90=d.get("error_p90"))
+
+    def busy_w(self, spec: devices.DeviceSpec) -> float:
+        """Dynamic power (W) of ``spec`` busy at full clock, before its power limit."""
+        idle, tdp = board_power(spec)
+        if self.w_per_tflop is None:
+            return tdp - idle
+        if not spec.peak_fp32_tflops:
+            raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no power model")
+        return self.w_per_tflop * spec.peak_fp32_tflops
 
 
 @dataclass(frozen=True)
@@ -114,38 +126,51 @@ def limit_refusal(spec: devices.DeviceSpec, limit_w: float) -> str | None:
     return None
 
 
-def drivers(step: StepEstimate, clock: float = 1.0, busy: float | None = None) -> tuple[float, float, float, float]:
-    """(busy share, compute saturation, memory saturation, step ms) of ``step`` at ``clock``.
+def power_basis(model: PowerModel, spec: devices.DeviceSpec) -> str:
+    """How :meth:`PowerModel.busy_w` was derived for ``spec``, in words."""
+    if model.w_per_tflop is None:
+        return "a busy GPU draws its TDP: unfitted"
+    return f"{model.w_per_tflop:.1f} W per TFLOP/s of its {spec.peak_fp32_tflops:g} fp32 TFLOP/s"
 
-    ``busy``: the share of the step the GPU is busy where it was measured (a training loop also
-    waits on its data loader, which the step model does not see); None: the step model's own
-    share (host issue time against device time). At a lower clock it grows as the device time does.
+
+def answered_busy(step: StepEstimate, answered_ms: float | None) -> float | None:
+    """The share of an answered or measured step (ms) the GPU runs ``step``'s kernels: their device
+    time over it, at most 1 (a step longer than the model's queue is time the GPU waits on the host
+    or a data loader, or runs below the modelled rates); None without an answer (:func:`busy_share`
+    then takes the step model's own share)."""
+    return min(step.device_ms / answered_ms, 1.0) if answered_ms and answered_ms > 0 else None
+
+
+def busy_share(step: StepEstimate, clock: float = 1.0, busy: float | None = None) -> tuple[float, float]:
+    """(share of the step the GPU is busy, step ms) of ``step`` with the SMs at ``clock``.
+
+    ``busy``: the share measured at full clock (a training loop also waits on its data loader,
+    which the step model does not see); None: the step model's own share (device time against
+    the queue of host issue and device time). At a lower clock the busy time grows as the
+    device time does.
     """
     device = step.at_clock(clock)
     busy_us = float(device.sum())
     total_ms = queue_ms(step.host_us, device)
     if busy_us <= 0 or total_ms <= 0:
-        return 0.0, 0.0, 0.0, total_ms
-    u_c = float(np.minimum(step.compute_us / clock, device).sum()) / busy_us
-    u_m = float(np.minimum(step.memory_us, device).sum()) / busy_us
+        return 0.0, total_ms
     share = busy_us / 1e3 / total_ms if busy is None else busy * busy_us / float(step.device_us.sum())
-    return min(share, 1.0), u_c, u_m, total_ms
+    return min(share, 1.0), total_ms
 
 
 def power_at(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel, clock: float = 1.0,
              busy: float | None = None) -> tuple[float, float]:
-    """(average W, step ms) of ``step`` on ``spec`` with the SMs at ``clock`` (``busy``: :func:`drivers`)."""
-    idle, tdp = board_power(spec)
-    share, u_c, u_m, total_ms = drivers(step, clock, busy)
-    dynamic = (model.k0 + model.kc * u_c) * clock ** GAMMA + model.km * u_m
-    return idle + (tdp - idle) * share * min(dynamic, 1.0), total_ms
+    """(average W, step ms) of ``step`` on ``spec`` with the SMs at ``clock`` (``busy``: :func:`busy_share`)."""
+    idle, _ = board_power(spec)
+    share, total_ms = busy_share(step, clock, busy)
+    return idle + share * model.busy_w(spec) * clock ** GAMMA, total_ms
 
 
 def step_power(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel = PowerModel(),
                limit_w: float | None = None, busy: float | None = None) -> PowerEstimate:
     """The step's average power and time under ``limit_w`` (None: the board's TDP, its default
     limit): the highest clock whose power meets the limit (bisection; power grows with clock).
-    ``busy``: the measured busy share (:func:`drivers`; None: the step model's)."""
+    ``busy``: the measured busy share (:func:`busy_share`; None: the step model's)."""
     idle, tdp = board_power(spec)
     limit = tdp if limit_w is None else float(limit_w)
     if limit <= idle:
@@ -165,20 +190,17 @@ def step_power(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel =
 
 
 def fit(rows: list[tuple[StepEstimate, devices.DeviceSpec, float, float | None]]) -> PowerModel:
-    """The activity weights that best explain measured average power (W) of steps that ran
-    below their power limit (non-negative least squares on the dynamic share); each row is
-    ``(step, spec, watts, busy)`` with ``busy`` the measured busy share, or None (:func:`drivers`)."""
-    from scipy.optimize import nnls
-
-    a, b = [], []
+    """The weight that best explains measured average power (W) of steps that ran below their
+    power limit (least squares through the origin on the dynamic power); each row is
+    ``(step, spec, watts, busy)`` with ``busy`` the measured busy share, or None (:func:`busy_share`)."""
+    x, y = [], []
     for step, spec, watts, measured_busy in rows:
-        idle, tdp = board_power(spec)
-        busy, u_c, u_m, _ = drivers(step, busy=measured_busy)
-        a.append([busy, busy * u_c, busy * u_m])
-        b.append((watts - idle) / (tdp - idle))
-    k, _ = nnls(np.array(a), np.array(b))
-    return PowerModel(*map(float, k))
+        idle, _ = board_power(spec)
+        x.append(busy_share(step, busy=measured_busy)[0] * float(spec.peak_fp32_tflops or 0))
+        y.append(watts - idle)
+    a, b = np.array(x), np.array(y)
+    return PowerModel(max(float(a @ b / (a @ a)), 0.0) if a @ a > 0 else None)
 
 
-__all__ = ["GAMMA", "IDLE_SHARE", "LEAST_CLOCK", "LOWEST_LIMIT_SHARE", "FITTED", "limit_refusal", "PowerModel", "PowerEstimate", "board_power", "drivers",
-           "power_at", "step_power", "fit"]
+__all__ = ["GAMMA", "IDLE_SHARE", "LEAST_CLOCK", "LOWEST_LIMIT_SHARE", "FITTED", "limit_refusal", "PowerModel",
+           "PowerEstimate", "board_power", "power_basis", "answered_busy", "busy_share", "power_at", "step_power", "fit"]

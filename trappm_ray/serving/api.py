@@ -37,7 +37,7 @@ from trappm_ray.serving import batch_envelope
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
 from trappm_ray.physics.memory import fitting_batch
 from trappm_ray.physics.collectives import allreduce_ms, cluster_for, exposed_allreduce_ms
-from trappm_ray.physics.power import PowerModel, limit_refusal, step_power
+from trappm_ray.physics.power import PowerModel, answered_busy, limit_refusal, power_basis, step_power
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
@@ -197,14 +197,15 @@ def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, lau
         raise errors.UnsupportedOption(refusal)
     model, host = power_model(), step_host_us(launch_profiles)
     train, infer = (step_time(graph, spec, setting, mode, host) for mode in ("train", "infer"))
-    at, free = step_power(train, spec, model, limit_w), step_power(train, spec, model, None)
-    at_infer = step_power(infer, spec, model, limit_w)
+    busy = answered_busy(train, p.train_step_ms and p.train_step_ms.value)
+    at, free = (step_power(train, spec, model, lim, busy) for lim in (limit_w, None))
+    at_infer = step_power(infer, spec, model, limit_w, answered_busy(infer, p.inference_ms and p.inference_ms.value))
     err = model.error_p90 if model.error_p90 is not None else 0.3
     p.train_power_w = Estimate(at.power_w, at.power_w / (1 + err), min(at.power_w * (1 + err), at.limit_w),
                                at.power_w * err / 1.645, "W")
-    notes = [f"power from the step model's busy time and compute/memory saturation on this GPU (idle "
-             f"{at.idle_w:.0f} W, TDP {at.tdp_w:.0f} W; weights fitted on Zeus's P100, V100 and RTX 6000 "
-             f"measurements; leave-one-GPU-out error: docs/results-power.md)"]
+    notes = [f"power: idle {at.idle_w:.0f} W plus {model.busy_w(spec):.0f} W for the share of the step its kernels "
+             f"keep the GPU busy ({power_basis(model, spec)}), held at the {at.limit_w:.0f} W limit; fitted on Zeus's P100, V100 "
+             f"and RTX 6000 measurements, within {100 * err:.0f}% on 90% of a GPU left out (docs/results-power.md)"]
     slowdown = at.step_ms / free.step_ms if free.step_ms > 0 else 1.0
     if slowdown > 1 + 1e-3 and p.train_step_ms is not None:
         e = p.train_step_ms
