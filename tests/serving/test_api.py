@@ -188,6 +188,8 @@ def test_gpu_answers_carry_power_energy_and_a_power_limits_slowdown():
     assert free.train_power_w is not None and free.power and free.power["limit_w"] == 300.0
     assert free.train_power_w.low <= free.train_power_w.value <= free.train_power_w.high <= 300.0
     assert free.power["energy_per_step_j"] == pytest.approx(free.train_power_w.value * free.train_step_ms.value / 1e3)
+    low, high = free.power["inference_power_interval_w"]
+    assert low < free.power["inference_power_w"] <= high <= 300.0
     capped = P.predict(SAMPLE_FILE, 256, device="v100", power_limit_w=110)
     assert capped.train_power_w.value <= 110 + 1e-6 and capped.power["clock"] < 1.0
     assert capped.train_step_ms.value > free.train_step_ms.value

@@ -104,6 +104,10 @@ class PowerEstimate:
         """Energy of one step (J)."""
         return self.power_w * self.step_ms / 1e3
 
+    def interval(self, error: float) -> tuple[float, float]:
+        """(low, high) W for a relative ``error`` either way; never above the limit."""
+        return self.power_w / (1 + error), min(self.power_w * (1 + error), self.limit_w)
+
 
 def board_power(spec: devices.DeviceSpec) -> tuple[float, float]:
     """(idle W, TDP W) of ``spec`` (idle: the table's where measured, else :data:`IDLE_SHARE` of

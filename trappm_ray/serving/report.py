@@ -35,7 +35,9 @@ def print_report(p: Prediction, sweep_rows: list[dict] | None = None, plot: str 
     if p.max_batch_size is not None:
         rows.append((f"largest batch <= {p.memory_budget_mb:g} MB", f"{p.max_batch_size:10d}"))
     if p.power:
-        rows.append(("inference power", f"{p.power['inference_power_w']:10.1f} W"))
+        low, high = p.power.get("inference_power_interval_w") or (None, None)
+        band = f"   [{low:.2f}, {high:.2f}]" if low is not None else ""
+        rows.append(("inference power", f"{p.power['inference_power_w']:10.2f} W{band}"))
         if p.power.get("energy_per_step_j") is not None:
             rows.append(("energy per training step", f"{p.power['energy_per_step_j']:10.3g} J"))
     if p.training_cost:
