@@ -284,3 +284,14 @@ def test_a_global_batch_is_made_up_by_accumulation_in_every_interface():
         P.PredictOptions(8, gpus=4, global_batch=64, grad_accum=3)
     with pytest.raises(ApiError, match="no multiple of batch_size x gpus = 32"):
         parse_options({"batch_size": "8", "gpus": "4", "global_batch": "48"}, 4096)
+
+
+def test_a_spec_based_answer_orders_optimizers_by_the_work_they_do():
+    # the H100's spec model holds optimizer none itself, its reference (the RTX 3090's labels)
+    # SGD with momentum: none is moved from the reference's answer like the others, not answered
+    # on another level
+    times = {o: P.predict(SAMPLE_FILE, 64, device="h100-sxm5-80gb", optimizer=o).train_step_ms.value
+             for o in ("none", "sgd", "sgd-momentum", "adam", "adamw")}
+    assert times["none"] <= times["sgd"] <= times["sgd-momentum"] <= times["adam"] <= times["adamw"]
+    moved = P.predict(SAMPLE_FILE, 64, device="h100-sxm5-80gb", optimizer="none")
+    assert any("optimizer none: its reference predictor's labels do not hold it" in n for n in moved.notes)

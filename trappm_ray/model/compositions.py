@@ -107,11 +107,14 @@ class SettingMove:
     Args:
         inner: the device's estimator (a shipped predictor, a composition, the spec model).
         spec: the GPU.
+        held: option values to move from instead of the inner's trained ones (a spec-based
+            answer moved from its reference's setting: :func:`trappm_ray.serving.routing.settled`).
     """
 
-    def __init__(self, inner, spec: devices.DeviceSpec):
+    def __init__(self, inner, spec: devices.DeviceSpec, held: dict[str, list] | None = None):
         self.inner, self.spec = inner, spec
-        self.trained = trained_options(inner.manifest)
+        self.trained = {**trained_options(inner.manifest), **(held or {})}
+        self.unheld = "its reference predictor's labels do not hold it" if held else "no label of this GPU holds it"
         options = {**self.trained, "precision": list(dict.fromkeys([*self.trained.get("precision", []), *PRECISIONS])),
                    "optimizer": list(dict.fromkeys([*self.trained.get("optimizer", []), *OPTIMIZERS]))}
         self.manifest = inner.manifest.replace(options=options, moves=tuple(STEP_FIELDS),
@@ -125,7 +128,7 @@ class SettingMove:
             return None
         asked = ", ".join(f"{f} {setting[f]}" for f in moved)
         held = ", ".join(f"{f} {base.get(f, STEP_FIELDS.get(f))}" for f in moved)
-        return (f"{asked}: no label of this GPU holds it; the answer in {held} x the step model's ratio "
+        return (f"{asked}: {self.unheld}; the answer in {held} x the step model's ratio "
                 f"between the two settings (peaks and bytes of the precision, the optimizer's passes "
                 f"over the parameters, a second forward per checkpointed block, the passes per step; its "
                 f"error where measurements hold both: docs/results-step-model.md, docs/results-campaign.md)")

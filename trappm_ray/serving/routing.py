@@ -20,7 +20,7 @@ from trappm_ray.model.stored import read_manifest
 from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
-from trappm_ray.model.floor_ratio import image_only, keeps_own
+from trappm_ray.model.floor_ratio import covers, image_only, keeps_own
 from trappm_ray.model.compositions import SettingMove, SettingRatio, TargetFill
 
 _LOADED: dict[str, Any] = {}  # URI or key -> a loaded predictor, model or anchors
@@ -244,7 +244,8 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
         errors.UnsupportedOption: no composition answers the setting.
     """
     try:
-        return chosen, resolve_options(requested, chosen.manifest)
+        setting = resolve_options(requested, chosen.manifest)
+        return from_reference(chosen, setting), setting
     except errors.UnsupportedOption as e:
         refused = e
     spec = gpu_spec(chosen)
@@ -264,6 +265,20 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
                 pass
     moved = _composed("move", candidate, lambda: SettingMove(candidate, spec))
     return moved, resolve_options(requested, moved.manifest)
+
+
+def from_reference(chosen: Estimator, setting: dict) -> Estimator:
+    """``chosen``, or where it is a spec-based predictor whose reference transfer covers
+    ``setting`` but for its optimizer (``none`` on an H100, which the spec model's own rows hold),
+    the reference's answer moved by the step model (:class:`SettingMove`): settings next to
+    each other rest on one level, and doing less work never reads slower."""
+    ref = getattr(chosen, "reference", None)
+    held = list(ref.manifest.options.get("optimizer") or []) if ref is not None else []
+    if not isinstance(chosen, SpecPredictor) or not held or setting.get("optimizer") in held:
+        return chosen
+    if not covers(ref.manifest, {**setting, "optimizer": held[0]}, "train"):
+        return chosen
+    return _composed("reference-move", chosen, lambda: SettingMove(chosen, chosen.spec, held={"optimizer": held}))
 
 
 def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] | None:
