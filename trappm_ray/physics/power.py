@@ -2,9 +2,9 @@
 
 Board power is idle power plus dynamic power. While its kernels run, a GPU draws dynamic power in
 proportion to the arithmetic units it switches: its peak FP32 throughput (SMs x lanes x clock,
-the datasheet's figure) times a weight in W per TFLOP/s; while it waits on the host (the share
-of the step the step model, :mod:`trappm_ray.physics.step_model`, finds the queue empty) it draws
-idle power. In symbols, with the SM clock at ``s`` x its full clock::
+the datasheet's figure) times a weight in W per TFLOP/s; while it waits (on the host, on a data
+loader: the share of the step the kernels of the step model, :mod:`trappm_ray.physics.step_model`,
+do not fill, :func:`answered_busy`) it draws idle power. In symbols, with the SM clock at ``s`` x its full clock::
 
     P(s) = P_idle + busy(s) * w * F32 * s**GAMMA
 
