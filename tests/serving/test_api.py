@@ -295,3 +295,14 @@ def test_a_spec_based_answer_orders_optimizers_by_the_work_they_do():
     assert times["none"] <= times["sgd"] <= times["sgd-momentum"] <= times["adam"] <= times["adamw"]
     moved = P.predict(SAMPLE_FILE, 64, device="h100-sxm5-80gb", optimizer="none")
     assert any("optimizer none: its reference predictor's labels do not hold it" in n for n in moved.notes)
+
+
+def test_a_users_gpu_spec_answers_power_and_a_limit_in_every_setting():
+    # fp32 + Adam is moved from the spec model's setting by the step model: the move carries the
+    # user's spec, so its TDP bounds the power and a limit applies
+    for setting in ({}, {"precision": "fp32", "optimizer": "adam"}):
+        free = P.predict(SAMPLE_FILE, 32, device_spec="data/sample/my_gpu.json", **setting)
+        capped = P.predict(SAMPLE_FILE, 32, device_spec="data/sample/my_gpu.json", power_limit_w=40, **setting)
+        assert free.train_power_w is not None and free.power["tdp_w"] == 72.0
+        assert capped.train_power_w.value <= 40 + 1e-6 < free.train_power_w.value
+        assert capped.train_step_ms.value >= free.train_step_ms.value

@@ -221,8 +221,9 @@ def _composed(kind: str, inner: Estimator, make) -> Estimator:
 
 
 def gpu_spec(chosen: Estimator) -> devices.DeviceSpec | None:
-    """The spec of the GPU ``chosen`` answers for; None for CPUs and devices outside the table."""
-    if isinstance(chosen, SpecPredictor):
+    """The spec of the GPU ``chosen`` answers for; None for CPUs and devices outside the table.
+    A spec-based predictor and a setting move carry theirs (a user's ``--device-spec`` too)."""
+    if isinstance(chosen, (SpecPredictor, SettingMove)):
         return chosen.spec
     dev = chosen.manifest.device
     if dev.kind == "cpu" or not dev.spec:
