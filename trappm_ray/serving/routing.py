@@ -274,10 +274,10 @@ def from_reference(chosen: Estimator, setting: dict) -> Estimator:
     the reference's answer moved by the step model (:class:`SettingMove`): settings next to
     each other rest on one level, and doing less work never reads slower."""
     ref = getattr(chosen, "reference", None)
-    held = list(ref.manifest.options.get("optimizer") or []) if ref is not None else []
-    if not isinstance(chosen, SpecPredictor) or not held or setting.get("optimizer") in held:
+    if not isinstance(chosen, SpecPredictor) or ref is None:
         return chosen
-    if not covers(ref.manifest, {**setting, "optimizer": held[0]}, "train"):
+    held = list(ref.manifest.options.get("optimizer") or [])
+    if not held or setting.get("optimizer") in held or not covers(ref.manifest, {**setting, "optimizer": held[0]}, "train"):
         return chosen
     return _composed("reference-move", chosen, lambda: SettingMove(chosen, chosen.spec, held={"optimizer": held}))
 
