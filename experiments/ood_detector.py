@@ -34,9 +34,9 @@ from pathlib import Path
 import numpy as np
 import xgboost as xgb
 
-from trappm_ray.evaluate.gpu import _val_by_family, ensemble, fit_predict
+from trappm_ray.evaluate.gpu import ensemble, fit_predict
 from trappm_ray.graph.features import V2_STATIC
-from trappm_ray.model.domain import _nearest, fit_domain
+from trappm_ray.model.domain import assess, fit_domain
 from trappm_ray.train.gpu_examples import examples, graph_index
 
 TASK = "rtx3090-amp/train_step_ms"
@@ -57,15 +57,15 @@ def fold(ex: list[dict], family: str, seed: int = 1337) -> dict:
     """One held-out family: its rows' errors, signals and interval hits."""
     rest = np.array([i for i, e in enumerate(ex) if e["family"] != family])
     test = np.array([i for i, e in enumerate(ex) if e["family"] == family])
-    train, val = _val_by_family(ex, rest, seed)
+    families = sorted({ex[i]["family"] for i in rest})  # 15% of the other families validate
+    held = set(np.random.default_rng(seed).choice(families, max(1, round(0.15 * len(families))), replace=False))
+    train = np.array([i for i in rest if ex[i]["family"] not in held])
+    val = np.array([i for i in rest if ex[i]["family"] in held])
     fits = {m: fit_predict(ex, train, val, test, m, seed) for m in (*MEMBERS, "roofline-eff")}
     ens = ensemble(ex, val, test, {m: fits[m] for m in MEMBERS})["ensemble"]
     meas = np.array([ex[i]["measured"] for i in test])
-    static = np.stack([ex[i]["x"][:len(V2_STATIC)] for i in np.r_[train, val, test]]).astype(np.float64)
-    dom = fit_domain(static[:len(train)], [ex[i]["family"] for i in train])
-    scaled = (static - np.array(dom["mean"])) / np.array(dom["std"])
-    ref = scaled[:len(train)]
-    domain = _nearest(scaled[len(train) + len(val):], ref) / dom["threshold"]
+    dom = fit_domain(np.stack([ex[i]["x"][:len(V2_STATIC)] for i in train]), [ex[i]["family"] for i in train])
+    domain = np.array([assess(dom, ex[i]["x"][:len(V2_STATIC)])["distance"] / dom["threshold"] for i in test])
 
     def spread(rows: str) -> np.ndarray:
         logs = np.log([fits[m][rows] for m in MEMBERS])
