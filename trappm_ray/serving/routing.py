@@ -265,21 +265,25 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
             except errors.UnsupportedOption:
                 pass
     moved = _composed("move", candidate, lambda: SettingMove(candidate, spec))
-    return moved, resolve_options(requested, moved.manifest)
+    setting = resolve_options(requested, moved.manifest)
+    return from_reference(moved, setting), setting
 
 
 def from_reference(chosen: Estimator, setting: dict) -> Estimator:
-    """``chosen``, or where it is a spec-based predictor whose reference transfer covers
-    ``setting`` but for its optimizer (``none`` on an H100, which the spec model's own rows hold),
-    the reference's answer moved by the step model (:class:`SettingMove`): settings next to
-    each other rest on one level, and doing less work never reads slower."""
-    ref = getattr(chosen, "reference", None)
-    if not isinstance(chosen, SpecPredictor) or ref is None:
+    """``chosen``, or where it is a spec-based predictor (or a setting move of one) whose
+    reference transfer covers ``setting``'s base but for its optimizer (``none`` on an H100, which
+    the spec model's own rows hold), the reference's answer moved by the step model
+    (:class:`SettingMove`): settings next to each other rest on one level, and doing less work
+    never reads slower."""
+    inner = chosen.inner if isinstance(chosen, SettingMove) else chosen
+    ref = getattr(inner, "reference", None)
+    if not isinstance(inner, SpecPredictor) or ref is None:
         return chosen
+    base = chosen.base(setting) if isinstance(chosen, SettingMove) else setting
     held = list(ref.manifest.options.get("optimizer") or [])
-    if not held or setting.get("optimizer") in held or not covers(ref.manifest, {**setting, "optimizer": held[0]}, "train"):
+    if not held or base.get("optimizer") in held or not covers(ref.manifest, {**base, "optimizer": held[0]}, "train"):
         return chosen
-    return _composed("reference-move", chosen, lambda: SettingMove(chosen, chosen.spec, held={"optimizer": held}))
+    return _composed("reference-move", inner, lambda: SettingMove(inner, inner.spec, held={"optimizer": held}))
 
 
 def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] | None:
