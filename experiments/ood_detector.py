@@ -34,7 +34,7 @@ from pathlib import Path
 import numpy as np
 import xgboost as xgb
 
-from trappm_ray.evaluate.gpu import ensemble, fit_predict
+from trappm_ray.evaluate.gpu import ensemble, fit_predict, val_by_family
 from trappm_ray.graph.features import V2_STATIC
 from trappm_ray.model.domain import assess, fit_domain
 from trappm_ray.train.gpu_examples import examples, graph_index
@@ -57,10 +57,7 @@ def fold(ex: list[dict], family: str, seed: int = 1337) -> dict:
     """One held-out family: its rows' errors, signals and interval hits."""
     rest = np.array([i for i, e in enumerate(ex) if e["family"] != family])
     test = np.array([i for i, e in enumerate(ex) if e["family"] == family])
-    families = sorted({ex[i]["family"] for i in rest})  # 15% of the other families validate
-    held = set(np.random.default_rng(seed).choice(families, max(1, round(0.15 * len(families))), replace=False))
-    train = np.array([i for i in rest if ex[i]["family"] not in held])
-    val = np.array([i for i in rest if ex[i]["family"] in held])
+    train, val = val_by_family(ex, rest, seed)  # 15% of the other families validate
     fits = {m: fit_predict(ex, train, val, test, m, seed) for m in (*MEMBERS, "roofline-eff")}
     ens = ensemble(ex, val, test, {m: fits[m] for m in MEMBERS})["ensemble"]
     meas = np.array([ex[i]["measured"] for i in test])

@@ -178,7 +178,7 @@ def _val_by_arch(ex: list[dict], idx: np.ndarray, seed: int, share: float = 0.15
     return tuple(np.array([i for i in idx if (ex[i]["arch"] in val) == side], int) for side in (False, True))
 
 
-def _val_by_family(ex: list[dict], idx: np.ndarray, seed: int, share: float = 0.15) -> tuple:
+def val_by_family(ex: list[dict], idx: np.ndarray, seed: int, share: float = 0.15) -> tuple:
     """Split ``idx`` into (train, val) with ``share`` of its families (at least one) in val: a
     leave-family-out test is validated, and its interval calibrated, on families unseen too."""
     fams = sorted({ex[i]["family"] for i in idx})
@@ -208,7 +208,7 @@ def evaluate_task(ex: list[dict], cfg: GpuEvalConfig, extra: dict | None = None)
     out = {}
     for kind, folds in plans.items():
         splits = [split(rows, kind, seed, family) if isinstance(family, (str, type(None))) else
-                  (*_val_by_family(ex, np.array([i for i, e in enumerate(ex) if e["family"] not in family]), seed),
+                  (*val_by_family(ex, np.array([i for i, e in enumerate(ex) if e["family"] not in family]), seed),
                    np.array([i for i, e in enumerate(ex) if e["family"] in family], int))
                   for seed, family in folds]
         splits = [(s, t) for s, t in zip(folds, splits) if len(t[2]) and len(t[0])]
@@ -349,5 +349,5 @@ def run_gpu_evaluation(cfg: GpuEvalConfig) -> dict:
     return report
 
 
-__all__ = ["MODELS", "ENSEMBLED", "GpuEvalConfig", "extra_args", "ensemble", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
+__all__ = ["MODELS", "ENSEMBLED", "GpuEvalConfig", "extra_args", "ensemble", "val_by_family", "graph_index", "examples", "fit_predict", "floor_check", "evaluate_task",
            "settings_seen", "evaluate_lodo", "finite", "run_gpu_evaluation"]

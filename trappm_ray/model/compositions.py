@@ -108,7 +108,7 @@ class SettingMove:
         inner: the device's estimator (a shipped predictor, a composition, the spec model).
         spec: the GPU.
         held: option values to move from instead of the inner's trained ones (a spec-based
-            answer moved from its reference's setting: :func:`trappm_ray.serving.routing.settled`).
+            answer moved from its reference's setting: :func:`trappm_ray.serving.routing.from_reference`).
     """
 
     def __init__(self, inner, spec: devices.DeviceSpec, held: dict[str, list] | None = None):
