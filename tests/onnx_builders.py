@@ -169,6 +169,30 @@ def transformer_block(seq: str | int = 16) -> onnx.ModelProto:
     return _model(nodes, [x], [y], inits)
 
 
+def masked_attention(seq: int = 16) -> onnx.ModelProto:
+    """Attention as Hugging Face's BERT and GPT-2 export it: ``x[N, seq, 8]`` and an additive
+    padding mask ``mask[N, 1, seq]`` (a data input smaller than the scores); the scores scaled
+    (Div), causally masked (Where on a constant) and the padding mask added before the Softmax."""
+    x = helper.make_tensor_value_info("x", F, ["N", seq, TF_D])
+    mask = helper.make_tensor_value_info("mask", F, ["N", 1, seq])
+    y = helper.make_tensor_value_info("y", F, ["N", seq, TF_D])
+    nodes = [
+        helper.make_node("MatMul", ["x", "Wq"], ["q"], name="q"),
+        helper.make_node("MatMul", ["x", "Wk"], ["k"], name="k"),
+        helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 2, 1]),
+        helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+        helper.make_node("Div", ["s", "scale"], ["sd"], name="scale"),
+        helper.make_node("Where", ["causal", "sd", "neg"], ["sc"], name="causal"),
+        helper.make_node("Add", ["sc", "mask"], ["sm"], name="pad"),
+        helper.make_node("Softmax", ["sm"], ["p"], name="softmax", axis=-1),
+        helper.make_node("MatMul", ["p", "x"], ["y"], name="attn"),
+    ]
+    inits = [_init("Wq", (TF_D, TF_D)), _init("Wk", (TF_D, TF_D)), _init("scale", (), value=8.0),
+             _init("neg", (), value=-1e4),
+             numpy_helper.from_array(np.tril(np.ones((seq, seq), bool)), "causal")]
+    return _model(nodes, [x, mask], [y], inits)
+
+
 def residual_chain(blocks: int = 4, d: int = 32) -> onnx.ModelProto:
     """``x[N, d]`` through ``blocks`` residual blocks ``x + W2 relu(W1 x)`` (each a segment of
     activation checkpointing)."""

@@ -9,8 +9,8 @@ import pytest
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.roofline import (FEATURE_NAMES, FREE, OPTIMIZER_BYTES, TENSOR, VECTOR,
-                                         WINOGRAD_FACTOR, attention_scores, device_rates, node_classes,
-                                         node_features, roofline)
+                                         WINOGRAD_FACTOR, attention_scores, device_rates, misaligned,
+                                         node_classes, node_features, roofline)
 from tests import onnx_builders as ob
 
 RTX3090 = devices.get("rtx3090")  # 35.6 TFLOPS FP32, 71 FP16 tensor (FP32 accumulate), 936 GB/s
@@ -92,16 +92,17 @@ def test_precision_sets_the_peak_and_the_element_size():
 def test_fp32_convolutions_may_use_tf32_but_matrix_products_do_not():
     # PyTorch's defaults: cudnn.allow_tf32 True, cuda.matmul.allow_tf32 False (>= 1.12)
     a100, mi100 = devices.get("a100-pcie-40gb"), devices.get("mi100")
-    g = cnn()  # Conv, Relu, pool, Flatten, Gemm
-    conv, gemm = 0, len(g.ops) - 1
-    assert (g.ops[conv], g.ops[gemm]) == ("Conv", "Gemm")
-    fp32 = roofline(g, a100, "fp32", "infer")
-    assert (fp32.peak[conv], fp32.peak[gemm]) == (pytest.approx(156e12), pytest.approx(19.5e12))
-    tf32 = roofline(g, a100, "tf32", "infer")
-    assert (tf32.peak[conv], tf32.peak[gemm]) == (pytest.approx(156e12), pytest.approx(156e12))
-    assert fp32.compute_ms[gemm] == pytest.approx(tf32.compute_ms[gemm] * 156 / 19.5)
-    rocm = roofline(g, mi100, "fp32", "infer")  # rocBLAS runs FP32 GEMMs on the matrix cores
-    assert (rocm.peak[conv], rocm.peak[gemm]) == (pytest.approx(46.2e12), pytest.approx(46.2e12))
+    conv, gemm = cnn(), matmul(m=64, k=256, n=1024)  # the CNN's Conv; a MatMul of even sizes
+    assert (conv.ops[0], gemm.ops[0]) == ("Conv", "MatMul")
+
+    def peaks(precision: str, device=a100) -> tuple:
+        return roofline(conv, device, precision, "infer").peak[0], roofline(gemm, device, precision, "infer").peak[0]
+    assert peaks("fp32") == (pytest.approx(156e12), pytest.approx(19.5e12))
+    assert peaks("tf32") == (pytest.approx(156e12), pytest.approx(156e12))
+    fp32, tf32 = (roofline(gemm, a100, p, "infer") for p in ("fp32", "tf32"))
+    assert fp32.compute_ms[0] == pytest.approx(tf32.compute_ms[0] * 156 / 19.5)
+    # rocBLAS runs FP32 GEMMs on the matrix cores
+    assert peaks("fp32", mi100) == (pytest.approx(46.2e12), pytest.approx(46.2e12))
 
 
 @pytest.mark.parametrize("build", [lambda b: cnn(b), lambda b: featurize(ob.transformer_block(), batch_size=b)])
@@ -142,6 +143,26 @@ def test_fused_attention_keeps_scores_on_chip():
     assert eager.bytes.sum() - fused.bytes.sum() == pytest.approx(4 * scores * 4)
     assert fused.flops.sum() == pytest.approx(eager.flops.sum())
     assert roofline(g, RTX3090, "fp32", "infer", compiled=True).total_ms <= fused.total_ms
+
+
+def test_masked_attention_is_fused_too():
+    """Scaling, a causal Where and an additive padding mask (smaller than the scores) between
+    q @ k^T and the Softmax, as Hugging Face's BERT and GPT-2 export them: still one fused kernel."""
+    g = featurize(ob.masked_attention(seq=64), batch_size=4)
+    names = ["q", "k", "kt", "scores", "scale", "causal", "pad", "softmax", "attn"]
+    assert [names[i] for i in np.flatnonzero(attention_scores(g))] == ["scores", "scale", "causal", "pad", "softmax"]
+
+
+@pytest.mark.parametrize("n,odd", [(1001, True), (1000, False), (1024, False)])
+def test_odd_matrix_products_run_off_the_tensor_cores(n, odd):
+    """An odd inner or output dimension (GPT-2's 50,257-word head) leaves rows cuBLAS cannot load
+    as vectors: the product's peak is the vector units', in every precision."""
+    g = matmul(batch=2, m=64, k=256, n=n)
+    assert misaligned(g).tolist() == [odd, False]
+    tensor, vector, _ = device_rates(RTX3090, "amp-fp16")
+    assert roofline(g, RTX3090, "amp-fp16").peak[0] == (vector if odd else tensor)
+    # attention's own products are a fused kernel's, whatever the sequence length
+    assert not misaligned(featurize(ob.transformer_block(seq=63), batch_size=2)).any()
 
 
 def test_bad_inputs_are_refused():

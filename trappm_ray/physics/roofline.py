@@ -25,7 +25,8 @@ Counting rules (per node, forward pass); every choice errs low, as a floor must:
   A100 take 0.72-0.77x the V100's time, the ratio of the FP32 peaks (19.5 / 14 TFLOPS), not of
   TF32 to FP32 (11x). On ROCm both get CDNA's FP32 matrix rate (2x vector; rocBLAS uses it).
   A 3x3 stride-1 Conv off the tensor cores may run as Winograd F(4x4, 3x3) (Lavin & Gray,
-  CVPR 2016): 4x fewer multiplies, so its FLOPs count a quarter.
+  CVPR 2016): 4x fewer multiplies, so its FLOPs count a quarter. A Gemm/MatMul with an odd
+  inner or output dimension gets the vector peak in every precision (:func:`misaligned`).
 * Bytes: data inputs + outputs at the activation size (4 B at fp32/tf32, 2 B at fp16/bf16 and
   under autocast, except ops autocast runs in fp32) plus weights (autocast: the fp32 master read
   and, for the matmul class, a half copy written and read: 8 B per parameter). Tensors follow the
@@ -60,6 +61,8 @@ MATMUL_OPS = {"Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
 # Input channels per group under which a grouped Conv counts as depthwise-like: too thin for
 # the tensor cores, whose tiles need 8 channels (cuDNN runs depthwise convs on the CUDA cores).
 THIN_GROUP_CHANNELS = 8
+# What may stand between attention's q @ k^T and its Softmax: scaling, masking, biases.
+MASKING = POINTWISE | {"Where"}
 WINOGRAD_FACTOR = 4.0  # F(4x4, 3x3): 36 multiplies for 16 outputs instead of 144
 ROCM_FP32_MATRIX = 2.0  # CDNA FP32 matrix peak / FP32 vector peak (devices.csv notes: no column)
 BACKWARD_FACTOR = 2.0  # backward ~ 2x forward: gradients w.r.t. inputs and w.r.t. weights
@@ -173,9 +176,10 @@ def node_classes(graph) -> np.ndarray:
 def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.ndarray:
     """Per node, True for the score tensors of attention that a fused kernel keeps on chip.
 
-    The pattern: a MatMul of two activations (``q @ k^T``), optionally a few single-input
-    pointwise ops (scale, bias, mask), a Softmax, consumed only by MatMuls of two activations
-    (``p @ v``). FlashAttention (Dao et al., NeurIPS 2022), which PyTorch 2's
+    The pattern: a MatMul of two activations (``q @ k^T``), optionally a few pointwise ops
+    (scale, bias, mask: a ``Where`` or ``Add`` whose other inputs are smaller than the scores, as
+    Hugging Face's BERT and GPT-2 export their padding and causal masks), a Softmax, consumed
+    only by MatMuls of two activations (``p @ v``). FlashAttention (Dao et al., NeurIPS 2022), which PyTorch 2's
     ``scaled_dot_product_attention`` runs, never writes these to memory.
 
     Args:
@@ -191,18 +195,52 @@ def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.n
     for i, ps in enumerate(tensors.preds):
         for p in ps:
             consumers[p].append(i)
+    elems = np.asarray(graph.out_elems)
     mask = np.zeros(n, bool)
     for s in (i for i, op in enumerate(ops) if op == "Softmax" and tensors.real[i]):
         chain = [s]  # back from the Softmax through pointwise ops to the q @ k^T MatMul
         while len(chain) < 8 and not plain_mm[chain[-1]]:
             data = [p for p in tensors.preds[chain[-1]] if p < n]
             mm = [p for p in data if plain_mm[p]]
-            if not mm and (len(data) != 1 or ops[data[0]] not in POINTWISE):
+            # the scores are the one input of the Softmax's size; others are broadcast masks,
+            # position biases or scalars (a causal mask's Where, an additive padding mask)
+            scores = [p for p in data if elems[p] >= elems[s]]
+            if not mm and (len(scores) != 1 or ops[scores[0]] not in MASKING):
                 break
-            chain.append((mm or data)[0])
+            chain.append((mm or scores)[0])
         if plain_mm[chain[-1]] and consumers[s] and all(plain_mm[c] for c in consumers[s]):
             mask[chain] = True
     return mask
+
+
+def misaligned(graph) -> np.ndarray:
+    """Per node, True for a matrix product with an odd inner or output dimension (kept in
+    ``graph.derived``): its rows are not 4-byte aligned in half precision (8-byte in fp32), so
+    cuBLAS cannot feed the tensor cores with vector loads and runs it at about the CUDA cores'
+    rate. GPT-2's vocabulary (50,257) is the common case: on the H200 campaign rows its forward
+    pass takes 2.1 us a token in bf16 and in TF32 alike (BERT-base, vocabulary 30,522: 0.73 and
+    1.28 us), and with its head at the vector peak the step model reads GPT-2's training step
+    within 10% at 128-1,024 tokens (50-75% short before). Attention's own products are left out:
+    a fused kernel pads its tiles."""
+    memo = getattr(graph, "derived", None)
+    if memo is not None and "misaligned" in memo:
+        return memo["misaligned"]
+    n = graph.num_nodes
+    found = np.zeros(n, bool)
+    products = [i for i, op in enumerate(graph.ops) if op in ("Gemm", "MatMul")]
+    if products:
+        def last(shape: np.ndarray) -> int:
+            dims = shape[shape > 0]
+            return int(dims[-1]) if len(dims) else 0
+        scores = attention_scores(graph)
+        preds = walk(graph).preds
+        for i in products:
+            odd = last(np.asarray(graph.in_shape[i])) % 2 == 1 or last(np.asarray(graph.out_shape[i])) % 2 == 1
+            found[i] = odd and not scores[i] and not any(p < n and scores[p] for p in preds[i])
+    found.flags.writeable = False
+    if memo is not None:
+        memo["misaligned"] = found
+    return found
 
 
 def attends(graph) -> bool:
@@ -310,7 +348,7 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
         attrs = np.asarray(graph.attrs).reshape(-1, 3)
         wino = (cls == TENSOR) & (attrs[:, 0] == 9) & (attrs[:, 1] == 1) & (attrs[:, 2] == 1)
         flops = np.where(wino & np.array([op == "Conv" for op in graph.ops], bool), flops / WINOGRAD_FACTOR, flops)
-    peak = np.where(cls == TENSOR, tensor, vector)
+    peak = np.where((cls == TENSOR) & ~misaligned(graph), tensor, vector)
     if precision == "fp32" and spec.kind != "rocm":
         peak[np.array([op in MATMUL_OPS for op in graph.ops], bool)] = vector
     compute_ms = flops / peak * 1e3

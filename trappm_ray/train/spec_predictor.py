@@ -27,6 +27,8 @@ from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.manifest import Boosters, Device, Manifest
 from trappm_ray.model.predictor import code_version
 from trappm_ray.model.spec_model import KIND, VARIANTS, design, design_names
+from trappm_ray.labels.campaign_import import is_campaign_device
+from trappm_ray.labels.store import device_slugs
 from trappm_ray.ray_init import ensure_ray
 from trappm_ray.train.fanout import fan_out
 from trappm_ray.train.gpu_examples import examples
@@ -55,6 +57,8 @@ class SpecTrainConfig:
         monotone: ``column:+1`` / ``column:-1`` monotone constraints on design columns (those a
             variant lacks are ignored), e.g. ``launch_pressure:+1``: more kernels per ms of
             floor can only add launch overhead.
+        campaign: also train on the GPU campaign's devices (default False: they are the check on
+            a GPU no predictor has seen, ``jobs/evaluate_campaign.py``).
         own_rows: a device with this many training rows of a target keeps the model's own answer
             (stored with the boosters; below, serving moves a shipped GPU predictor's answer).
         parallel: one Ray task per leave-one-device-out fit (``nthread`` CPUs each); False fits
@@ -75,6 +79,7 @@ class SpecTrainConfig:
     min_test_rows: int = 3
     train_kinds: tuple[str, ...] = ("cuda", "rocm", "cpu")
     monotone: tuple[str, ...] = ("launch_pressure:+1",)
+    campaign: bool = False
     own_rows: int = 500
     parallel: bool = True
     ray_address: str | None = None
@@ -276,7 +281,8 @@ def train_spec_predictor(cfg: SpecTrainConfig) -> dict:
     """Build the GPU evaluation's examples from ``cfg.labels`` and train on them
     (:func:`train_from_table`). Returns the summary."""
     t0 = time.time()
-    ex, _ = examples(cfg.labels, cfg.corpora)
+    slugs = tuple(s for s in device_slugs(cfg.labels) if cfg.campaign or not is_campaign_device(cfg.labels, s))
+    ex, _ = examples(cfg.labels, cfg.corpora, slugs)
     t = table(ex)
     log.info("%d examples from %d devices in %.0f s", len(ex), len(set(t["spec"])), time.time() - t0)
     return train_from_table(t, cfg, t0)
