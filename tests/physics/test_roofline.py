@@ -8,9 +8,8 @@ import pytest
 
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.physics.roofline import (FEATURE_NAMES, FREE, OPTIMIZER_BYTES, TENSOR, VECTOR,
-                                         WINOGRAD_FACTOR, attention_scores, device_rates, misaligned,
-                                         node_classes, node_features, roofline)
+from trappm_ray.physics.roofline import FEATURE_NAMES, OPTIMIZER_BYTES, WINOGRAD_FACTOR, device_rates, node_features, roofline
+from trappm_ray.physics.units import FREE, TENSOR, VECTOR, attention_scores, misaligned, node_classes
 from tests import onnx_builders as ob
 
 RTX3090 = devices.get("rtx3090")  # 35.6 TFLOPS FP32, 71 FP16 tensor (FP32 accumulate), 936 GB/s

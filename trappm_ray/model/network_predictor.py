@@ -23,7 +23,7 @@ from trappm_ray.model.floor_ratio import TARGET_MODES
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.roofline_inputs import INPUTS, node_arrays
-from trappm_ray.physics.roofline import attends
+from trappm_ray.physics.units import attends
 
 # (graphs' arrays, targets) -> per target [graphs, seeds] in the network's unit
 Networks = Callable[[Sequence[GraphArrays], Sequence[str]], dict[str, np.ndarray]]

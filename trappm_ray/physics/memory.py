@@ -29,7 +29,7 @@ from trappm_ray.physics.graph_walk import (
     walk,
 )
 from trappm_ray.physics.folded_norm import guess_folded_norm
-from trappm_ray.physics.roofline import attention_scores
+from trappm_ray.physics.units import attention_scores
 
 log = logging.getLogger(__name__)
 
@@ -268,7 +268,7 @@ def _checkpointed(graph, walked: Walk, cat: np.ndarray, size: np.ndarray, start:
 
 
 def _attention_scores(graph, walked: Walk) -> np.ndarray:
-    """:func:`~trappm_ray.physics.roofline.attention_scores`, once per graph."""
+    """:func:`~trappm_ray.physics.units.attention_scores`, once per graph."""
     derived = graph.derived if hasattr(graph, "derived") else {}
     if "attention_scores" not in derived:
         derived["attention_scores"] = attention_scores(graph, walked)

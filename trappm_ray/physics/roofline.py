@@ -25,14 +25,15 @@ Counting rules (per node, forward pass); every choice errs low, as a floor must:
   A100 take 0.72-0.77x the V100's time, the ratio of the FP32 peaks (19.5 / 14 TFLOPS), not of
   TF32 to FP32 (11x). On ROCm both get CDNA's FP32 matrix rate (2x vector; rocBLAS uses it).
   A 3x3 stride-1 Conv off the tensor cores may run as Winograd F(4x4, 3x3) (Lavin & Gray,
-  CVPR 2016): 4x fewer multiplies, so its FLOPs count a quarter. A Gemm/MatMul with an odd
-  inner or output dimension gets the vector peak in every precision (:func:`misaligned`).
+  CVPR 2016): 4x fewer multiplies, so its FLOPs count a quarter. Which unit runs a node is
+  :mod:`trappm_ray.physics.units`' answer: a Gemm/MatMul with an odd inner or output dimension
+  gets the vector peak in every precision (``units.misaligned``).
 * Bytes: data inputs + outputs at the activation size (4 B at fp32/tf32, 2 B at fp16/bf16 and
   under autocast, except ops autocast runs in fp32) plus weights (autocast: the fp32 master read
   and, for the matmul class, a half copy written and read: 8 B per parameter). Tensors follow the
   memory model's walk (``graph_walk.walk``): views move nothing, a pointwise chain with one data
   input (an exported GELU) is one kernel, a bias Add after a weighted MatMul is the GEMM's
-  epilogue; attention scores of fused attention stay on chip (:func:`attention_scores`); under
+  epilogue; attention scores of fused attention stay on chip (``units.attention_scores``); under
   a fusing compiler (``compiled``) vector ops move nothing.
 * A BatchNorm folded into its Conv by an eval-mode export is put back (eager PyTorch runs it).
 
@@ -48,21 +49,12 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.physics.folded_norm import guess_folded_norm
-from trappm_ray.physics.graph_walk import FP32_OPS, FP32_RESULT_OPS, HALF_OPS, POINTWISE, VIEW_OPS, walk
+from trappm_ray.physics.graph_walk import FP32_OPS, FP32_RESULT_OPS, walk
+from trappm_ray.physics.units import (FREE, MATMUL_OPS, TENSOR, VECTOR, attends, attention_scores, misaligned,
+                                      node_classes)
 
 log = logging.getLogger(__name__)
 
-FREE, VECTOR, TENSOR = 0, 1, 2  # node classes: no work, CUDA/vector cores, tensor/matrix cores
-# Ops that only re-label or index tensors in a training framework: besides the memory model's
-# views, the shape arithmetic ONNX exporters emit (on scalars: nothing worth a kernel).
-FREE_OPS = set(VIEW_OPS) | {"Shape", "Size", "Constant", "ConstantOfShape", "Range"}
-# Matrix products: at ``fp32`` PyTorch runs them on the FP32 units unless TF32 is allowed.
-MATMUL_OPS = {"Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
-# Input channels per group under which a grouped Conv counts as depthwise-like: too thin for
-# the tensor cores, whose tiles need 8 channels (cuDNN runs depthwise convs on the CUDA cores).
-THIN_GROUP_CHANNELS = 8
-# What may stand between attention's q @ k^T and its Softmax: scaling, masking, biases.
-MASKING = POINTWISE | {"Where"}
 WINOGRAD_FACTOR = 4.0  # F(4x4, 3x3): 36 multiplies for 16 outputs instead of 144
 ROCM_FP32_MATRIX = 2.0  # CDNA FP32 matrix peak / FP32 vector peak (devices.csv notes: no column)
 BACKWARD_FACTOR = 2.0  # backward ~ 2x forward: gradients w.r.t. inputs and w.r.t. weights
@@ -161,100 +153,6 @@ def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float
     return tensor, vector, spec.memory_bw_gbs * 1e9
 
 
-def node_classes(graph) -> np.ndarray:
-    """Per node FREE / VECTOR / TENSOR (module docstring); ``graph``: a featurized Graph."""
-    ops = graph.ops
-    cls = np.array([FREE if op in FREE_OPS else TENSOR if op in HALF_OPS else VECTOR for op in ops],
-                   np.int8)
-    if len(ops):
-        groups = np.maximum(np.asarray(graph.attrs)[:, 2], 1)
-        per_group = np.asarray(graph.in_shape)[:, 1] / groups  # NCHW: dim 1 is the channels
-        cls[(cls == TENSOR) & (groups > 1) & (per_group < THIN_GROUP_CHANNELS)] = VECTOR
-    return cls
-
-
-def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.ndarray:
-    """Per node, True for the score tensors of attention that a fused kernel keeps on chip.
-
-    The pattern: a MatMul of two activations (``q @ k^T``), optionally a few pointwise ops
-    (scale, bias, mask: a ``Where`` or ``Add`` whose other inputs are smaller than the scores, as
-    Hugging Face's BERT and GPT-2 export their padding and causal masks), a Softmax, consumed
-    only by MatMuls of two activations (``p @ v``). FlashAttention (Dao et al., NeurIPS 2022), which PyTorch 2's
-    ``scaled_dot_product_attention`` runs, never writes these to memory.
-
-    Args:
-        graph: a :class:`trappm_ray.graph.featurize.Graph`.
-        tensors: its ``graph_walk.walk`` (computed when None).
-        cls: its :func:`node_classes` (computed when None).
-    """
-    tensors = walk(graph) if tensors is None else tensors
-    cls = node_classes(graph) if cls is None else cls
-    n, ops, params = len(cls), graph.ops, np.asarray(graph.params)
-    plain_mm = (cls == TENSOR) & (params == 0)
-    consumers: list[list[int]] = [[] for _ in range(n + 1)]
-    for i, ps in enumerate(tensors.preds):
-        for p in ps:
-            consumers[p].append(i)
-    elems = np.asarray(graph.out_elems)
-    mask = np.zeros(n, bool)
-    for s in (i for i, op in enumerate(ops) if op == "Softmax" and tensors.real[i]):
-        chain = [s]  # back from the Softmax through pointwise ops to the q @ k^T MatMul
-        while len(chain) < 8 and not plain_mm[chain[-1]]:
-            data = [p for p in tensors.preds[chain[-1]] if p < n]
-            mm = [p for p in data if plain_mm[p]]
-            # the scores are the one input of the Softmax's size; others are broadcast masks,
-            # position biases or scalars (a causal mask's Where, an additive padding mask)
-            scores = [p for p in data if elems[p] >= elems[s]]
-            if not mm and (len(scores) != 1 or ops[scores[0]] not in MASKING):
-                break
-            chain.append((mm or scores)[0])
-        if plain_mm[chain[-1]] and consumers[s] and all(plain_mm[c] for c in consumers[s]):
-            mask[chain] = True
-    return mask
-
-
-def misaligned(graph) -> np.ndarray:
-    """Per node, True for a matrix product with an odd inner or output dimension (kept in
-    ``graph.derived``): its rows are not 4-byte aligned in half precision (8-byte in fp32), so
-    cuBLAS cannot feed the tensor cores with vector loads and runs it at about the CUDA cores'
-    rate. GPT-2's vocabulary (50,257) is the common case: on the H200 campaign rows its forward
-    pass takes 2.1 us a token in bf16 and in TF32 alike (BERT-base, vocabulary 30,522: 0.73 and
-    1.28 us), and with its head at the vector peak the step model reads GPT-2's training step
-    within 10% at 128-1,024 tokens (50-75% short before). Attention's own products are left out:
-    a fused kernel pads its tiles."""
-    memo = getattr(graph, "derived", None)
-    if memo is not None and "misaligned" in memo:
-        return memo["misaligned"]
-    n = graph.num_nodes
-    found = np.zeros(n, bool)
-    products = [i for i, op in enumerate(graph.ops) if op in ("Gemm", "MatMul")]
-    if products:
-        def last(shape: np.ndarray) -> int:
-            dims = shape[shape > 0]
-            return int(dims[-1]) if len(dims) else 0
-        scores = attention_scores(graph)
-        preds = walk(graph).preds
-        for i in products:
-            odd = last(np.asarray(graph.in_shape[i])) % 2 == 1 or last(np.asarray(graph.out_shape[i])) % 2 == 1
-            found[i] = odd and not scores[i] and not any(p < n and scores[p] for p in preds[i])
-    found.flags.writeable = False
-    if memo is not None:
-        memo["misaligned"] = found
-    return found
-
-
-def attends(graph) -> bool:
-    """Whether ``graph`` has attention scores a fused kernel keeps on chip (kept in
-    ``graph.derived``): without any, fused attention changes nothing of its roofline."""
-    memo = getattr(graph, "derived", None)
-    if memo is not None and "attends" in memo:
-        return memo["attends"]
-    found = bool(attention_scores(graph).any())
-    if memo is not None:
-        memo["attends"] = found
-    return found
-
-
 def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fused_attention: bool,
                   compiled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node forward FLOPs, bytes, and the FLOPs/bytes of restored BatchNorms.
@@ -328,7 +226,7 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
         optimizer: a key of :data:`OPTIMIZER_BYTES` (timm's ``sgd`` is SGD with momentum).
         restore_folded_bn: add back the BatchNorms an eval-mode export folded into Convs.
         folded_norm: per node mask of such Convs; default: ``guess_folded_norm(graph)``.
-        fused_attention: attention scores stay on chip (:func:`attention_scores`), as with
+        fused_attention: attention scores stay on chip (``units.attention_scores``), as with
             PyTorch 2's fused attention; the default, since a floor must not count traffic a
             fused kernel avoids. Pass False for eager PyTorch 1.x, which materializes them.
         compiled: the step runs under a fusing compiler (``torch.compile``): vector ops (and
@@ -391,6 +289,5 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
     return np.stack(cols, axis=1).astype(np.float32)
 
 
-__all__ = ["attends", "BACKWARD_FACTOR", "FEATURE_NAMES", "FREE", "FREE_OPS", "MATMUL_OPS", "OPTIMIZER_BYTES", "PRECISIONS", "precision_refusal",
-           "TENSOR", "VECTOR", "WINOGRAD_FACTOR", "RooflineEstimate", "attention_scores", "device_rates", "node_classes",
-           "node_features", "roofline"]
+__all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "OPTIMIZER_BYTES", "PRECISIONS", "WINOGRAD_FACTOR",
+           "RooflineEstimate", "device_rates", "node_features", "precision_refusal", "roofline"]

@@ -36,7 +36,8 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.physics.graph_walk import walk
-from trappm_ray.physics.roofline import BACKWARD_FACTOR, FREE, TENSOR, roofline
+from trappm_ray.physics.roofline import BACKWARD_FACTOR, roofline
+from trappm_ray.physics.units import FREE, TENSOR
 
 # Host time per forward kernel of eager PyTorch (:func:`launches`), in us: forward (dispatch and
 # launch through the module tree) and backward (autograd's node, input and weight gradients).
