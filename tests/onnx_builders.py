@@ -177,10 +177,7 @@ def masked_attention(seq: int = 16) -> onnx.ModelProto:
     mask = helper.make_tensor_value_info("mask", F, ["N", 1, seq])
     y = helper.make_tensor_value_info("y", F, ["N", seq, TF_D])
     nodes = [
-        helper.make_node("MatMul", ["x", "Wq"], ["q"], name="q"),
-        helper.make_node("MatMul", ["x", "Wk"], ["k"], name="k"),
-        helper.make_node("Transpose", ["k"], ["kt"], name="kt", perm=[0, 2, 1]),
-        helper.make_node("MatMul", ["q", "kt"], ["s"], name="scores"),
+        *transformer_block(seq).graph.node[:4],  # q, k, k^T, scores = q @ k^T
         helper.make_node("Div", ["s", "scale"], ["sd"], name="scale"),
         helper.make_node("Where", ["causal", "sd", "neg"], ["sc"], name="causal"),
         helper.make_node("Add", ["sc", "mask"], ["sm"], name="pad"),
