@@ -22,7 +22,8 @@ class ParallelEvalConfig:
 
 def exporter(cache: Path):
     def onnx_of(config: dict) -> bytes:
-        path = cache / f"gpt2-h{config['n_embd']}-a{config['n_head']}-l{config['n_layer']}-s{config['n_positions']}.onnx"
+        path = cache / (f"gpt2-h{config['n_embd']}-a{config['n_head']}-l{config['n_layer']}-s{config['n_positions']}"
+                        f"-v{config['vocab_size']}.onnx")
         if not path.is_file():
             path.parent.mkdir(parents=True, exist_ok=True)
             path.write_bytes(export_text_model(path.stem, config=config)[0])

@@ -1,7 +1,7 @@
 import pytest
 
 from trappm_ray.physics.collectives import Cluster
-from trappm_ray.physics.parallel import Layout, Part, Stack, iteration
+from trappm_ray.physics.parallel import Layout, Part, Stack, iteration, padded_vocab
 
 NODE = Cluster("test", "test node", "", 8, intra_busbw_gbs=200.0, intra_latency_us=10.0, inter_gbps=800.0,
                inter_latency_us=10.0)
@@ -102,3 +102,10 @@ def test_zero_updates_a_shard_and_zero_3_gathers_weights_under_the_compute():
     exposed = iteration(stack(), Layout(1, 1, 4, 4, 64, zero=3), slow_net)
     assert hidden.stage_ms == pytest.approx(plain.stage_ms)
     assert exposed.stage_ms > plain.stage_ms
+
+
+def test_the_vocabulary_is_padded_as_megatron_pads_it():
+    """GPT-2's 50,257 words become 50,304 (a multiple of 128): the head stays on the tensor cores."""
+    assert padded_vocab({"vocab_size": 50257, "n_embd": 768})["vocab_size"] == 50304
+    assert padded_vocab({"vocab_size": 32000}) == {"vocab_size": 32000}
+    assert padded_vocab({"n_embd": 768}) == {"n_embd": 768}  # no vocabulary named: nothing to pad

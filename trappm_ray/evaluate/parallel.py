@@ -7,7 +7,8 @@ time of one iteration (one global batch). One node: 1,440 rows of 2-8 GPUs (hidd
 12-24 layers, 1,024 tokens); many nodes: 88 rows of 64-512 GPUs (3.6 B-39.1 B parameters, 2,048
 tokens). Every config states activation checkpointing on, the 1F1B schedule, no gradient
 bucketing, 8 GPUs per node, 800 Gb/s between nodes. Not stated, assumed here: AMP fp16 with Adam
-(Megatron's defaults), the A100 SXM4 80 GB, GPT-2's vocabulary (50,257; vTrain's default).
+(Megatron's defaults), the A100 SXM4 80 GB, GPT-2's vocabulary (50,257; vTrain's default), padded
+to 50,304 as Megatron pads it.
 
 Each model is built from its hidden size, heads and sequence length as a GPT-2 config with 1 and
 2 blocks (``transformers`` on the meta device, exported once per shape); the step model of the two
@@ -28,8 +29,8 @@ from trappm_ray import devices
 from trappm_ray.evaluate.campaign import ErrorSummary
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import load_clusters
-from trappm_ray.physics.parallel import Layout, Stack, build_stack, iteration
-from trappm_ray.physics.step_model import Setting
+from trappm_ray.physics.parallel import Layout, Stack, build_stack, iteration, padded_vocab
+from trappm_ray.physics.step_model import HOST_US, Setting
 
 log = logging.getLogger(__name__)
 
@@ -88,8 +89,8 @@ def published(stacked: dict[tuple, Stack]) -> dict:
 
 
 def gpt_config(hidden: int, heads: int, blocks: int, seq: int) -> dict:
-    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": hidden, "n_head": heads,
-            "n_layer": blocks, "vocab_size": VOCAB, "n_positions": seq}
+    return padded_vocab({"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": hidden, "n_head": heads,
+                         "n_layer": blocks, "vocab_size": VOCAB, "n_positions": seq})
 
 
 def stacks(rows: list[Run], onnx_of) -> dict[tuple, Stack]:
@@ -168,15 +169,15 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
     lines += ["## What limits it", "",
               "On one node the answers read slow (the bias above), most where tensor parallelism splits the device "
               "work but not the host's: small micro-batches are host-bound in the step model, whose default host "
-              "figures (30 us forward, 100 us backward per kernel: a typical eager PyTorch host, never measured on "
-              "vTrain's machines) put about 4 ms of issue time on each GPT block per micro-batch, where the "
-              "measured one-sequence micro-batches take at most 3.6 ms per block in all. Its kernel count is "
-              "not the cause: a GPT-2 block is about two dozen kernels in the graph, as Megatron's fused "
-              "block is. The step model describes eager PyTorch: on the H200 campaign's BERT-base and GPT-2 rows "
-              "(Hugging Face models, eager, bf16 + AdamW) it reads 16.5% median error, bias +0.8%, and with "
-              "checkpointing 26% too fast (`docs/results-campaign.md`); Megatron's fused kernels run such blocks "
-              "faster than eager PyTorch does. Assumed, not stated by the source: AMP fp16 with Adam, the A100 SXM4 80 GB, "
-              "GPT-2's vocabulary; the cross-entropy over the vocabulary is not in the graph.", ""]
+              f"figures ({HOST_US['forward']:.0f} us forward, {HOST_US['backward']:.0f} us backward per kernel: an "
+              "eager PyTorch host as the H200 campaign measured it, never measured on vTrain's machines) put about "
+              "4.5 ms of issue time on a 2,048-wide GPT block per micro-batch, where the measured one-sequence "
+              "micro-batches take at most 3.6 ms per block in all. Its kernel count is not the cause: a GPT-2 block "
+              "is about two dozen kernels in the graph, as Megatron's fused block is; Megatron's fused kernels "
+              "run such blocks faster than eager PyTorch does. Assumed, not stated by the source: AMP fp16 with "
+              "Adam, the A100 SXM4 80 GB, GPT-2's vocabulary padded to 50,304 as Megatron pads it, attention's "
+              "scores written to memory (Megatron's fused softmax, no FlashAttention); the cross-entropy over the "
+              "vocabulary is not in the graph.", ""]
     return "\n".join(lines)
 
 

@@ -43,6 +43,22 @@ from trappm_ray.physics.memory import MemoryEstimate, training_memory
 from trappm_ray.physics.step_model import Setting, StepEstimate, step_time
 
 GRAD_BYTES = 2  # fp16/bf16 gradients all-reduced (mixed precision)
+# Megatron-LM pads the vocabulary to a multiple of 128 (``--make-vocab-size-divisible-by``, x the
+# tensor parallel size) so its embedding splits evenly and the output head's GEMM stays aligned:
+# GPT-2's 50,257 words become 50,304 (51,200 at tp 8), where an odd size would run off the tensor
+# cores (:func:`trappm_ray.physics.units.misaligned`).
+VOCAB_MULTIPLE = 128
+# Megatron-LM as the SC'21 runs and vTrain's used it writes attention's scores to memory (a fused
+# scale-mask-softmax kernel, no FlashAttention): its blocks are costed with the scores stored.
+FUSED_ATTENTION = False
+
+
+def padded_vocab(config: dict) -> dict:
+    """``config`` with its ``vocab_size`` padded as Megatron-LM pads it (:data:`VOCAB_MULTIPLE`)."""
+    v = config.get("vocab_size")
+    if not isinstance(v, int) or v % VOCAB_MULTIPLE == 0:
+        return config
+    return {**config, "vocab_size": -(-v // VOCAB_MULTIPLE) * VOCAB_MULTIPLE}
 
 
 @dataclass(frozen=True)
@@ -226,9 +242,9 @@ def build_stack(one, two, blocks: int, spec: devices.DeviceSpec, setting: Settin
     """The :class:`Stack` of a model of ``blocks`` blocks from the graphs of the same model with
     one block (``one``) and with two (``two``), featurized at the micro-batch: their difference is
     a block, the rest is what the one-block model has besides it."""
-    steps = [Part.of(step_time(g, spec, setting, "train")) for g in (one, two)]
-    memory = [training_memory(g, "fp32" if setting.precision == "tf32" else setting.precision, setting.optimizer)
-              for g in (one, two)]
+    steps = [Part.of(step_time(g, spec, setting, "train", fused_attention=FUSED_ATTENTION)) for g in (one, two)]
+    memory = [training_memory(g, "fp32" if setting.precision == "tf32" else setting.precision, setting.optimizer,
+                              fused_attention=FUSED_ATTENTION) for g in (one, two)]
     parts = [PartMemory.of(m) for m in memory]
     block, block_memory = steps[1] - steps[0], parts[1] - parts[0]
     params = [float(g.static["params"]) for g in (one, two)]
@@ -261,4 +277,4 @@ def memory_per_gpu(stack: Stack, layout: Layout) -> float:
     return max(stage(True, layout.pp == 1), stage(layout.pp == 1, True))
 
 
-__all__ = ["GRAD_BYTES", "Layout", "Part", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration"]
+__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "padded_vocab", "Layout", "Part", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration"]

@@ -20,7 +20,8 @@ from pathlib import Path
 from trappm_ray import devices, errors
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import Cluster, cluster_for
-from trappm_ray.physics.parallel import IterationEstimate, Layout, build_stack, iteration, memory_per_gpu
+from trappm_ray.physics.parallel import (FUSED_ATTENTION, IterationEstimate, Layout, build_stack, iteration,
+                                         memory_per_gpu, padded_vocab)
 from trappm_ray.physics.power import PowerModel, power_at
 from trappm_ray.physics.roofline import OPTIMIZER_BYTES, precision_refusal
 from trappm_ray.physics.step_model import Setting, step_time
@@ -36,7 +37,7 @@ POSITION_KEYS = ("n_positions", "max_position_embeddings")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 # 90th percentile of |error| of the layout model on vTrain's A100 Megatron runs (python
 # jobs/evaluate_parallel.py, docs/results-parallel.md, 2026-11-27): the interval of a layout's answer.
-LAYOUT_ERROR_P90 = {"one node": 0.448, "many nodes": 0.243}
+LAYOUT_ERROR_P90 = {"one node": 0.581, "many nodes": 0.239}
 
 
 @dataclass(frozen=True)
@@ -141,14 +142,15 @@ def plan(model: str | dict, gpus: int, device: str | devices.DeviceSpec, global_
         asked = "".join(f", {k} {v}" for k, v in (only or {}).items())
         raise errors.UnsupportedOption(f"no layout of {blocks} blocks and {config[heads]} heads on {gpus} GPUs "
                                        f"divides a global batch of {global_batch}{asked}")
-    exports = [config_model({**config, layer: n}, f"{label} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
+    exports = [config_model({**padded_vocab(config), layer: n}, f"{label} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
     setting = Setting(precision=precision, optimizer=optimizer, recompute=recompute)
     act_bytes = 4 if precision in ("fp32", "tf32") else 2
     stacks, steps = {}, {}
     for micro in sorted({lo.micro_batch for lo in options}):
         one, two = (featurize(b, micro, dims={"seq": seq}) for b in exports)
         stacks[micro] = build_stack(one, two, blocks, spec, setting, micro * seq * config[hidden] * act_bytes)
-        steps[micro] = step_time(two, spec, setting, "train")  # its kernel mix drives the power
+        # its kernel mix drives the power
+        steps[micro] = step_time(two, spec, setting, "train", fused_attention=FUSED_ATTENTION)
     power, answers = PowerModel.load(), []
     for lo in options:
         est = iteration(stacks[lo.micro_batch], lo, nodes)
@@ -256,7 +258,7 @@ def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec |
     p.notes.append(f"{lo.tp} x {lo.pp} x {lo.dp} (tensor x pipeline x data) GPUs of {spec.name} on {span} node(s) of "
                    f"{nodes.name}, micro-batch {micro_batch} of {seq} tokens, {global_batch} sequences per optimizer "
                    f"step: the step model's blocks laid out by trappm_ray/physics/parallel.py (nothing learned); "
-                   f"vTrain's Megatron runs read at 7.3% median error across nodes, 23.9% (too slow) on one "
+                   f"vTrain's Megatron runs read at 7.0% median error across nodes, 29.2% (too slow) on one "
                    "(docs/results-parallel.md)")
     tp_ms = it.tp_comm_ms * global_batch / micro_batch / lo.dp
     p.notes.append(f"where the step goes on the fullest GPU: computing {it.device_ms:.4g} ms of {it.total_ms:.4g}; "
