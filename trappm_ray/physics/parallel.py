@@ -43,10 +43,11 @@ from trappm_ray.physics.memory import MemoryEstimate, training_memory
 from trappm_ray.physics.step_model import Setting, StepEstimate, step_time
 
 GRAD_BYTES = 2  # fp16/bf16 gradients all-reduced (mixed precision)
-# Megatron-LM pads the vocabulary to a multiple of 128 (``--make-vocab-size-divisible-by``, x the
-# tensor parallel size) so its embedding splits evenly and the output head's GEMM stays aligned:
-# GPT-2's 50,257 words become 50,304 (51,200 at tp 8), where an odd size would run off the tensor
-# cores (:func:`trappm_ray.physics.units.misaligned`).
+# Megatron-LM pads the vocabulary to a multiple of 128 (``--make-vocab-size-divisible-by``) times
+# the tensor parallel size, so its embedding splits evenly and the output head's GEMM stays aligned
+# (an odd size would run off the tensor cores: :func:`trappm_ray.physics.units.misaligned`). The
+# 128 alone is kept here (GPT-2's 50,257 words -> 50,304; Megatron at tp 8: 51,200): a block's
+# graph is built once for every layout, and the alignment is what the time depends on.
 VOCAB_MULTIPLE = 128
 # Megatron-LM as the SC'21 runs and vTrain's used it writes attention's scores to memory (a fused
 # scale-mask-softmax kernel, no FlashAttention): its blocks are costed with the scores stored.
