@@ -1,12 +1,16 @@
 """Training the spec-based predictor on a tiny hand-built table: LODO, choice, intervals, files."""
 import json
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 from spec_builders import SPECS, tiny_table, train_tiny
 from trappm_ray.model.intervals import weighted_quantiles
-from trappm_ray.train.spec_predictor import device_weights, metrics
+from trappm_ray.train import spec_predictor
+from trappm_ray.train.spec_predictor import SpecTrainConfig, device_weights, metrics
+
+LABELS = str(Path(__file__).resolve().parents[2] / "data" / "labels")  # the committed label store
 
 
 def test_trains_writes_json_boosters_and_a_manifest(tmp_path):
@@ -72,3 +76,23 @@ def test_lodo_as_ray_tasks_matches_the_in_process_fits(ray_session):
     remote = lodo_runs(t, cfg)[("physics", 2)]
     local = lodo_runs(t, SpecTrainConfig(**{**cfg.__dict__, "parallel": False}))[("physics", 2)]
     assert remote["tested"].all() and np.allclose(remote["log_pred"], local["log_pred"])
+
+
+@pytest.mark.parametrize("campaign", [False, True])
+def test_the_campaign_devices_train_only_when_asked(monkeypatch, campaign):
+    """The GPU campaign's devices (the H200 folders) are the check on a GPU no predictor saw: the
+    spec model's examples leave them out unless ``campaign`` is set."""
+    asked = {}
+
+    class Stop(Exception):
+        pass
+
+    def examples(labels, corpora, slugs):
+        asked["slugs"] = slugs
+        raise Stop
+
+    monkeypatch.setattr(spec_predictor, "examples", examples)
+    with pytest.raises(Stop):
+        spec_predictor.train_spec_predictor(SpecTrainConfig(labels=LABELS, campaign=campaign))
+    held = {s for s in asked["slugs"] if s.startswith("h200-")}
+    assert bool(held) == campaign and "rtx3090-amp" in asked["slugs"]
