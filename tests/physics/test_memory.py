@@ -254,3 +254,26 @@ def test_recompute_keeps_block_outputs_only():
     # a segment per residual block; the first block's join with the graph input itself is not
     # seen (the walk lists the graph input only for nodes fed by nothing else): it joins the second
     assert list(np.bincount(segments)) == [8, 4, 4, 4, 4]
+
+
+def blocks_reading_a_mask(blocks: int, mask: bool) -> Graph:
+    """An embedding, then ``blocks`` residual blocks (a weighted product, optionally plus a mask
+    computed from the data input alone, added back to the stream), then a head."""
+    e = 64 * B
+    nodes: list[tuple] = [("Gemm", [], e, 64), ("Where", [], e, 0)]
+    stream = 0
+    for _ in range(blocks):
+        nodes.append(("Gemm", [stream], e, 64))
+        if mask:
+            nodes.append(("Add", [len(nodes) - 1, 1], e, 0))
+        nodes.append(("Add", [stream, len(nodes) - 1], e, 0))
+        stream = len(nodes) - 1
+    nodes.append(("Gemm", [stream], K, W_FC))
+    return make_graph(nodes, input_elems=e)
+
+
+def test_a_mask_every_block_reads_does_not_merge_the_blocks():
+    """A tensor no weight went into (a causal mask, a rotary table) is an input of every
+    checkpointed block, not the stream between blocks: the blocks stay segments of their own."""
+    with_mask, without = (checkpoint_segments(walk(blocks_reading_a_mask(4, m))) for m in (True, False))
+    assert with_mask.max() + 1 == without.max() + 1 >= 4
