@@ -27,6 +27,7 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.rows import row_to_graph
+from trappm_ray.labels.campaign_import import mean_train_power_w
 from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.model.manifest import Manifest
@@ -66,8 +67,6 @@ class ErrorSummary:
 # a step-time answer for one row and its graph: {target: ms}, None where it refuses the row
 Answer = Callable[[dict, Graph], "dict[str, float] | None"]
 TARGETS = ("train_step_ms", "inference_ms", "train_power_w", "inference_power_w")
-# an answer's power against the row's mean NVML board power over its timed steps
-MEASURED = {"train_power_w": "power_w_mean", "inference_power_w": "inference_power_w_mean"}
 POWER_WINDOW_S = 1.0  # shorter timed windows: NVML's power reading averages over about this much
 
 
@@ -160,13 +159,15 @@ def step_model_answer(spec: devices.DeviceSpec) -> Answer:
 
 
 def measured_value(row: dict, target: str) -> float | None:
-    """The row's measurement of ``target``; power only over a window NVML can average."""
+    """The row's measurement of ``target``. Training power: the energy counter's mean over the
+    timed steps (:func:`~trappm_ray.labels.campaign_import.mean_train_power_w`); inference power
+    (no counter read): the sampled readings' mean, over a window of at least
+    :data:`POWER_WINDOW_S` (shorter ones read the trailing average's catching up)."""
+    if target == "train_power_w":
+        return mean_train_power_w(row)
     if target == "inference_power_w":  # its window: the timed forwards
         window = (row.get("inference_ms") or 0) * (row.get("inference_steps_timed") or 0) / 1e3
-    else:
-        window = row.get("power_window_s") or 0
-    if target in MEASURED:
-        return row.get(MEASURED[target]) if window >= POWER_WINDOW_S else None
+        return row.get("inference_power_w_mean") if window >= POWER_WINDOW_S else None
     return row.get(target)
 
 
@@ -292,8 +293,10 @@ def report(evaluations: list[CampaignEvaluation],
         lines.append(f"| `{ev.device}` | {ev.rows} | {cell(ev.memory.get('reserved'))} | "
                      f"{cell(product.get('train_step_ms'))} | {cell(product.get('inference_ms'))} | "
                      f"{cell(physics.get('train_step_ms'))} | {cell(product.get('train_power_w'))} |")
-    lines += ["", f"Power: the mean NVML board power over a row's timed steps, on rows whose window is at least "
-              f"{POWER_WINDOW_S:g} s (NVML averages its reading over about that long).", ""]
+    lines += ["", "Power: training, the mean board power over a row's timed steps from NVML's energy counter "
+              "(windows of 0.5 s and more; the sampled power reading is a trailing average of about a second and "
+              "reads 1-2 s windows low); inference, the sampled readings' mean over windows of at least "
+              f"{POWER_WINDOW_S:g} s.", ""]
 
     def table(title: str, groups: dict[str, ErrorSummary]) -> list[str]:
         out = [f"### {title}", "", "| setting | rows | median abs % | p90 abs % | bias % | worst % | worst row |",
@@ -326,6 +329,6 @@ def report(evaluations: list[CampaignEvaluation],
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "MEASURED", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
+__all__ = ["MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
            "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
            "setting_move_errors", "REFERENCE", "evaluate", "evaluate_moves", "report"]

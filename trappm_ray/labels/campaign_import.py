@@ -93,6 +93,24 @@ def _range(values) -> str:
     return f"{min(v):.4g}-{max(v):.4g}" if v else "-"
 
 
+def mean_train_power_w(row: dict, least_window_s: float = 0.5) -> float | None:
+    """A campaign row's mean board power over its timed training steps (W): NVML's energy
+    counter over the window where the driver has it, else the mean of the sampled power readings;
+    None over a window shorter than ``least_window_s``.
+
+    Why the counter: the power reading the sampler takes is a trailing average of about a second
+    on the H200 (driver 580), so over a window of 1-2 s that follows a pause it reads low while it
+    catches up: GPT-2 at 512 tokens, batch 12 (a 1.0 s window), sampled mean 388 W, the readings'
+    maximum 499 W, the energy counter 551 W; at batch 48 (3.1 s) 583, 599 and 588 W.
+    """
+    window = row.get("power_window_s") or 0.0
+    if window < least_window_s:
+        return None
+    if row.get("energy_j") and row.get("train_steps_timed"):
+        return float(row["energy_j"]) * int(row["train_steps_timed"]) / window
+    return row.get("power_w_mean")
+
+
 def campaign_datasheet(labels_dir: str, slug: str) -> str:
     """Markdown of a campaign device folder: provenance, contents per setting, the memory check."""
     rows = store.compact_labels(labels_dir, slug).to_pylist()
@@ -141,5 +159,5 @@ def is_campaign_device(labels_dir: str, slug: str) -> bool:
     return bool(rows) and all((v or "").startswith(CAMPAIGN.split("-")[0] + "-v") for v in rows)
 
 
-__all__ = ["gpu_slug", "label_rows", "import_run", "run_summaries", "campaign_datasheet",
+__all__ = ["gpu_slug", "label_rows", "import_run", "run_summaries", "mean_train_power_w", "campaign_datasheet",
            "is_campaign_device"]
