@@ -19,6 +19,7 @@ from dataclasses import dataclass
 
 from trappm_ray.config_cli import parse_config
 from trappm_ray.labels.campaign_import import import_run
+from trappm_ray.labels.campaign_instruments import ROWS_FILE
 from trappm_ray.labels.public import import_public
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
@@ -37,6 +38,8 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(ImportConfig, description=__doc__)
     if cfg.campaign_run:
+        if not os.path.isfile(os.path.join(cfg.campaign_run, ROWS_FILE)):
+            raise SystemExit(f"error: {cfg.campaign_run} holds no {ROWS_FILE}: not a GPU campaign run's folder")
         for slug, counts in import_run(cfg.campaign_run, cfg.out, cfg.imported).items():
             print(f"{slug}: {dict(counts)}")
         raise SystemExit(0)

@@ -218,3 +218,10 @@ def test_nvml_sampler_reads_power_memory_clock_and_energy(monkeypatch):
     got = sampler.stop()
     assert got["power_samples"] >= 1 and got["power_w_mean"] == got["power_w_max"] == 350.0
     assert got["sm_clock_mhz"] == 1980 and got["nvml_used_mb"] == 3 * 1024 and got["energy_j"] == 250.0
+
+
+def test_import_of_a_folder_without_rows_is_one_line_and_writes_nothing(tmp_path):
+    proc = subprocess.run([sys.executable, "jobs/import_labels.py", "--campaign-run", str(tmp_path / "gone"),
+                           "--out", str(tmp_path / "labels")], cwd=ROOT, capture_output=True, text=True, timeout=300)
+    assert proc.returncode != 0 and "Traceback" not in proc.stderr
+    assert proc.stderr.strip().splitlines()[-1].startswith("error:") and not (tmp_path / "labels").exists()

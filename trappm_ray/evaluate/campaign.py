@@ -294,7 +294,7 @@ def report(evaluations: list[CampaignEvaluation],
                      f"{cell(product.get('train_step_ms'))} | {cell(product.get('inference_ms'))} | "
                      f"{cell(physics.get('train_step_ms'))} | {cell(product.get('train_power_w'))} |")
     lines += ["", "Power: training, the mean board power over a row's timed steps from NVML's energy counter "
-              "(windows of 0.5 s and more; the sampled power reading is a trailing average of about a second and "
+              "(windows of 1 s and more; the sampled power reading is a trailing average of about a second and "
               "reads 1-2 s windows low); inference, the sampled readings' mean over windows of at least "
               f"{POWER_WINDOW_S:g} s.", ""]
 

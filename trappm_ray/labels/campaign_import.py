@@ -93,7 +93,7 @@ def _range(values) -> str:
     return f"{min(v):.4g}-{max(v):.4g}" if v else "-"
 
 
-def mean_train_power_w(row: dict, least_window_s: float = 0.5) -> float | None:
+def mean_train_power_w(row: dict, least_window_s: float = 1.0) -> float | None:
     """A campaign row's mean board power over its timed training steps (W): NVML's energy
     counter over the window where the driver has it, else the mean of the sampled power readings;
     None over a window shorter than ``least_window_s``.
@@ -101,7 +101,9 @@ def mean_train_power_w(row: dict, least_window_s: float = 0.5) -> float | None:
     Why the counter: the power reading the sampler takes is a trailing average of about a second
     on the H200 (driver 580), so over a window of 1-2 s that follows a pause it reads low while it
     catches up: GPT-2 at 512 tokens, batch 12 (a 1.0 s window), sampled mean 388 W, the readings'
-    maximum 499 W, the energy counter 551 W; at batch 48 (3.1 s) 583, 599 and 588 W.
+    maximum 499 W, the energy counter 551 W; at batch 48 (3.1 s) 583, 599 and 588 W. The counter,
+    read at the window's two ends, is coarse over short windows too: ViT-B/16 busy steps read up
+    to 734 W over 1.0 s on the 700 W board, at most 702 W over 3 s and longer.
     """
     window = row.get("power_window_s") or 0.0
     if window < least_window_s:
@@ -141,7 +143,7 @@ def campaign_datasheet(labels_dir: str, slug: str) -> str:
            f"ok rows joined to a graph in `{GRAPHS_FILE}`: {count_joined(labels_dir, ok)} of {len(ok)} "
            "(docs/gpu-campaign.md: how the missing ones are joined)",
            "", "| setting | models | ok | censored by memory | by time | batch | train step ms | "
-           "peak reserved MiB | power W |", "|---|---|---|---|---|---|---|---|---|"]
+           "peak reserved MiB | power W (energy counter) |", "|---|---|---|---|---|---|---|---|---|"]
     groups = defaultdict(list)
     for r in rows:
         groups[(r["precision"], r["optimizer"], r["memory_format"], r["recompute"], r["grad_accum"])].append(r)
@@ -150,7 +152,8 @@ def campaign_datasheet(labels_dir: str, slug: str) -> str:
         out.append(f"| {'/'.join(map(str, key))} | {len({r['arch'] for r in rs})} | {len(g)} | "
                    f"{sum(r['status'] == 'oom' for r in rs)} | {sum(r['status'] == 'skipped_slow' for r in rs)} | "
                    f"{_range(r['batch_size'] for r in g)} | {_range(r['train_step_ms'] for r in g)} | "
-                   f"{_range(r['cuda_max_reserved_mb'] for r in g)} | {_range(r['power_w_mean'] for r in g)} |")
+                   f"{_range(r['cuda_max_reserved_mb'] for r in g)} | "
+                   f"{_range(mean_train_power_w(r) for r in g)} |")
     return "\n".join(out) + "\n"
 
 
