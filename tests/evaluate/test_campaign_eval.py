@@ -61,7 +61,7 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
     assert ev.time["step model"]["train_step_ms"][recompute].median_signed_pct == pytest.approx(
         float(np.median(physics)) * 100)
     assert "product" not in ev.time  # no product answer passed
-    # power over windows of 0.5 s and more only (batch 2's 0.4 s is left out)
+    # power over windows of 1 s and more only (batch 2's 0.4 s is left out)
     power = ev.time["step model"]["train_power_w"][plain]
     assert power.rows == 2 and power.median_signed_pct == pytest.approx(-50.0)
 
