@@ -181,7 +181,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         if folded_norm is None:
             folded_norm = guess_folded_norm(graph)
         walked = walk(graph, folded_norm)
-    on_chip = _attention_scores(graph, walked) if fused_attention else None
+    on_chip = attention_scores(graph, walked) if fused_attention else None
     iv = walked.intervals(act_bytes=act, low_bytes=low, on_chip=on_chip)
     n = walked.num_nodes
     steps = 2 * n + 2
@@ -265,14 +265,6 @@ def _checkpointed(graph, walked: Walk, cat: np.ndarray, size: np.ndarray, start:
     cat[move], end[move] = _T, np.minimum(end[move], last[move] + 1)
     return (np.concatenate([cat, np.full(len(again), _S)]), np.concatenate([size, size[again]]),
             np.concatenate([start, 2 * n - last[again]]), np.concatenate([end, released]))
-
-
-def _attention_scores(graph, walked: Walk) -> np.ndarray:
-    """:func:`~trappm_ray.physics.units.attention_scores`, once per graph."""
-    derived = graph.derived if hasattr(graph, "derived") else {}
-    if "attention_scores" not in derived:
-        derived["attention_scores"] = attention_scores(graph, walked)
-    return derived["attention_scores"]
 
 
 def _last_dim(graph, node: int) -> int:

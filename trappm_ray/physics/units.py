@@ -49,11 +49,17 @@ def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.n
     only by MatMuls of two activations (``p @ v``). FlashAttention (Dao et al., NeurIPS 2022), which PyTorch 2's
     ``scaled_dot_product_attention`` runs, never writes these to memory.
 
+    Found once per graph (kept in ``graph.derived``: the roofline, the memory model and
+    :func:`misaligned` each ask).
+
     Args:
         graph: a :class:`trappm_ray.graph.featurize.Graph`.
         tensors: its ``graph_walk.walk`` (computed when None).
         cls: its :func:`node_classes` (computed when None).
     """
+    memo = getattr(graph, "derived", None)
+    if memo is not None and "attention_scores" in memo:
+        return memo["attention_scores"]
     tensors = walk(graph) if tensors is None else tensors
     cls = node_classes(graph) if cls is None else cls
     n, ops, params = len(cls), graph.ops, np.asarray(graph.params)
@@ -77,6 +83,9 @@ def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.n
             chain.append((mm or scores)[0])
         if plain_mm[chain[-1]] and consumers[s] and all(plain_mm[c] for c in consumers[s]):
             mask[chain] = True
+    mask.flags.writeable = False
+    if memo is not None:
+        memo["attention_scores"] = mask
     return mask
 
 
