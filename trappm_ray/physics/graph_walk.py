@@ -224,8 +224,9 @@ def checkpoint_segments(w: Walk) -> np.ndarray:
     takes, as ``checkpoint(block, hidden, mask, ...)`` passes it, not the stream between blocks.
     Counted, they merged the blocks: Hugging Face's GPT-2 (its mask read by all 12 blocks) was 3
     segments, one of 2,880 of its 2,923 nodes, and its LLaMA-style decoder (mask, cos and sin
-    tables) 5, so the memory model read a checkpointed step as storing nearly everything (the H200 campaign's 1.1 B decoder at 512 tokens, b16:
-    +64% against ``max_memory_allocated``). A graph without weights counts every activation.
+    tables) 5, so the memory model read a checkpointed step as storing nearly everything (the
+    H200 campaign's 1.1 B decoder at 512 tokens, b16: +64% against ``max_memory_allocated``).
+    A graph without weights counts every activation.
     """
     n = w.num_nodes
     crossing = np.zeros(n + 1, np.int64)  # activations produced at or before i, used after i
