@@ -7,7 +7,7 @@ transfer moves for a graph the labels measured), its networks untouched.
 import json
 
 from trappm_ray.config_cli import parse_config
-from trappm_ray.train.gpu_predictor import AnchorsConfig, write_anchors
+from trappm_ray.train.gpu_predictor import LabelsOfPredictor, write_anchors
 
 if __name__ == "__main__":
-    print(json.dumps(write_anchors(parse_config(AnchorsConfig, description=__doc__)), indent=1))
+    print(json.dumps(write_anchors(parse_config(LabelsOfPredictor, description=__doc__)), indent=1))

@@ -1,5 +1,7 @@
 """The shipped GPU predictor's training job on a tiny labeled GPU set: it registers a predictor
 fed roofline inputs whose answers respect the floor and carry a conformal band."""
+from pathlib import Path
+
 import pytest
 
 from tests.label_builders import make_labeled_dir
@@ -9,7 +11,10 @@ from trappm_ray.graph.featurize import featurize
 from trappm_ray.model import predictor as P
 from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.device_features import static_input
-from trappm_ray.train.gpu_predictor import GpuPredictorConfig, run_setting, train_gpu_predictor
+from trappm_ray.model.correction import CorrectionBounds
+from trappm_ray.model.stored import rewrite_manifest
+from trappm_ray.train.build_predictor import ship
+from trappm_ray.train.gpu_predictor import GpuPredictorConfig, LabelsOfPredictor, run_setting, train_gpu_predictor, write_correction
 
 GPU = {"device_spec": "rtx3090", "precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw",
        "compiled": "none", "gpus": 1, "torch_version": "1.12;2.1.0"}
@@ -96,8 +101,6 @@ def test_run_setting_prefers_pytorch_2_and_eager():
 
 
 def test_ship_copies_a_validated_predictor(trained, tmp_path):
-    from trappm_ray.train.build_predictor import ship
-
     dest = ship(trained["uri"], tmp_path / "test-gpu-amp")
     assert P.Predictor.load(dest).manifest.net.weights_sha256 == P.Predictor.load(trained["uri"]).manifest.net.weights_sha256
     assert len(MeasuredAnchors.load(dest)) == trained["anchors"]
@@ -109,6 +112,20 @@ def test_stores_the_measurements_by_graph_beside_the_networks(trained):
     rows = [r for by_batch in anchors.by_key.values() for r in by_batch.values()]
     assert {r["target"] for r in rows} == {"train_step_ms", "inference_ms"}
     assert all(r["ratio"] > 0 and r["measured_ms"] > 0 for r in rows)
+
+
+def test_stores_the_physics_answer_and_bounds_by_kernel_class(trained, tmp_path):
+    m = P.Predictor.load(trained["uri"]).manifest
+    assert set(m.correction) == {"train_step_ms", "inference_ms"}
+    for d in m.correction.values():
+        bounds = CorrectionBounds.from_dict(d)
+        assert bounds.rows > 0 and all(lo <= hi for lo, hi in zip(bounds.low, bounds.high))
+    dest = ship(trained["uri"], tmp_path / "rewritten")
+    rewrite_manifest(str(dest), m.replace(correction={}))
+    labels = str(Path(trained["uri"]).parents[2] / "labels")
+    out = write_correction(LabelsOfPredictor(uri=str(dest), labels=labels, device="test-gpu-amp"))
+    again = P.Predictor.load(dest).manifest  # the weights' hash still holds
+    assert again.correction == m.correction == out["correction"]
 
 
 def test_auxiliary_rows_never_include_a_held_architecture():

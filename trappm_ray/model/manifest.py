@@ -171,6 +171,9 @@ class Manifest:
         domain: the training graphs' static features (:mod:`trappm_ray.model.domain`).
         intervals: how its intervals were fitted, in words; ``residual_quantiles`` the fit.
         launch: per target the small-workload model fitted to its labels (:mod:`trappm_ray.model.launch`).
+        correction: per target how far its learned answer may stand from the step model, by kind
+            of kernel (:class:`~trappm_ray.model.correction.CorrectionBounds`, as a dict); empty:
+            unbounded (a predictor fitted before the bounds).
         envelope_top: a CPU predictor's batch envelope reaches up to this batch, the lower quartile
             of its labels' batches (:func:`trappm_ray.model.launch.envelope_top`); 0: none (GPU
             predictors move answers with the step model).
@@ -195,6 +198,7 @@ class Manifest:
     intervals: str = ""
     residual_quantiles: dict[str, Any] = field(default_factory=dict)
     launch: dict[str, dict[str, Any]] = field(default_factory=dict)
+    correction: dict[str, dict[str, Any]] = field(default_factory=dict)
     envelope_top: int = 0
     recipe: dict[str, Any] = field(default_factory=dict)
     transfer: dict[str, Any] | None = None

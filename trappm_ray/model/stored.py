@@ -45,6 +45,15 @@ def write(uri: str, manifest: Manifest, arrays: dict[str, np.ndarray]) -> Manife
     return manifest
 
 
+def rewrite_manifest(uri: str, manifest: Manifest) -> Manifest:
+    """Store a changed ``manifest`` over the one at ``uri``, its weights untouched (their hash
+    must still match: a manifest of other weights is refused)."""
+    if manifest.network is not None and manifest.net.weights_sha256 != read_manifest(uri).net.weights_sha256:
+        raise PredictorError(f"{uri}: the manifest names other weights than those stored")
+    storage.write_bytes(storage.join(uri, MANIFEST), manifest.to_json().encode())
+    return manifest
+
+
 def read_manifest(uri: str) -> Manifest:
     """The manifest stored at ``uri`` (either kind); PredictorError names what is wrong."""
     try:
@@ -112,4 +121,4 @@ def latest(root: str, name: str) -> str:
     raise PredictorError(f"no complete version of {name!r} under {root}")
 
 
-__all__ = ["FORMAT_VERSION", "WEIGHTS", "MANIFEST", "write", "read_manifest", "read", "versions", "next_version", "latest"]
+__all__ = ["FORMAT_VERSION", "WEIGHTS", "MANIFEST", "write", "rewrite_manifest", "read_manifest", "read", "versions", "next_version", "latest"]

@@ -26,11 +26,10 @@ from trappm_ray import errors
 from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.onnx_io import read_model
-from trappm_ray.model.options import step_fields
-from trappm_ray.model.options import resolve as resolve_options
+from trappm_ray.model.options import resolve as resolve_options, step_fields
 from trappm_ray.model.compositions import SettingMove
 from trappm_ray.model.estimator import Estimator, device_of, model_version
-from trappm_ray.model import launch
+from trappm_ray.model import correction, launch
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.serving import batch_envelope
@@ -296,6 +295,8 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             data, opts, label = models[i]
             row, *above_rows = ({} if k is None else dict(rows[slots[k][0]]) for k in keys)
             batch = int(graph.static["batch_size"])
+            learned = (above_rows[0], slots[keys[1]][1]) if on_gpu and batches else (row, graph)  # the network's
+            held = correction.held(*learned, chosen.manifest, spec, setting) if on_gpu else []  # answer, held
             if on_gpu and batches:
                 at_batch = {batch: graph, batches[0]: slots[keys[1]][1]}
 
@@ -310,7 +311,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
                 notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
                                              batches[-1] if batches else 0)
             p = build_prediction(row, graph, chosen, opts, label, sha, times)
-            p.notes += ([text_notes[i]] if i in text_notes else []) + notes
+            p.notes += ([text_notes[i]] if i in text_notes else []) + held + notes
             if opts.memory_budget_mb is not None:
                 p.max_batch_size = largest_batch(
                     lambda b, proto=proto, opts=opts, chosen=chosen, graph=graph: memory_at(proto, opts, b, chosen, graph),

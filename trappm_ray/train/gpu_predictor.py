@@ -43,11 +43,12 @@ from trappm_ray.model.options import label_options
 from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.graph.data import to_data, with_static
 from trappm_ray.model.roofline_inputs import INPUTS, STATIC_DIM, node_arrays
-from trappm_ray.model.stored import read_manifest
+from trappm_ray.model.stored import read_manifest, rewrite_manifest
 from trappm_ray.model.static_mlp import GNN_SHARE, blend, blend_weight, fit_static_mlp
 from trappm_ray.labels.store import ok_labels
 from trappm_ray.targets import unit
 from trappm_ray.train.build_predictor import data_hash, label_device, ship
+from trappm_ray.train.correction_fit import correction_bounds
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.gpu_examples import examples, graph_index
 from trappm_ray.train.regressors import RECIPES, build_regressor, fit_task, prepare
@@ -208,6 +209,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
     manifest = manifest_of(cfg, ex, targets, recipe, residuals,
                            {"held_out_arch_mape_mean_over_seeds": held_mape,
                             "held_out_arch_mape_networks_alone": alone}, blended)
+    manifest = manifest.replace(correction=correction_bounds(ex, index, manifest.launch))
     uri = P.register(P.Predictor(manifest, None, heads, scalers, mlps if with_mlp else None), cfg.registry, cfg.name or cfg.device)
     anchors = from_examples(ex, index, cfg.device, manifest.net.run)  # what transfer to a GPU without labels moves
     anchors.save(uri)
@@ -220,8 +222,9 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
 
 
 @dataclass
-class AnchorsConfig:
-    """Rewrite the measurements stored beside a GPU predictor (its networks untouched).
+class LabelsOfPredictor:
+    """A GPU predictor and its labels, to rewrite what is fitted from them beside its networks
+    (its measured anchors, its correction bounds), the networks untouched.
 
     Args:
         uri: the predictor's directory (registered or shipped, e.g.
@@ -235,7 +238,7 @@ class AnchorsConfig:
     device: str = "rtx3090-amp"
 
 
-def write_anchors(cfg: AnchorsConfig) -> dict:
+def write_anchors(cfg: LabelsOfPredictor) -> dict:
     """Build the device's anchors (:func:`~trappm_ray.model.anchors.from_examples`) and store them
     at ``cfg.uri``, as :func:`train_gpu_predictor` does after training."""
     run = read_manifest(cfg.uri).net.run
@@ -243,6 +246,17 @@ def write_anchors(cfg: AnchorsConfig) -> dict:
     ex, _ = examples(cfg.labels, cfg.corpora, (cfg.device,), index)
     anchors = from_examples(ex, index, cfg.device, run)
     return {"path": anchors.save(cfg.uri), "anchors": len(anchors), "examples": len(ex)}
+
+
+def write_correction(cfg: LabelsOfPredictor) -> dict:
+    """Fit the device's correction bounds (:func:`correction_bounds`) and store them in the
+    manifest at ``cfg.uri`` (its networks untouched), as :func:`train_gpu_predictor` does."""
+    manifest = read_manifest(cfg.uri)
+    index = graph_index(cfg.labels, cfg.corpora)
+    ex, _ = examples(cfg.labels, cfg.corpora, (cfg.device,), index)
+    bounds = correction_bounds(ex, index, manifest.launch)
+    rewrite_manifest(cfg.uri, manifest.replace(correction=bounds))
+    return {"uri": cfg.uri, "examples": len(ex), "correction": bounds}
 
 
 def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residuals, metrics: dict,
@@ -276,5 +290,5 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
-__all__ = ["GpuPredictorConfig", "AnchorsConfig", "auxiliary_rows", "gnn_inputs", "gnn_recipe", "run_setting",
-           "train_gpu_predictor", "write_anchors", "manifest_of"]
+__all__ = ["GpuPredictorConfig", "LabelsOfPredictor", "auxiliary_rows", "gnn_inputs", "gnn_recipe", "run_setting",
+           "train_gpu_predictor", "write_anchors", "write_correction", "manifest_of"]

@@ -1,0 +1,14 @@
+"""Fit a GPU predictor's correction bounds (how far its learned answers may stand from the step
+model, by kind of kernel: trappm_ray/model/correction.py) from its labels and store them in its
+manifest, its networks untouched.
+
+    python jobs/fit_correction.py --uri trappm_ray/predictors/rtx3090-amp --device rtx3090-amp
+``python jobs/train_gpu_predictor.py`` stores the same after training.
+"""
+import json
+
+from trappm_ray.config_cli import parse_config
+from trappm_ray.train.gpu_predictor import LabelsOfPredictor, write_correction
+
+if __name__ == "__main__":
+    print(json.dumps(write_correction(parse_config(LabelsOfPredictor, description=__doc__)), indent=1))

@@ -1,0 +1,134 @@
+"""The physics answer of a GPU predictor and how far its learned answer may move it.
+
+A GPU predictor's network learns log(measured / roofline floor) from its labels; on a family
+unlike any it was trained on it can read a step several times slower than physics allows (a
+multi-resolution convnet of dense convolutions read 7.6x the step model on the RTX 3090, where
+its labels' dense convnets sit at 0.9-1.6x). The step model (:mod:`trappm_ray.physics.step_model`)
+carries an answer to any graph; what it misses differs by kind of kernel (cuDNN's dense
+convolutions run near it, grouped convolutions and data movement far slower).
+
+Per predictor, on its own label rows, the ratio measured / step model is regressed on the
+graph's shares of GPU time per kernel class (:func:`trappm_ray.physics.kernel_classes.device_shares`),
+a linear quantile regression without intercept, so each class gets its own log factor and a
+graph's factor is the time-weighted mix of its classes':
+
+* at the median: the **physics answer**, the step model with per-class efficiencies, which
+  extrapolates to an unseen family by construction (leave-one-family-out on the RTX 3090's
+  training steps: 20.6% MAPE, as the learned boosters, but 104 rows off by more than 50%
+  against their 151: ``experiments/bounded_correction.py``);
+* at a low and a high quantile: the **bounds** no answer leaves.
+
+The answer is the geometric blend of the learned and the physics answer (the learned one's
+share :attr:`CorrectionBounds.share`), held within the bounds. Where the two disagree by more
+than :attr:`CorrectionBounds.flag` (or the bound holds the answer) the answer says it is out of
+domain and its interval spans the bounds.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import numpy as np
+
+from trappm_ray import devices
+from trappm_ray.model.launch import step_host_us
+from trappm_ray.model.manifest import Manifest
+from trappm_ray.physics.kernel_classes import CLASSES, device_shares
+from trappm_ray.physics.step_model import MODES, step_time
+
+QUANTILES = (0.025, 0.975)
+SHARE = 0.5  # the learned answer's share of the blend: leave-one-family-out, experiments/bounded_correction.py
+FLAG = math.log(1.5)  # learned / physics beyond 1.5x either way: out of domain (same experiment)
+
+
+@dataclass(frozen=True)
+class CorrectionBounds:
+    """Per kernel class the log factors on the step model: the physics answer's and the bounds.
+
+    Args:
+        mid, low, high: per class of :data:`~trappm_ray.physics.kernel_classes.CLASSES`, the log
+            of the ratio measured / step model at the median and the low and high quantile.
+        share: the learned answer's share of its geometric blend with the physics answer.
+        flag: log of the learned / physics ratio beyond which an answer is out of domain.
+        quantiles: the bounds' quantiles.
+        rows: label rows fitted.
+    """
+
+    mid: tuple[float, ...]
+    low: tuple[float, ...]
+    high: tuple[float, ...]
+    share: float = SHARE
+    flag: float = FLAG
+    quantiles: tuple[float, float] = QUANTILES
+    rows: int = 0
+
+    def physics(self, shares: np.ndarray) -> float:
+        """The factor on the step model of the physics answer for a graph of these class shares."""
+        return math.exp(float(np.asarray(shares, np.float64) @ np.asarray(self.mid)))
+
+    def factors(self, shares: np.ndarray) -> tuple[float, float]:
+        """(low, high) factors on the step model for a graph of these class shares (the physics
+        answer's factor always within them)."""
+        s = np.asarray(shares, np.float64)
+        lo, hi, mid = (float(s @ np.asarray(v)) for v in (self.low, self.high, self.mid))
+        return math.exp(min(lo, hi, mid)), math.exp(max(lo, hi, mid))
+
+    def to_dict(self) -> dict:
+        return {"classes": list(CLASSES), "mid": list(self.mid), "low": list(self.low), "high": list(self.high),
+                "share": self.share, "flag": self.flag, "quantiles": list(self.quantiles), "rows": self.rows}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> CorrectionBounds:
+        if tuple(d["classes"]) != CLASSES:
+            raise ValueError(f"correction bounds of classes {d['classes']}, this code has {list(CLASSES)}")
+        return cls(tuple(d["mid"]), tuple(d["low"]), tuple(d["high"]), float(d["share"]), float(d["flag"]),
+                   (float(d["quantiles"][0]), float(d["quantiles"][1])), int(d.get("rows", 0)))
+
+
+def make_up(shares: np.ndarray, top: int = 3) -> str:
+    """The largest classes' shares in words: ``conv 71%, pointwise 22%, reduction 5%``."""
+    order = np.argsort(-np.asarray(shares))[:top]
+    return ", ".join(f"{CLASSES[i]} {100 * shares[i]:.0f}%" for i in order if shares[i] >= 0.01)
+
+
+def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray, bounds: CorrectionBounds) -> str:
+    """Blend ``row[target]`` (a learned answer, with ``_std``/``_low``/``_high``) with the physics
+    answer for a graph of these class ``shares`` and hold it within the ``bounds`` on the step
+    model (``step_ms``); out of domain, the interval spans the bounds. Returns the note saying how
+    the answer was derived."""
+    lo, hi = bounds.factors(shares)
+    learned, physics = row[target], step_ms * bounds.physics(shares)
+    if learned <= 0:
+        return f"{target}: the graph does no work the step model counts"
+    blended = math.exp(bounds.share * math.log(learned) + (1 - bounds.share) * math.log(physics))
+    after = min(max(blended, lo * step_ms), hi * step_ms)
+    for suffix in ("", "_std", "_low", "_high"):
+        if f"{target}{suffix}" in row:
+            row[f"{target}{suffix}"] *= after / learned
+    how = (f"{target}: {after:.4g} ms, the learned answer ({learned:.4g} ms) blended with physics ({physics:.4g} ms: "
+           f"the step model, {step_ms:.4g} ms, x {physics / step_ms:.3g} for its kernels, {make_up(shares)} of the "
+           f"GPU time), the learned share {bounds.share:g}")
+    if abs(math.log(learned / physics)) <= bounds.flag and after == blended:
+        return how
+    row[f"{target}_low"] = min(row.get(f"{target}_low", after), lo * step_ms)
+    row[f"{target}_high"] = max(row.get(f"{target}_high", after), hi * step_ms)
+    return (f"{how}; out of domain: the learned answer is {learned / physics:.3g} x physics, where the labels' "
+            f"steps of these kernels stood at {lo:.2g}-{hi:.2g} x the step model; nothing like this model was "
+            f"measured: the answer rests on physics and may be off by up to {hi / lo:.2g} x (the interval spans "
+            f"{lo * step_ms:.4g}-{hi * step_ms:.4g} ms)")
+
+
+def held(row: dict[str, float], graph, manifest: Manifest, spec: devices.DeviceSpec | None, setting: dict) -> list[str]:
+    """:func:`hold` every step target of a GPU predictor's ``row`` (its learned answers for
+    ``graph`` in the resolved ``setting`` on ``spec``) by the ``manifest``'s bounds; one note per
+    target, how it was derived. A predictor without bounds (fitted before them) answers unchanged."""
+    notes = []
+    for t, d in manifest.correction.items():
+        if spec is None or t not in row or t not in MODES:
+            continue
+        step = step_time(graph, spec, setting, MODES[t], step_host_us(manifest.launch)).total_ms
+        notes.append(hold(row, t, step, device_shares(graph, spec, setting["precision"]), CorrectionBounds.from_dict(d)))
+    return notes
+
+
+__all__ = ["QUANTILES", "SHARE", "FLAG", "CorrectionBounds", "held", "hold", "make_up"]

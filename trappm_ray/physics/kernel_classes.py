@@ -1,0 +1,69 @@
+"""What kind of kernel each node of a graph runs, and how a step's GPU time splits among them.
+
+The step model (:mod:`trappm_ray.physics.step_model`) runs every kernel at one achievable share
+of the peaks. Real libraries reach different shares per kind of kernel: cuDNN's dense
+convolutions come close to the model, grouped convolutions and data movement far less. How far
+a step may sit from the step model therefore depends on what its time is spent on: the
+:func:`device_shares` of a graph are what a learned correction is bounded by
+(:mod:`trappm_ray.model.correction`), so a model built only of dense convolutions cannot be
+read 7x slower than physics because some grouped-convolution family once was.
+"""
+from __future__ import annotations
+
+import numpy as np
+
+from trappm_ray import devices
+from trappm_ray.physics.graph_walk import NORM_OPS, POINTWISE
+from trappm_ray.physics.step_model import node_device_us
+from trappm_ray.physics.units import TENSOR, node_classes
+
+# Kernel classes in a fixed order (a bound's coefficients follow it).
+CLASSES = ("conv", "grouped-conv", "depthwise-conv", "matmul", "reduction", "pointwise", "data-movement")
+CONV_OPS = {"Conv", "ConvTranspose"}
+MATMUL_OPS = {"Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
+# Normalizations, softmax and reductions: a pass over a row or channel, reading it at least twice.
+REDUCTION_OPS = NORM_OPS | {"Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
+                            "ReduceL2", "ReduceProd", "ReduceSumSquare", "ReduceLogSumExp", "CumSum",
+                            "LpNormalization", "TopK", "ArgMax", "ArgMin"}
+# Elementwise work on one tensor's layout: activations, arithmetic, resampling, pooling.
+POINTWISE_OPS = POINTWISE | {"Resize", "Upsample", "MaxPool", "AveragePool", "GlobalAveragePool",
+                             "GlobalMaxPool", "LpPool", "Where", "Not", "And", "Or", "Equal", "Less",
+                             "Greater", "Dropout", "Cast", "CastLike", "PRelu", "Selu", "Softsign",
+                             "ThresholdedRelu", "Shrink", "Mod", "Sum", "Mean"}
+
+
+def kernel_class(op: str, unit: int, groups: int) -> int:
+    """Index into :data:`CLASSES` of a node of type ``op`` on ``unit`` (a
+    :func:`~trappm_ray.physics.units.node_classes` value) with ``groups`` convolution groups;
+    anything else (concatenation, slicing, gathers, padding, copies) moves data."""
+    if op in CONV_OPS:
+        return CLASSES.index("conv" if groups <= 1 else "grouped-conv" if unit == TENSOR else "depthwise-conv")
+    if op in MATMUL_OPS:
+        return CLASSES.index("matmul")
+    if op in REDUCTION_OPS:
+        return CLASSES.index("reduction")
+    if op in POINTWISE_OPS:
+        return CLASSES.index("pointwise")
+    return CLASSES.index("data-movement")
+
+
+def device_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray:
+    """Each class's share of the forward pass's GPU time in the step model (sums to 1; a graph
+    of no GPU work: all pointwise). The backward mirrors the forward kernel by kernel, so the
+    training step's shares are these."""
+    memo = graph.derived.setdefault("device_shares", {}) if hasattr(graph, "derived") else {}
+    key = (spec.slug, precision)
+    if key not in memo:
+        time = node_device_us(graph, spec, precision)
+        unit = node_classes(graph)
+        groups = np.maximum(np.asarray(graph.attrs)[:, 2], 1) if graph.num_nodes else np.zeros(0)
+        out = np.zeros(len(CLASSES))
+        for op, u, g, t in zip(graph.ops, unit, groups, time):
+            if t > 0:
+                out[kernel_class(op, int(u), int(g))] += t
+        total = out.sum()
+        memo[key] = out / total if total > 0 else np.eye(len(CLASSES))[CLASSES.index("pointwise")]
+    return memo[key]
+
+
+__all__ = ["CLASSES", "kernel_class", "device_shares"]
