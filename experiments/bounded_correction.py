@@ -32,12 +32,13 @@ from trappm_ray.corpus import multires_models
 from trappm_ray.evaluate.gpu import ensemble, family_groups, fit_predict, val_by_family
 from trappm_ray.evaluate.gpu_gnn import GnnModel
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.model.correction import CorrectionBounds
+from trappm_ray.model.correction import FLAG, QUANTILES, CorrectionBounds
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.physics.kernel_classes import device_shares
 from trappm_ray.physics.step_model import step_time
 from trappm_ray.serving import routing
 from trappm_ray.train.correction_fit import fit_bounds, step_rows
+from trappm_ray.train import splits
 from trappm_ray.train.gpu_examples import examples, graph_index
 
 DEVICE = "rtx3090-amp"
@@ -61,39 +62,41 @@ def physics(ex: list[dict]) -> tuple[np.ndarray, np.ndarray]:
     return step, shares
 
 
-def learned_folds(ex: list[dict], seed: int = 1337) -> dict[str, dict]:
-    """Per held-out family: its rows' indices and the ensemble's answer and 95% band."""
-    out = {}
+def fold(ex: list[dict], train, val, test, seed: int, extra: dict | None = None) -> dict:
+    """One split: the learned answer and 95% band for ``test``, and the rows physics may fit on."""
+    if extra:
+        fit = fit_predict(ex, train, val, test, "gnn", seed, extra)
+    else:
+        fit = ensemble(ex, val, test, {m: fit_predict(ex, train, val, test, m, seed) for m in MEMBERS})["ensemble"]
+    return {"test": np.asarray(test), "seen": np.r_[train, val].astype(int), "pred": fit["pred"], "lo": fit["lo"],
+            "hi": fit["hi"]}
+
+
+def learned_folds(ex: list[dict], split: str, seed: int = 1337) -> list[dict]:
+    """The boosters' ensemble: each family held out alone (``family``), or 30% of each family's
+    architectures held out (``arch``, three seeds)."""
+    if split == "arch":
+        return [fold(ex, *splits.split(ex, "arch", s), s) for s in (seed, seed + 1, seed + 2)]
+    out = []
     for k, family in enumerate(sorted({e["family"] for e in ex})):
         rest = np.array([i for i, e in enumerate(ex) if e["family"] != family])
-        test = np.array([i for i, e in enumerate(ex) if e["family"] == family])
-        train, val = val_by_family(ex, rest, seed)
-        fits = {m: fit_predict(ex, train, val, test, m, seed) for m in MEMBERS}
-        ens = ensemble(ex, val, test, fits)["ensemble"]
-        out[family] = {"test": test, "pred": ens["pred"], "lo": ens["lo"], "hi": ens["hi"]}
+        out.append(fold(ex, *val_by_family(ex, rest, seed), np.array([i for i, e in enumerate(ex) if e["family"] == family]), seed))
         if k % 20 == 0:
             print(f"{k + 1} families", flush=True)
     return out
 
 
-def gnn_folds(ex: list[dict], aux: list[dict], groups: int, seeds: int, seed: int = 1337) -> dict[str, dict]:
+def gnn_folds(ex: list[dict], aux: list[dict], groups: int, seeds: int, seed: int = 1337) -> list[dict]:
     """The shipped recipe (GNN + static MLP, :class:`~trappm_ray.evaluate.gpu_gnn.GnnModel`) on
     ``groups`` leave-families-out folds (:func:`~trappm_ray.evaluate.gpu.family_groups`), every
-    family of a fold held out together; per family its rows and answers (band from validation)."""
+    family of a fold held out together."""
     gnn = GnnModel(ex, graph_index("data/labels", ()), 60, seeds, aux)
     jobs = []
     for held in family_groups(ex, groups):
         rest = np.array([i for i, e in enumerate(ex) if e["family"] not in held])
-        test = np.array([i for i, e in enumerate(ex) if e["family"] in held])
-        jobs.append((*val_by_family(ex, rest, seed), test, seed))
+        jobs.append((*val_by_family(ex, rest, seed), np.array([i for i, e in enumerate(ex) if e["family"] in held]), seed))
     gnn.prefit(jobs)
-    out = {}
-    for train, val, test, _ in jobs:
-        fit = fit_predict(ex, train, val, test, "gnn", seed, {"gnn": gnn})
-        for family in sorted({ex[i]["family"] for i in test}):
-            rows = np.array([ex[i]["family"] == family for i in test])
-            out[family] = {"test": test[rows], "pred": fit["pred"][rows], "lo": fit["lo"][rows], "hi": fit["hi"][rows]}
-    return out
+    return [fold(ex, train, val, test, seed, {"gnn": gnn}) for train, val, test, _ in jobs]
 
 
 def constructed(batch: int = 256) -> None:
@@ -133,46 +136,54 @@ def main() -> None:
     ap.add_argument("--gnn-groups", type=int, default=0,
                     help="answer with the shipped recipe's GNN on this many grouped family folds (0: the boosters, each family alone)")
     ap.add_argument("--gnn-seeds", type=int, default=1)
+    ap.add_argument("--quantiles", type=float, nargs=2, default=QUANTILES, help="the bounds' quantiles")
+    ap.add_argument("--split", default="family", choices=("family", "arch"), help="for the boosters")
     ap.add_argument("--target", default="train_step_ms", choices=("train_step_ms", "inference_ms"))
     ap.add_argument("--constructed", action="store_true", help="also the multi-resolution nets built here")
     args = ap.parse_args()
     every = cached(args.examples, lambda: examples("data/labels", ["artifacts/corpus-gpu"], ("rtx3090-amp",))[0])
     ex = [e for e in every if e["slug"] == DEVICE and e["target"] == args.target]
-    step, shares = cached(args.folds + ".physics", lambda: physics(ex))
+    step, shares = cached(f"{args.examples}.{args.target}.physics", lambda: physics(ex))
     aux = [e for e in every if e["slug"] == ex[0]["slug"] and e["target"] != ex[0]["target"]]
     folds = cached(args.folds, lambda: gnn_folds(ex, aux, args.gnn_groups, args.gnn_seeds) if args.gnn_groups
-                   else learned_folds(ex))
+                   else learned_folds(ex, args.split))
     meas = np.array([e["measured"] for e in ex])
     fams = np.array([e["family"] for e in ex])
-    held_with = ({f: set(g) for g in family_groups(ex, args.gnn_groups) for f in g} if args.gnn_groups
-                 else {f: {f} for f in folds})
-    learned, lo, hi, bound_lo, bound_hi, mid = (np.zeros(len(ex)) for _ in range(6))
-    for family, f in folds.items():
-        t = f["test"]
-        learned[t], lo[t], hi[t] = f["pred"], f["lo"], f["hi"]
-        rest = ~np.isin(fams, list(held_with[family]))  # the physics sees no family the learner did not
-        bounds = fit_bounds(shares[rest], meas[rest] / step[rest])
-        median = fit_bounds(shares[rest], meas[rest] / step[rest], (0.5, 0.5))
-        for i in t:
-            bound_lo[i], bound_hi[i] = (step[i] * v for v in bounds.factors(shares[i]))
-            mid[i] = step[i] * median.factors(shares[i])[0]
+    idx = np.concatenate([f["test"] for f in folds])  # a row may be tested by several seeds' splits
+    meas, fams = meas[idx], fams[idx]
+    learned, lo, hi = (np.concatenate([f[k] for f in folds]) for k in ("pred", "lo", "hi"))
+    bound_lo, bound_hi, mid = (np.zeros(len(idx)) for _ in range(3))
+    at = 0
+    for f in folds:
+        seen = f["seen"]  # the physics sees no row the learner did not
+        bounds = fit_bounds(shares[seen], np.array([ex[i]["measured"] for i in seen]) / step[seen], args.quantiles)
+        for i in f["test"]:
+            bound_lo[at], bound_hi[at] = (step[i] * v for v in bounds.factors(shares[i]))
+            mid[at] = step[i] * bounds.physics(shares[i])
+            at += 1
     bounded = np.clip(learned, bound_lo, bound_hi)
     fired = (learned < bound_lo) | (learned > bound_hi)
-    split = f"{args.gnn_groups} grouped family folds" if args.gnn_groups else "each family held out alone"
-    print(f"{DEVICE}/{args.target}: {len(ex)} rows, {len(folds)} families, {split}\n")
+    split = (f"{args.gnn_groups} grouped family folds" if args.gnn_groups else
+             "30% of each family's architectures held out, 3 seeds" if args.split == "arch" else "each family held out alone")
+    print(f"{DEVICE}/{args.target}: {len(ex)} rows, {len(set(fams))} families, {split}; {len(idx)} test rows\n")
     print("| answer | MAPE | median | p90 | worst row | rows > 50% | families' median > 1.5x off | worst family |")
     print("|---|---|---|---|---|---|---|---|")
     report("learned (" + ("the GNN recipe" if args.gnn_groups else "boosters' ensemble") + ")", learned, meas, fams)
-    report("step model x median ratio", step * np.median(meas / step), meas, fams)
+    report("step model x median ratio", step[idx] * np.median(meas / step[idx]), meas, fams)
     report("physics: step model x class factors (median)", mid, meas, fams)
-    report("learned, bounded by class (2.5-97.5%)", bounded, meas, fams)
+    report(f"learned, bounded by class ({100 * args.quantiles[0]:g}-{100 * args.quantiles[1]:g}%)", bounded, meas, fams)
     for w in (0.3, 0.5, 0.7):
         report(f"geometric blend, learned's share {w}", np.exp(w * np.log(learned) + (1 - w) * np.log(mid)), meas, fams)
+    for t in (1.3, 1.5, 2.0):
+        gated = np.where(np.abs(np.log(learned / mid)) > np.log(t), np.sqrt(learned * mid), learned)
+        report(f"learned; beyond {t}x of physics the 0.5 blend", gated, meas, fams)
+        report(f"the same, bounded by class", np.clip(gated, bound_lo, bound_hi), meas, fams)
     print("\n| signal | recall of learned errors > 50% | false alarms |\n|---|---|---|")
     large = np.abs(learned / meas - 1) > LARGE
     off = np.abs(np.log(learned / mid))
+    shipped = fired | (off > FLAG)  # what the product calls out of domain
     for name, signal in (("bound hit", fired), *((f"learned / physics beyond {t}x either way", off > np.log(t))
-                                                 for t in (1.3, 1.5, 2.0))):
+                                                 for t in (1.3, 1.5, 2.0)), ("either (the product's flag)", shipped)):
         print(f"| {name} | {100 * signal[large].mean():.0f}% of {large.sum()} | {100 * signal[~large].mean():.1f}% |")
     # the interval: the band moved with the answer; where the bound holds the answer, the bounds
     scale = bounded / learned

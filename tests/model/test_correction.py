@@ -53,8 +53,9 @@ def test_bounds_are_per_kind_of_kernel():
     assert 1.8 < lo < 2.2 and 2.7 < hi < 3.3
     assert 2.2 < bounds.physics(np.eye(len(K.CLASSES))[POINTWISE]) < 2.7
     # a class the rows hardly hold (grouped convolutions) takes the pooled quantiles, not any value
-    assert bounds.low[GROUPED] == pytest.approx(np.quantile(np.log(ratio), 0.025), abs=1e-4)
-    assert bounds.high[GROUPED] == pytest.approx(np.quantile(np.log(ratio), 0.975), abs=1e-4)
+    assert bounds.low[GROUPED] == pytest.approx(np.quantile(np.log(ratio), C.QUANTILES[0]), abs=1e-4)
+    assert bounds.high[GROUPED] == pytest.approx(np.quantile(np.log(ratio), C.QUANTILES[1]), abs=1e-4)
+    assert all(lo <= mid <= hi for lo, mid, hi in zip(bounds.low, bounds.mid, bounds.high))
     assert C.CorrectionBounds.from_dict(bounds.to_dict()) == bounds
 
 
@@ -78,6 +79,15 @@ def test_an_answer_is_blended_with_physics_and_one_far_from_it_is_flagged():
     assert far["t"] == pytest.approx(100 * hi)  # the blend (~260 ms) is still beyond the bound
     assert far["t_low"] <= 100 * lo and far["t_high"] >= 100 * hi  # the interval spans the bounds
     assert "out of domain" in note and "nothing like this model was measured" in note
+
+
+def test_as_shipped_the_learned_answer_stands_within_the_bounds_and_physics_is_named():
+    bounds = fit_bounds(*synthetic())
+    conv = np.eye(len(K.CLASSES))[CONV]
+    row = {"t": 105.0, "t_low": 90.0, "t_high": 120.0}
+    note = C.hold(row, "t", 100.0, conv, bounds, batch=64)
+    assert bounds.share == 1 and row == {"t": 105.0, "t_low": 90.0, "t_high": 120.0}
+    assert note.startswith("t at batch 64: 105 ms, the learned answer; physics (") and "conv 100%" in note
 
 
 def test_held_bounds_every_step_target_of_a_manifest_and_leaves_one_without_bounds_alone():
