@@ -78,7 +78,9 @@ def test_an_answer_is_blended_with_physics_and_one_far_from_it_is_flagged():
     lo, hi = bounds.factors(conv)
     assert far["t"] == pytest.approx(100 * hi)  # the blend (~260 ms) is still beyond the bound
     assert far["t_low"] <= 100 * lo and far["t_high"] >= 100 * hi  # the interval spans the bounds
-    assert "out of domain" in note and "nothing like this model was measured" in note
+    assert "out of domain" in note and "no label row made of these kernels stood that far" in note
+    none = {"t": 0.01}
+    assert "no work" in C.hold(none, "t", 0.0, conv, bounds) and none == {"t": 0.01}  # a graph of no kernels
 
 
 def test_as_shipped_the_learned_answer_stands_within_the_bounds_and_physics_is_named():

@@ -105,8 +105,8 @@ def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray,
     the answer (at ``batch``, where named) was derived."""
     lo, hi = bounds.factors(shares)
     learned, physics = row[target], step_ms * bounds.physics(shares)
-    if learned <= 0:
-        return f"{target}: the graph does no work the step model counts"
+    if learned <= 0 or step_ms <= 0:  # a graph of views and constants: no kernel to bound
+        return f"{target}: the graph does no work the step model counts; the learned answer stands"
     blended = (learned if bounds.share >= 1 else
                math.exp(bounds.share * math.log(learned) + (1 - bounds.share) * math.log(physics)))
     after = min(max(blended, lo * step_ms), hi * step_ms)
@@ -122,9 +122,9 @@ def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray,
         return how
     row[f"{target}_low"] = min(row.get(f"{target}_low", after), lo * step_ms)
     row[f"{target}_high"] = max(row.get(f"{target}_high", after), hi * step_ms)
-    return (f"{how}; out of domain: the learned answer is {learned / physics:.3g} x physics, where the labels' "
-            f"steps of these kernels stood at {lo:.2g}-{hi:.2g} x the step model; nothing like this model was "
-            f"measured: the answer rests on physics and may be off by up to {hi / lo:.2g} x (the interval spans "
+    return (f"{how}; out of domain: the learned answer is {learned / physics:.3g} x physics, and no label row "
+            f"made of these kernels stood that far from it (they stood at {lo:.2g}-{hi:.2g} x the step model): "
+            f"the answer rests on physics and may be off by up to {hi / lo:.2g} x (the interval widened to hold "
             f"{lo * step_ms:.4g}-{hi * step_ms:.4g} ms)")
 
 

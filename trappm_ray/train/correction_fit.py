@@ -42,9 +42,14 @@ def quantile_fit(x: np.ndarray, y: np.ndarray, q: float, lower: np.ndarray, uppe
 
 def fit_bounds(shares: np.ndarray, ratio: np.ndarray, quantiles: tuple[float, float] = QUANTILES,
                share: float = SHARE, flag: float = FLAG) -> CorrectionBounds:
-    """From label rows: ``shares`` ``[rows, classes]`` and ``ratio`` = measured / step model. The
-    median first; each class's low factor is at most its median factor, its high one at least."""
-    x, y = np.asarray(shares, np.float64), np.log(np.asarray(ratio, np.float64))
+    """From label rows: ``shares`` ``[rows, classes]`` and ``ratio`` = measured / step model (rows
+    without a finite one left out). The median first; each class's low factor is at most its
+    median factor, its high one at least."""
+    ratio = np.asarray(ratio, np.float64)
+    keep = np.isfinite(ratio) & (ratio > 0)  # a graph the step model gives no time has no ratio
+    if not keep.any():
+        raise ValueError("no label row with a finite ratio to the step model")
+    x, y = np.asarray(shares, np.float64)[keep], np.log(ratio[keep])
     rare = x.sum(0) < MIN_CLASS_ROWS
 
     def fit(q: float, floor: np.ndarray | None = None, ceiling: np.ndarray | None = None) -> np.ndarray:
@@ -93,7 +98,9 @@ def correction_bounds(ex: list[dict], index: dict, profiles: dict) -> dict[str, 
     """Per target of GPU examples, :func:`fit_bounds` on every row, as stored in a manifest."""
     rows = step_rows(ex, index, profiles)
     measured = {t: np.array([e["measured"] for e in ex if e["kind"] != "cpu" and e["target"] == t]) for t in rows}
-    return {t: fit_bounds(shares, measured[t] / step).to_dict() for t, (shares, step) in sorted(rows.items())}
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return {t: fit_bounds(shares, measured[t] / step).to_dict() for t, (shares, step) in sorted(rows.items())
+                if np.isfinite(measured[t] / step).any()}
 
 
 __all__ = ["MIN_CLASS_ROWS", "MAX_SPREAD", "quantile_fit", "fit_bounds", "step_rows", "correction_bounds"]
