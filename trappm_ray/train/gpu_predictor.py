@@ -249,8 +249,9 @@ def write_anchors(cfg: LabelsOfPredictor) -> dict:
 
 
 def write_correction(cfg: LabelsOfPredictor) -> dict:
-    """Fit the device's correction bounds (:func:`correction_bounds`) and store them in the
-    manifest at ``cfg.uri`` (its networks untouched), as :func:`train_gpu_predictor` does."""
+    """Fit the device's correction bounds (:func:`~trappm_ray.train.correction_fit.correction_bounds`)
+    and store them in the manifest at ``cfg.uri`` (its networks untouched), as
+    :func:`train_gpu_predictor` does."""
     manifest = read_manifest(cfg.uri)
     index = graph_index(cfg.labels, cfg.corpora)
     ex, _ = examples(cfg.labels, cfg.corpora, (cfg.device,), index)
