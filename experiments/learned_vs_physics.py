@@ -5,7 +5,9 @@ named timm models (issue 43: a multi-resolution family read 2.5-3.7x too slow).
 
 Prints, for the device's shipped predictor: the quantiles of measured / step model over its own
 training-step labels (how much the physics misses on rows it was trained on), then per named
-model the product's training step, the step model's, and their ratio.
+model the predictor's networks alone at that batch, the product's training step (the networks'
+answer held within the correction bounds, moved from its anchor), the step model's, and the
+networks' ratio to the step model.
 """
 from __future__ import annotations
 
@@ -48,5 +50,8 @@ if __name__ == "__main__":
         name, batch = item.split("@")
         data, _ = model_bytes(name, 224)
         physics = step_time(featurize(data, int(batch)), spec, SETTING, "train", host).total_ms
+        graph = featurize(data, int(batch))
+        networks = predictor.predict_graphs([graph], [SETTING.__dict__])[0]["train_step_ms"]
         answer = trappm_ray.predict(data, int(batch), args.device).train_step_ms.value
-        print(f"{name:24s} b{batch:<4s} product {answer:8.1f} ms  step model {physics:8.1f} ms  ratio {answer / physics:5.2f}")
+        print(f"{name:24s} b{batch:<4s} networks alone {networks:8.1f} ms  product {answer:8.1f} ms  "
+              f"step model {physics:8.1f} ms  networks / step model {networks / physics:5.2f}")
