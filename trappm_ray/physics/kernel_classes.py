@@ -15,12 +15,11 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.physics.graph_walk import NORM_OPS, POINTWISE
 from trappm_ray.physics.step_model import node_device_us
-from trappm_ray.physics.units import TENSOR, node_classes
+from trappm_ray.physics.units import MATMUL_OPS, TENSOR, node_classes
 
 # Kernel classes in a fixed order (a bound's coefficients follow it).
 CLASSES = ("conv", "grouped-conv", "depthwise-conv", "matmul", "reduction", "pointwise", "data-movement")
 CONV_OPS = {"Conv", "ConvTranspose"}
-MATMUL_OPS = {"Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
 # Normalizations, softmax and reductions: a pass over a row or channel, reading it at least twice.
 REDUCTION_OPS = NORM_OPS | {"Softmax", "LogSoftmax", "ReduceMean", "ReduceSum", "ReduceMax", "ReduceMin",
                             "ReduceL2", "ReduceProd", "ReduceSumSquare", "ReduceLogSumExp", "CumSum",

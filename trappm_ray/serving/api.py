@@ -298,7 +298,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             learned = (above_rows[0], slots[keys[1]][1]) if on_gpu and batches else (row, graph)  # the network's
             held = correction.held(*learned, chosen.manifest, spec, setting) if on_gpu else []  # answer, held
             if on_gpu and batches:
-                at_batch = {batch: graph, batches[0]: slots[keys[1]][1]}
+                at_batch = {batch: graph, batches[0]: learned[1]}
 
                 def step(b: int, t: str, at_batch=at_batch, setting=setting, spec=spec, host=host) -> StepEstimate:
                     return step_time(at_batch[b], spec, setting, STEP_MODES[t], host)
