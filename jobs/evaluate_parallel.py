@@ -39,9 +39,10 @@ if __name__ == "__main__":
     found, summary = parallel.evaluate(rows, parallel.stacks(rows, exporter(Path(cfg.cache))))
     big = [parallel.megatron_175b()]
     paper = parallel.published(parallel.stacks(big, exporter(Path(cfg.cache))))
-    text = parallel.markdown(found, summary, time.time() - start, paper)
+    ranks = {"layout model": parallel.ranking(found), "perfect scaling": parallel.ranking(found, "ideal_ms")}
+    text = parallel.markdown(found, summary, time.time() - start, paper, ranks)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(
         {"summary": {a: {g: asdict(e) for g, e in gs.items()} for a, gs in summary.items()}, "rows": found,
-         "published": paper}, indent=1))
+         "ranking": {a: asdict(r) for a, r in ranks.items()}, "published": paper}, indent=1))
     print(text)

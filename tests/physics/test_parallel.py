@@ -29,9 +29,19 @@ def test_tensor_parallelism_splits_the_device_work_and_all_reduces_every_block()
     assert no_recompute.tp_comm_ms == pytest.approx(tp4.tp_comm_ms * 4 / 6)
 
 
-def test_host_time_is_not_split_by_tensor_parallelism():
+def test_host_time_is_not_split_by_tensor_parallelism_and_hides_the_all_reduces():
+    """NCCL's all-reduces are kernels on the stream: a host-bound GPU runs them while its host
+    issues the next kernels, so the stage is the host's time, not the host's plus theirs."""
     est = iteration(stack(host_ms=5.0), Layout(8, 1, 1, 4, 16), NODE)
-    assert est.stage_ms - est.tp_comm_ms == pytest.approx(8 * 5.0 + 5.0)
+    assert 0 < est.tp_comm_ms < 8 * 5.0 + 5.0
+    assert est.stage_ms == pytest.approx(8 * 5.0 + 5.0)
+
+
+def test_what_tensor_parallelism_does_not_split_runs_whole_on_every_gpu():
+    from dataclasses import replace
+    whole = replace(stack(), block=Part(device_ms=8.0, host_ms=0.1, optimizer_ms=0.5, replicated_ms=2.0))
+    split, kept = (iteration(s, Layout(4, 1, 1, 4, 16), NODE) for s in (stack(), whole))
+    assert kept.stage_ms - split.stage_ms == pytest.approx(8 * (2.0 - 2.0 / 4))
 
 
 def test_the_pipeline_bubble_shrinks_with_more_micro_batches():

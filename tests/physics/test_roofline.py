@@ -9,7 +9,7 @@ import pytest
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.roofline import FEATURE_NAMES, OPTIMIZER_BYTES, WINOGRAD_FACTOR, device_rates, node_features, roofline
-from trappm_ray.physics.units import FREE, TENSOR, VECTOR, attention_scores, misaligned, node_classes
+from trappm_ray.physics.units import FREE, SOFTMAX, TENSOR, VECTOR, attention_scores, misaligned, node_classes
 from tests import onnx_builders as ob
 
 RTX3090 = devices.get("rtx3090")  # 35.6 TFLOPS FP32, 71 FP16 tensor (FP32 accumulate), 936 GB/s
@@ -150,6 +150,19 @@ def test_masked_attention_is_fused_too():
     g = featurize(ob.masked_attention(seq=64), batch_size=4)
     names = ["q", "k", "kt", "scores", "scale", "causal", "pad", "softmax", "attn"]
     assert [names[i] for i in np.flatnonzero(attention_scores(g))] == ["scores", "scale", "causal", "pad", "softmax"]
+
+
+def test_megatron_attention_stores_the_scores_once():
+    """Megatron-LM: q @ k^T writes the half-precision scores; one kernel scales, masks and
+    softmaxes them (the Div, Where and Add launch none); dropout rewrites the probabilities."""
+    g = featurize(ob.masked_attention(seq=64), batch_size=4)
+    megatron, eager = (roofline(g, RTX3090, "amp-fp16", "infer", fused_attention=f) for f in (SOFTMAX, False))
+    scale, causal, pad, softmax = 4, 5, 6, 7
+    assert megatron.flops[[scale, causal, pad]].tolist() == megatron.bytes[[scale, causal, pad]].tolist() == [0, 0, 0]
+    scores = 4 * 64 * 64
+    assert megatron.bytes[softmax] == pytest.approx((4 * 2 + 1) * scores)
+    assert megatron.bytes[3] == pytest.approx(eager.bytes[3])  # the scores written as eagerly
+    assert roofline(g, RTX3090, "amp-fp16", "infer").total_ms < megatron.total_ms < eager.total_ms
 
 
 @pytest.mark.parametrize("n,odd", [(1001, True), (1000, False), (1024, False)])

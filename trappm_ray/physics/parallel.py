@@ -5,10 +5,11 @@ output head). The step model (:mod:`trappm_ray.physics.step_model`) gives one bl
 rest's device and host time for one micro-batch; this module lays them out on ``tp x pp x dp``
 GPUs the way Megatron-LM runs them (Shoeybi et al. 2019; Narayanan et al., SC'21):
 
-* **Tensor parallelism** splits every block's matrix multiplies over ``tp`` GPUs (device time /
-  ``tp``; each GPU still issues every kernel, so host time is not split) and all-reduces the
-  block's activations twice in the forward and twice in the backward (twice more where the
-  forward is recomputed), on the critical path.
+* **Tensor parallelism** splits every block's matrix multiplies and attention heads over ``tp``
+  GPUs; each GPU still normalizes, adds the residual and drops out the whole activations
+  (:func:`replicated_ms`) and issues every kernel, so neither that nor host time is split. It
+  all-reduces the block's activations twice in the forward and twice in the backward (twice more
+  where the forward is recomputed), on the device's critical path.
 * **Pipeline parallelism** gives each of ``pp`` stages ``L / pp`` blocks (the rest on the last
   stage, whose output head is the costliest part); the 1F1B schedule runs ``n`` micro-batches
   in ``(n - 1)`` times the slowest stage plus one pass through every stage (fill and drain),
@@ -27,8 +28,10 @@ micro-batch keeps (1F1B: the first stage holds ``min(pp, n)`` of them; with chec
 each block's input, which tensor parallelism does not split); one block's full activations while
 its backward runs, over ``tp``; the rest's on the stages that hold it; workspace and context once.
 
-A stage's micro-batch takes the longer of its host's issue time and its GPUs' device time (eager
-PyTorch issues ahead of the device). Calculon (Isaev et al., SC'23) and vTrain (Bang et al.,
+A stage's micro-batch takes the longer of its host's issue time and its GPUs' device time with
+the tensor-parallel all-reduces (eager PyTorch issues ahead of the device, and NCCL's kernels
+queue on the stream: the host does not wait for them), then its pipeline sends (Megatron waits
+for those). Attention is Megatron's (:data:`trappm_ray.physics.units.SOFTMAX`). Calculon (Isaev et al., SC'23) and vTrain (Bang et al.,
 MICRO'24) compose the same terms; the check against vTrain's measured A100 iterations is
 ``docs/results-parallel.md``.
 """
@@ -37,10 +40,14 @@ from __future__ import annotations
 import math
 from dataclasses import asdict, dataclass
 
+import numpy as np
+
 from trappm_ray.physics.collectives import Cluster, allreduce_ms
 from trappm_ray import devices
 from trappm_ray.physics.memory import MemoryEstimate, training_memory
-from trappm_ray.physics.step_model import Setting, StepEstimate, step_time
+from trappm_ray.physics.roofline import BACKWARD_FACTOR, PRECISIONS
+from trappm_ray.physics.step_model import Setting, StepEstimate, node_device_us, step_time
+from trappm_ray.physics.units import SOFTMAX, VECTOR, node_classes
 
 GRAD_BYTES = 2  # fp16/bf16 gradients all-reduced (mixed precision)
 # Megatron-LM pads the vocabulary to a multiple of 128 (``--make-vocab-size-divisible-by``) times
@@ -49,9 +56,10 @@ GRAD_BYTES = 2  # fp16/bf16 gradients all-reduced (mixed precision)
 # 128 alone is kept here (GPT-2's 50,257 words -> 50,304; Megatron at tp 8: 51,200): a block's
 # graph is built once for every layout, and the alignment is what the time depends on.
 VOCAB_MULTIPLE = 128
-# Megatron-LM as the SC'21 runs and vTrain's used it writes attention's scores to memory (a fused
-# scale-mask-softmax kernel, no FlashAttention): its blocks are costed with the scores stored.
-FUSED_ATTENTION = False
+# Megatron-LM as the SC'21 runs and vTrain's used it writes attention's scores to memory and
+# reads them once in a fused scale-mask-softmax kernel (no FlashAttention): its blocks' time is
+# costed so; their memory as eager attention's (the scores and the probabilities both kept).
+FUSED_ATTENTION = SOFTMAX
 
 
 def padded_vocab(config: dict) -> dict:
@@ -101,20 +109,36 @@ class Layout:
 @dataclass(frozen=True)
 class Part:
     """One part of a training micro-batch, from the step model (ms): the device's forward and
-    backward time, the host's issue time, and the optimizer update of the part's parameters."""
+    backward time, the host's issue time, the optimizer update of the part's parameters, and the
+    share of the device time tensor parallelism does not split (:func:`replicated_ms`)."""
 
     device_ms: float
     host_ms: float
     optimizer_ms: float
+    replicated_ms: float = 0.0
 
     @classmethod
-    def of(cls, step: StepEstimate) -> Part:
-        return cls(step.device_ms - step.optimizer_ms, step.host_ms, step.optimizer_ms)
+    def of(cls, step: StepEstimate, replicated: float = 0.0) -> Part:
+        return cls(step.device_ms - step.optimizer_ms, step.host_ms, step.optimizer_ms, replicated)
 
     def __sub__(self, other: Part) -> Part:
         """What ``self`` has beyond ``other`` (a model with one more block: that block)."""
         return Part(self.device_ms - other.device_ms, self.host_ms - other.host_ms,
-                    self.optimizer_ms - other.optimizer_ms)
+                    self.optimizer_ms - other.optimizer_ms, self.replicated_ms - other.replicated_ms)
+
+    def on(self, tp: int) -> float:
+        """Device time (ms) on each of ``tp`` tensor-parallel GPUs."""
+        return (self.device_ms - self.replicated_ms) / tp + self.replicated_ms
+
+
+def replicated_ms(graph, spec: devices.DeviceSpec, setting: Setting, tokens_x_hidden: float) -> float:
+    """Device time (ms) of a training micro-batch's kernels that every tensor-parallel GPU runs
+    whole: Megatron splits the matrix products and attention's heads, but each GPU normalizes,
+    adds the residual and drops out the full ``tokens x hidden`` activations. Those are the vector
+    ops whose output is that size; forward, backward (``BACKWARD_FACTOR`` x) and recompute."""
+    node_us = node_device_us(graph, spec, setting.precision, fused_attention=FUSED_ATTENTION)
+    whole = (node_classes(graph) == VECTOR) & (np.asarray(graph.out_elems, np.float64) == tokens_x_hidden)
+    return float(node_us[whole].sum()) * (1 + BACKWARD_FACTOR + setting.recompute) / 1e3
 
 
 @dataclass(frozen=True)
@@ -221,11 +245,11 @@ def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstima
     gathers = (3 if stack.recompute else 2) * dp_comm / 2 if layout.zero == 3 else 0.0
 
     def device(last: bool) -> float:
-        return (per_stage * stack.block.device_ms + last * stack.rest.device_ms) / layout.tp
+        return per_stage * stack.block.on(layout.tp) + last * stack.rest.on(layout.tp)
 
     def stage(last: bool) -> float:
         host = per_stage * stack.block.host_ms + last * stack.rest.host_ms
-        return max(device(last), host, gathers) + tp_comm + p2p
+        return max(device(last) + tp_comm, host, gathers) + p2p
 
     first, last = stage(layout.pp == 1), stage(True)
     slowest = max(first, last)
@@ -243,9 +267,11 @@ def build_stack(one, two, blocks: int, spec: devices.DeviceSpec, setting: Settin
     """The :class:`Stack` of a model of ``blocks`` blocks from the graphs of the same model with
     one block (``one``) and with two (``two``), featurized at the micro-batch: their difference is
     a block, the rest is what the one-block model has besides it."""
-    steps = [Part.of(step_time(g, spec, setting, "train", fused_attention=FUSED_ATTENTION)) for g in (one, two)]
+    act = PRECISIONS[setting.precision][1]
+    steps = [Part.of(step_time(g, spec, setting, "train", fused_attention=FUSED_ATTENTION),
+                     replicated_ms(g, spec, setting, boundary_bytes / act)) for g in (one, two)]
     memory = [training_memory(g, "fp32" if setting.precision == "tf32" else setting.precision, setting.optimizer,
-                              fused_attention=FUSED_ATTENTION) for g in (one, two)]
+                              fused_attention=False) for g in (one, two)]  # FUSED_ATTENTION's memory
     parts = [PartMemory.of(m) for m in memory]
     block, block_memory = steps[1] - steps[0], parts[1] - parts[0]
     params = [float(g.static["params"]) for g in (one, two)]
@@ -278,4 +304,4 @@ def memory_per_gpu(stack: Stack, layout: Layout) -> float:
     return max(stage(True, layout.pp == 1), stage(layout.pp == 1, True))
 
 
-__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "padded_vocab", "Layout", "Part", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration"]
+__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "padded_vocab", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration"]

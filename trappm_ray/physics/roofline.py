@@ -50,8 +50,8 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.physics.folded_norm import guess_folded_norm
 from trappm_ray.physics.graph_walk import FP32_OPS, FP32_RESULT_OPS, walk
-from trappm_ray.physics.units import (FREE, MATMUL_OPS, TENSOR, VECTOR, attends, attention_scores, misaligned,
-                                      node_classes)
+from trappm_ray.physics.units import (FREE, MATMUL_OPS, SOFTMAX, TENSOR, VECTOR, attends, attention_scores,
+                                      misaligned, node_classes)
 
 log = logging.getLogger(__name__)
 
@@ -153,7 +153,7 @@ def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float
     return tensor, vector, spec.memory_bw_gbs * 1e9
 
 
-def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fused_attention: bool,
+def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fused_attention: bool | str,
                   compiled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Per node forward FLOPs, bytes, and the FLOPs/bytes of restored BatchNorms.
 
@@ -175,6 +175,10 @@ def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fu
     if act == 2:  # autocast (and pure half) keep these ops' results in fp32
         elem_bytes[[i for i, op in enumerate(graph.ops) if op in FP32_OPS or op in FP32_RESULT_OPS]] = 4.0
     on_chip = attention_scores(graph, tensors, cls) if fused_attention else np.zeros(n, bool)
+    softmax = on_chip & np.array([op == "Softmax" for op in graph.ops], bool)
+    if fused_attention == SOFTMAX:  # the scores stored, the scale and masks fused into the softmax
+        on_chip = on_chip & (cls != TENSOR) & ~softmax
+        elem_bytes[:n][softmax] = act  # which writes half-precision probabilities
     stored = np.append(tensors.real[:n] & ~on_chip, True)
     sized, kept = (tensors.elems * elem_bytes).tolist(), stored.tolist()  # lists: cheap per element
     reads = np.array([sum(sized[p] for p in ps if kept[p]) for ps in tensors.preds], np.float64)
@@ -186,18 +190,21 @@ def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fu
         moved[cls == VECTOR] = 0.0
     wbytes = params * np.where(cls == TENSOR, w_tensor, w_other)
     moved += np.where(cls == FREE, 0.0, wbytes)
+    if fused_attention == SOFTMAX:  # the scores read, the probabilities written; dropout reads
+        flops[on_chip], moved[on_chip] = 0.0, 0.0  # those and writes them with a mask byte each
+        moved[softmax] = (4 * act + 1) * out_elems[softmax]
     bn_flops = folded * out_elems * BN_FLOPS_PER_ELEM
     bn_bytes = folded * out_elems * 2 * act * (not compiled)  # read conv output, write result
     return flops, moved, np.stack([bn_flops, bn_bytes])
 
 
-def _work(graph, precision: str, restore_folded_bn: bool, folded_norm: np.ndarray | None, fused_attention: bool,
-          compiled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+def _work(graph, precision: str, restore_folded_bn: bool, folded_norm: np.ndarray | None,
+          fused_attention: bool | str, compiled: bool) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Node classes and :func:`_forward_work`, which depend on the graph and the setting but not
     on the device or the mode: kept in ``graph.derived`` (read-only), as one prediction asks for
     the same graph's roofline on several devices and in both modes."""
     derived = getattr(graph, "derived", None) if folded_norm is None else None
-    fused_attention = fused_attention and attends(graph)  # one work for both where nothing attends
+    fused_attention = fused_attention if attends(graph) else False  # one work for all where nothing attends
     key = ("roofline_work", precision, restore_folded_bn, fused_attention, compiled)
     if derived is not None and key in derived:
         return derived[key]
@@ -214,7 +221,7 @@ def _work(graph, precision: str, restore_folded_bn: bool, folded_norm: np.ndarra
 
 def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode: str = "train",
              optimizer: str = "sgd-momentum", restore_folded_bn: bool = True,
-             folded_norm: np.ndarray | None = None, fused_attention: bool = True,
+             folded_norm: np.ndarray | None = None, fused_attention: bool | str = True,
              compiled: bool = False) -> RooflineEstimate:
     """The roofline floor of one step of ``graph`` on ``spec`` (see the module docstring).
 
@@ -228,7 +235,8 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
         folded_norm: per node mask of such Convs; default: ``guess_folded_norm(graph)``.
         fused_attention: attention scores stay on chip (``units.attention_scores``), as with
             PyTorch 2's fused attention; the default, since a floor must not count traffic a
-            fused kernel avoids. Pass False for eager PyTorch 1.x, which materializes them.
+            fused kernel avoids. Pass False for eager PyTorch 1.x, which materializes them,
+            ``units.SOFTMAX`` for Megatron-LM's fused scale-mask-softmax and attention dropout.
         compiled: the step runs under a fusing compiler (``torch.compile``): vector ops (and
             restored BatchNorms) are assumed fused into their neighbours and move no memory.
 

@@ -205,7 +205,7 @@ def queue_ms(host_us: np.ndarray, device_us: np.ndarray) -> float:
 
 
 def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
-               fused_attention: bool = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+               fused_attention: bool | str = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per graph node of the forward pass: whether it launches a kernel, its compute time at its
     fill of the SMs, its memory time, a restored BatchNorm's memory time (us), and its fill."""
     est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
@@ -227,7 +227,7 @@ def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency 
 
 
 def forward_kernels(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
-                    fused_attention: bool = True) -> tuple[np.ndarray, np.ndarray, float]:
+                    fused_attention: bool | str = True) -> tuple[np.ndarray, np.ndarray, float]:
     """Per forward kernel of ``graph`` (restored BatchNorms as kernels of their own), its compute
     time at its fill of the SMs and its memory time (us; the kernel takes the larger, at least
     ``eff.kernel_us``), and the kernels' device-time-weighted mean fill."""
@@ -246,7 +246,7 @@ def launches(graph, spec: devices.DeviceSpec, precision: str) -> int:
 
 
 def node_device_us(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
-                   fused_attention: bool = True) -> np.ndarray:
+                   fused_attention: bool | str = True) -> np.ndarray:
     """Per graph node, the device time of its forward kernel (us; 0 for a node that launches none,
     a restored BatchNorm's kernel added to its Conv's): what a per-layer breakdown sums."""
     work, compute, memory, bn, _ = node_terms(graph, spec, precision, eff, fused_attention)
@@ -282,7 +282,7 @@ def bandwidth_of(spec: devices.DeviceSpec) -> float:
 
 def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting(), mode: str = "train",
               host_us: dict[str, float] | None = None, eff: Efficiency = Efficiency(),
-              fused_attention: bool = True) -> StepEstimate:
+              fused_attention: bool | str = True) -> StepEstimate:
     """One training step (``mode="train"``: forward, backward, optimizer) or inference pass
     (``"infer"``) of ``graph`` on ``spec``, as the module docstring describes.
 
@@ -292,7 +292,8 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
         setting: a :class:`Setting` or a resolved option dict.
         host_us: ``{"forward": us, "backward": us}`` per graph kernel (default :data:`HOST_US`).
         eff: the kernels' achievable shares of the peaks.
-        fused_attention: attention scores stay on chip (PyTorch 2's fused attention).
+        fused_attention: attention scores stay on chip (PyTorch 2's fused attention); False:
+            eager, ``units.SOFTMAX``: Megatron-LM's fused softmax (:func:`~trappm_ray.physics.roofline.roofline`).
 
     Raises:
         ValueError: a precision the device has no sourced peak for.
@@ -309,7 +310,7 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
 
 
 def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dict[str, float], eff: Efficiency,
-               fused_attention: bool) -> StepEstimate:
+               fused_attention: bool | str) -> StepEstimate:
     f_comp, f_mem, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
     f_host, f_least = np.full(len(f_comp), host["forward"]), np.full(len(f_comp), eff.kernel_us)
     if mode == "infer":

@@ -7,7 +7,9 @@ traffic by these classes.
   are not (cuDNN runs them on the CUDA cores), nor is a product with an odd inner or output
   dimension (:func:`misaligned`).
 * Attention (:func:`attention_scores`): FlashAttention (Dao et al., NeurIPS 2022), which PyTorch
-  2's ``scaled_dot_product_attention`` runs, never writes the scores to memory.
+  2's ``scaled_dot_product_attention`` runs, never writes the scores to memory. Megatron-LM's
+  fused scale-mask-softmax (:data:`SOFTMAX`) sits between: ``q @ k^T`` writes the scores, one
+  kernel reads them and writes the half-precision probabilities, the scale and the masks on chip.
 """
 from __future__ import annotations
 
@@ -26,6 +28,12 @@ MATMUL_OPS = {"Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
 THIN_GROUP_CHANNELS = 8
 # What may stand between attention's q @ k^T and its Softmax: scaling, masking, biases.
 MASKING = POINTWISE | {"Where"}
+# The value of ``fused_attention`` (True: FlashAttention; False: eager, every op a kernel) for
+# Megatron-LM's attention, which its SC'21 runs and vTrain's use: ``q @ k^T`` stores the scores,
+# one kernel scales, masks and softmaxes them into half-precision probabilities
+# (``FusedScaleMaskSoftmax``), and attention dropout (its default rate 0.1) reads those and
+# writes them again with a byte of mask each (Shoeybi et al. 2019).
+SOFTMAX = "softmax"
 
 
 def node_classes(graph) -> np.ndarray:
@@ -131,5 +139,5 @@ def attends(graph) -> bool:
     return found
 
 
-__all__ = ["FREE", "VECTOR", "TENSOR", "FREE_OPS", "MATMUL_OPS", "node_classes", "attention_scores",
+__all__ = ["FREE", "VECTOR", "TENSOR", "FREE_OPS", "MATMUL_OPS", "SOFTMAX", "node_classes", "attention_scores",
            "misaligned", "attends"]
