@@ -20,6 +20,18 @@ def test_a_second_node_adds_the_network_step():
     assert C.allreduce_ms(1e9, 4, a100, nodes=4) > C.allreduce_ms(1e9, 4, a100)  # spread out: the network
 
 
+def test_a_capped_flow_paces_one_ring_over_every_gpu():
+    """NCCL over TCP (Pollux's AWS nodes, 5 Gb/s a flow): each ring crossing between nodes is one
+    flow, so the time grows with the GPUs per node, which a hierarchical all-reduce would not."""
+    g4dn = C.Cluster.of("aws-g4dn-12xlarge")
+    assert g4dn.flow_gbps == 5 and g4dn.flow_gbs == pytest.approx(5 / 8)
+    two_by_one, two_by_four = C.allreduce_ms(436e6, 2, g4dn, nodes=2), C.allreduce_ms(436e6, 8, g4dn, nodes=2)
+    assert two_by_one == pytest.approx(C.ring_allreduce_ms(436e6, 2, 5 / 8, g4dn.inter_latency_us))
+    assert two_by_four / two_by_one == pytest.approx(1.75, rel=0.01)
+    uncapped = C.Cluster.of({"gpus_per_node": 4, "intra_busbw_gbs": 10, "inter_gbps": 50})
+    assert uncapped.flow_gbs == pytest.approx(50 / 8) and C.allreduce_ms(436e6, 8, uncapped, nodes=2) < two_by_four / 5
+
+
 def test_ddp_hides_the_all_reduce_behind_a_long_backward_but_not_the_last_bucket():
     a100 = C.Cluster.of("dgx-a100")
     grads = 400e6

@@ -126,11 +126,14 @@ def markdown(tables: dict, dp: dict, seconds: float) -> str:
               "counts it was not fitted on; Pollux one-node steps 3-9%). The DGX-1's V100 tables are not one "
               "ring bandwidth: 23 GB/s for 2 GPUs, 85 for 4, 135 for 8 (its hybrid cube mesh), so a partial "
               "DGX-1 is mispredicted by 35-83%. Across Pollux's nodes the measured synchronisation (median "
-              "0.9 s for BERT's 436 MB of gradients, 92 ms for ResNet-50's 102 MB) implies 0.5-1.1 GB/s, "
-              "not the 6.25 GB/s of the instances' 50 Gb/s network, and the model misses it almost entirely: "
-              "several nodes stay an open problem.", "",
-              "Not yet modelled: tensor and pipeline parallelism, ZeRO/FSDP, vTrain's and Gavel's step times; "
-              "the product answers data parallelism only (`--gpus N --cluster NAME`).", ""]
+              "0.9 s for BERT's 436 MB of gradients) grows with the GPUs per node as one ring over every GPU "
+              "does, and its rate is AWS's documented 5 Gb/s limit on one network flow between instances "
+              "outside a placement group, not the instances' 50 Gb/s: NCCL over TCP sockets carries each "
+              "ring crossing between nodes in one flow (`flow_gbps` in `data/clusters.csv`; nothing fitted "
+              "to these rows). With the NIC's rate and NCCL's hierarchical form instead, several nodes read "
+              "56% (BERT), 32% (CIFAR ResNet-18) and 24% (ResNet-50) off.", "",
+              "The communication alone is checked here (each row's one-GPU step is measured); tensor and "
+              "pipeline parallelism are checked on vTrain's runs in `docs/results-parallel.md`.", ""]
     return "\n".join(lines)
 
 

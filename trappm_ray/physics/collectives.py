@@ -4,7 +4,11 @@ An all-reduce of ``B`` bytes over ``n`` GPUs in a ring moves ``2 (n - 1) / n x B
 GPU's link and takes ``2 (n - 1)`` latency steps (Patarasuk & Yuan, JPDC 2009; NCCL's "bus
 bandwidth" is ``B x 2 (n - 1) / n / time``). Over several nodes NCCL reduces inside each node,
 all-reduces across nodes, then broadcasts inside each node (hierarchical); the inter-node step
-carries a node's whole share through its network links.
+carries a node's whole share through its network links. Where the network caps one connection
+(``flow_gbps``: a cloud's TCP flow limit, which NCCL's socket transport meets without RDMA), the
+ring over every GPU is paced by its crossings between nodes, each one such flow: on Pollux's AWS
+nodes (5 Gb/s a flow) that reads the measured synchronisation, the NIC's 50 Gb/s reads it 5-10x
+short (``docs/results-distributed.md``).
 
 Clusters are data (``data/clusters.csv``, :func:`load_clusters`): GPUs per node, the intra-node
 bus bandwidth and latency (fitted on vTrain's measured all-reduce tables where they exist, else
@@ -18,12 +22,19 @@ import json
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
+from typing import Any, Callable
 
 CLUSTERS_CSV = Path(__file__).resolve().parents[1] / "data" / "clusters.csv"
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's default bucket_cap_mb
 DEFAULT_LATENCY_US = 30.0  # a user's cluster without latencies: of the order the tables hold
-NUMERIC = {"gpus_per_node": int, "intra_busbw_gbs": float, "intra_latency_us": float, "inter_gbps": float,
-           "inter_latency_us": float}
+def _optional(value) -> float:
+    """A number the table may leave empty (0: none)."""
+    return float(value) if value not in ("", None) else 0.0
+
+
+NUMERIC: dict[str, Callable[[Any], Any]] = {
+    "gpus_per_node": int, "intra_busbw_gbs": float, "intra_latency_us": float, "inter_gbps": float,
+    "inter_latency_us": float, "flow_gbps": _optional}
 ALIASES = {"intra_node_gbs": "intra_busbw_gbs", "inter_node_gbps": "inter_gbps"}  # the API's spelling
 
 
@@ -40,6 +51,12 @@ class Cluster:
     inter_gbps: float
     inter_latency_us: float
     source: str = ""
+    flow_gbps: float = 0.0  # what one network connection carries at most (0: no cap, RDMA)
+
+    @property
+    def flow_gbs(self) -> float:
+        """GB/s of one connection between nodes: the network's, or its per-flow cap."""
+        return min(self.inter_gbps, self.flow_gbps or self.inter_gbps) / 8
 
     @classmethod
     def of(cls, value: str | dict | Path) -> Cluster:
@@ -107,6 +124,8 @@ def allreduce_ms(nbytes: float, gpus: int, cluster: Cluster, nodes: int | None =
     inside = ring_allreduce_ms(nbytes, per_node, cluster.intra_busbw_gbs, cluster.intra_latency_us)
     if nodes == 1:
         return inside
+    if cluster.flow_gbps:  # one ring over every GPU, paced by its crossings between nodes
+        return ring_allreduce_ms(nbytes, gpus, min(cluster.intra_busbw_gbs, cluster.flow_gbs), cluster.inter_latency_us)
     return inside + ring_allreduce_ms(nbytes, nodes, cluster.inter_gbps / 8, cluster.inter_latency_us)
 
 

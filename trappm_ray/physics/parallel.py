@@ -223,7 +223,7 @@ def _p2p_ms(nbytes: float, layout: Layout, cluster: Cluster) -> float:
     if layout.pp == 1:
         return 0.0
     if layout.tp * layout.pp > cluster.gpus_per_node:
-        return (nbytes / (cluster.inter_gbps / 8 * 1e9) + cluster.inter_latency_us * 1e-6) * 1e3
+        return (nbytes / (cluster.flow_gbs * 1e9) + cluster.inter_latency_us * 1e-6) * 1e3
     return (nbytes / (cluster.intra_busbw_gbs * 1e9) + cluster.intra_latency_us * 1e-6) * 1e3
 
 
