@@ -23,3 +23,12 @@ def test_each_row_is_answered_and_the_layout_terms_add_to_perfect_scaling():
     assert len(found) == len(rows) and summary["layout model"]["all"].rows == len(rows)
     assert all(f["predicted_ms"] >= f["ideal_ms"] for f in found)
     assert f"| {len(rows)} | all |" in parallel.markdown(found, summary, 1.0)
+
+
+def test_layouts_are_ranked_within_one_model_gpu_count_and_batch():
+    rows = [{"layouts_of": g, "measured_ms": m, "predicted_ms": p, "ideal_ms": 1.0}
+            for g, pairs in (("a", [(1, 10), (2, 20), (3, 30)]), ("b", [(1, 30), (2, 20), (3, 10)]), ("c", [(1, 1)]))
+            for m, p in pairs]
+    r = parallel.ranking(rows)
+    assert (r.groups, r.median, r.share_at_least_0_9, r.worst, r.worst_group) == (2, 0.0, 0.5, -1.0, "b")
+    assert parallel.ranking(rows, "ideal_ms").median == 0.0  # ties rank nothing

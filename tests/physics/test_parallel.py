@@ -119,3 +119,9 @@ def test_the_vocabulary_is_padded_as_megatron_pads_it():
     assert padded_vocab({"vocab_size": 50257, "n_embd": 768})["vocab_size"] == 50304
     assert padded_vocab({"vocab_size": 32000}) == {"vocab_size": 32000}
     assert padded_vocab({"n_embd": 768}) == {"n_embd": 768}  # no vocabulary named: nothing to pad
+
+
+def test_megatron_runs_adam_as_one_fused_kernel():
+    from trappm_ray.physics.parallel import megatron_setting
+    assert megatron_setting("amp-fp16", "adam", True).fused_optimizer
+    assert not megatron_setting("amp-fp16", "sgd-momentum", False).fused_optimizer

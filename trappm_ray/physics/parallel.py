@@ -46,7 +46,8 @@ from trappm_ray.physics.collectives import Cluster, allreduce_ms
 from trappm_ray import devices
 from trappm_ray.physics.memory import MemoryEstimate, training_memory
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, PRECISIONS
-from trappm_ray.physics.step_model import Setting, StepEstimate, node_device_us, step_time
+from trappm_ray.physics.step_model import (FUSED_OPTIMIZER_PASSES, Setting, StepEstimate, node_device_us,
+                                           step_time)
 from trappm_ray.physics.units import SOFTMAX, VECTOR, node_classes
 
 GRAD_BYTES = 2  # fp16/bf16 gradients all-reduced (mixed precision)
@@ -60,6 +61,13 @@ VOCAB_MULTIPLE = 128
 # reads them once in a fused scale-mask-softmax kernel (no FlashAttention): its blocks' time is
 # costed so; their memory as eager attention's (the scores and the probabilities both kept).
 FUSED_ATTENTION = SOFTMAX
+
+
+def megatron_setting(precision: str, optimizer: str, recompute: bool) -> Setting:
+    """A step's setting as Megatron-LM runs it: Adam and AdamW as apex's fused kernel (one pass
+    over the weights, gradients and both moments), not torch.optim's foreach list ops."""
+    return Setting(precision=precision, optimizer=optimizer, fused_optimizer=optimizer in FUSED_OPTIMIZER_PASSES,
+                   recompute=recompute)
 
 
 def padded_vocab(config: dict) -> dict:
@@ -304,4 +312,4 @@ def memory_per_gpu(stack: Stack, layout: Layout) -> float:
     return max(stage(True, layout.pp == 1), stage(layout.pp == 1, True))
 
 
-__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "padded_vocab", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration"]
+__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "megatron_setting", "padded_vocab", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration"]

@@ -21,10 +21,10 @@ from trappm_ray import devices, errors
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import Cluster, cluster_for
 from trappm_ray.physics.parallel import (FUSED_ATTENTION, IterationEstimate, Layout, build_stack, iteration,
-                                         memory_per_gpu, padded_vocab)
+                                         megatron_setting, memory_per_gpu, padded_vocab)
 from trappm_ray.physics.power import PowerModel, power_at
 from trappm_ray.physics.roofline import OPTIMIZER_BYTES, precision_refusal
-from trappm_ray.physics.step_model import Setting, step_time
+from trappm_ray.physics.step_model import step_time
 from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model
 from trappm_ray.serving.prediction import Estimate, Prediction
 
@@ -37,7 +37,7 @@ POSITION_KEYS = ("n_positions", "max_position_embeddings")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 # 90th percentile of |error| of the layout model on vTrain's A100 Megatron runs (python
 # jobs/evaluate_parallel.py, docs/results-parallel.md, 2026-11-28): the interval of a layout's answer.
-LAYOUT_ERROR_P90 = {"one node": 0.192, "many nodes": 0.183}
+LAYOUT_ERROR_P90 = {"one node": 0.179, "many nodes": 0.186}
 
 
 @dataclass(frozen=True)
@@ -143,7 +143,7 @@ def plan(model: str | dict, gpus: int, device: str | devices.DeviceSpec, global_
         raise errors.UnsupportedOption(f"no layout of {blocks} blocks and {config[heads]} heads on {gpus} GPUs "
                                        f"divides a global batch of {global_batch}{asked}")
     exports = [config_model({**padded_vocab(config), layer: n}, f"{label} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
-    setting = Setting(precision=precision, optimizer=optimizer, recompute=recompute)
+    setting = megatron_setting(precision, optimizer, recompute)
     act_bytes = 4 if precision in ("fp32", "tf32") else 2
     stacks, steps = {}, {}
     for micro in sorted({lo.micro_batch for lo in options}):
