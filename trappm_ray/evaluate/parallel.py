@@ -163,7 +163,8 @@ def ranking(found: list[dict], answer: str = "predicted_ms") -> Ranking:
     for row in found:
         groups[row["layouts_of"]].append((row["measured_ms"], row[answer]))
     # an answer that ties every layout of a group (perfect scaling does) ranks none of them: 0
-    rho = {g: float(np.nan_to_num(spearmanr(*zip(*rows))[0])) for g, rows in groups.items() if len(rows) >= 3}
+    rho = {g: float(spearmanr(*zip(*rows))[0]) if len({p for _, p in rows}) > 1 and len({m for m, _ in rows}) > 1
+           else 0.0 for g, rows in groups.items() if len(rows) >= 3}
     worst = min(rho, key=rho.__getitem__)
     values = np.array(list(rho.values()))
     return Ranking(len(rho), float(np.median(values)), float(np.mean(values >= 0.9)), rho[worst], worst)
