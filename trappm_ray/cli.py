@@ -2,6 +2,7 @@
 
     trappm-ray graph FILE.onnx --batch-size N [--feature-set v2] [--resolution R] [--json]
     trappm-ray predict FILE.onnx [--batch-size N] [--sweep] [--json] [--predictor URI] ...
+    trappm-ray plan CONFIG --gpus N --device GPU --global-batch B --seq S [--plot FILE.png] ...
 
 Bad input exits non-zero with one line on stderr naming the problem; never a traceback.
 """
@@ -14,7 +15,7 @@ from dataclasses import replace
 
 from trappm_ray import errors
 from trappm_ray.model import options
-from trappm_ray.serving.report import plot_sweep, print_comparison, print_report
+from trappm_ray.serving.report import plot_layouts, plot_sweep, print_comparison, print_report
 
 
 def _batch(text: str) -> int | None:
@@ -38,8 +39,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from trappm_ray.physics.floors import gpu_memory_mb
 
     fs = features.get(args.feature_set)
-    graph = featurize(args.file, batch_size=args.batch_size, resolution=args.resolution,
-                      dims=_dims(args.dim))
+    graph = featurize(args.file, batch_size=args.batch_size, resolution=args.resolution, dims=_dims(args.dim))
     x = features.node_features(graph, fs)
     report = {
         "file": args.file, "feature_set": fs.name, **graph.summary(),
@@ -50,11 +50,7 @@ def cmd_graph(args: argparse.Namespace) -> int:
         "gpu_training_memory_mb": round(gpu_memory_mb(graph, args.precision, args.optimizer)["value"], 1),
         "gpu_training_memory_setting": f"{args.precision} + {args.optimizer} (CUDA memory model)",
     }
-    if args.json:
-        print(json.dumps(report))
-    else:
-        for k, v in report.items():
-            print(f"{k:>28}: {v}")
+    print(json.dumps(report) if args.json else "\n".join(f"{k:>28}: {v}" for k, v in report.items()))
     return 0
 
 
@@ -286,7 +282,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
     answers = plan.plan(args.model, args.gpus, args.device, args.global_batch, args.seq, args.precision,
                         args.optimizer, not args.no_recompute, args.cluster, only=only)
     title = f"{args.model} on {args.gpus} x {args.device}, global batch {args.global_batch} x {args.seq} tokens"
-    print(json.dumps([a.to_dict() for a in answers]) if args.json else plan.table(answers, args.top, title))
+    rows = [a.to_dict() for a in answers]
+    print(json.dumps(rows) if args.json else plan.table(answers, args.top, title))
+    if args.plot and rows:
+        plot_layouts(rows, args.plot, title, plan.devices.resolve(args.device).memory_gb, args.top)
     return 0
 
 
@@ -372,6 +371,7 @@ def build_parser() -> argparse.ArgumentParser:
         pl.add_argument(f"--{name}", type=int, default=None, help=f"only layouts with this {name}")
     pl.add_argument("--top", type=int, default=10, help="layouts printed (--json prints every one)")
     pl.add_argument("--json", action="store_true")
+    pl.add_argument("--plot", default=None, help="PNG path: time vs memory per layout, where the top ones' time goes")
     pl.set_defaults(func=cmd_plan)
     d = sub.add_parser("devices", help="list the shipped predictors and the device spec table")
     d.add_argument("--json", action="store_true", help="print one JSON object")

@@ -125,3 +125,16 @@ def test_megatron_runs_adam_as_one_fused_kernel():
     from trappm_ray.physics.parallel import megatron_setting
     assert megatron_setting("amp-fp16", "adam", True).fused_optimizer
     assert not megatron_setting("amp-fp16", "sgd-momentum", False).fused_optimizer
+
+
+def test_where_the_iteration_goes_adds_up_and_names_the_links():
+    from trappm_ray.physics.parallel import traffic
+    for lo in (Layout(8, 1, 1, 4, 16), Layout(2, 2, 2, 4, 16), Layout(1, 4, 4, 2, 32, zero=3)):
+        est = iteration(stack(host_ms=1.0), lo, NODE)
+        assert sum(est.where().values()) == pytest.approx(est.total_ms)
+    tp_only = iteration(stack(), Layout(8, 1, 1, 4, 16), NODE)
+    assert tp_only.intra_node_bytes > 0 and tp_only.network_bytes == 0
+    # 8 blocks x 6 all-reduces x 4 micro-batches, each GPU sending 2 x 7/8 of an 8 MiB message
+    assert tp_only.intra_node_bytes == pytest.approx(4 * 6 * 8 * 2 * 7 / 8 * 8 * 2**20)
+    two_nodes = traffic(stack(), Layout(8, 1, 2, 4, 16), NODE, 8, 1, 2, 62e6 / 8)
+    assert two_nodes[1] == pytest.approx(2 * 1 / 2 * 62e6 / 8 * 2)  # the gradients' all-reduce over the network

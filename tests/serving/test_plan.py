@@ -72,6 +72,13 @@ def test_the_cli_prints_the_ranked_table(config, capsys):
     assert out[1].split()[:5] == ["tp", "pp", "dp", "zero", "micro"]
 
 
+def test_the_cli_plots_time_against_memory_and_where_the_time_goes(config, tmp_path, capsys):
+    png = tmp_path / "plan.png"
+    assert cli.main(["plan", config, "--gpus", "4", "--device", "h100", "--global-batch", "8", "--seq", "128",
+                     "--tp", "2", "--plot", str(png)]) == 0
+    assert png.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n" and png.stat().st_size > 10_000
+
+
 @pytest.mark.parametrize("text,gpus,want", [
     ("dp", 8, {"tp": 1, "pp": 1, "dp": 8, "zero": 0}),
     ("fsdp", 8, {"tp": 1, "pp": 1, "dp": 8, "zero": 3}),
@@ -109,6 +116,11 @@ def test_the_api_answers_a_layout_of_a_config_dict_on_a_cluster_dict():
     fast = trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=8, parallel="tp=2,pp=2,dp=2", global_batch=16,
                               recompute=True, cluster={**cluster, "inter_node_gbps": 3200})
     assert fast.train_step_ms.value < p.train_step_ms.value
+    # Driple's view: where the step goes adds up to it; the pipeline spans both nodes, so its sends
+    # and the data-parallel all-reduce cross the network, the tensor-parallel all-reduces do not
+    assert sum(d["where_ms"].values()) == pytest.approx(d["total_ms"])
+    assert d["where_ms"]["pipeline bubble"] == d["bubble_ms"] and d["where_ms"]["computing"] > 0
+    assert d["intra_node_bytes"] > 0 and d["network_bytes"] > 0 and any("over the network" in n for n in p.notes)
     with pytest.raises(errors.BadOption, match="uses 8 GPUs, gpus says 4"):
         trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2,dp=2")
     with pytest.raises(errors.NotAModel, match="plan reads a transformers config"):

@@ -210,6 +210,11 @@ class IterationEstimate:
         dp_allreduce_ms, optimizer_ms: after the pipeline.
         device_ms: the time the last stage's GPUs compute in the iteration (the rest is waiting on
             the host, the network or the pipeline): their busy share is ``device_ms / total_ms``.
+        tp_waiting_ms, p2p_waiting_ms, host_waiting_ms: of the iteration, the last stage's GPUs
+            waiting on their tensor-parallel all-reduces, on their sends to the neighbouring
+            stages, and on their host's issue (and ZeRO-3's gathers).
+        intra_node_bytes, network_bytes: what each GPU of the last stage sends per iteration over
+            its node's links and over the network (all-reduces, stage-to-stage sends, gathers).
     """
 
     total_ms: float
@@ -221,9 +226,24 @@ class IterationEstimate:
     dp_allreduce_ms: float
     optimizer_ms: float
     device_ms: float = 0.0
+    tp_waiting_ms: float = 0.0
+    p2p_waiting_ms: float = 0.0
+    host_waiting_ms: float = 0.0
+    intra_node_bytes: float = 0.0
+    network_bytes: float = 0.0
 
     def to_dict(self) -> dict:
         return asdict(self)
+
+    def where(self) -> dict[str, float]:
+        """Driple's view of the iteration on the last stage's GPUs (ms, summing to ``total_ms``):
+        computing, waiting on each kind of communication, in the pipeline's bubble, on the host,
+        and the rest idle (a faster stage waiting on a slower one)."""
+        parts = {"computing": self.device_ms, "tensor-parallel all-reduces": self.tp_waiting_ms,
+                 "stage-to-stage sends": self.p2p_waiting_ms,
+                 "pipeline bubble": self.bubble_ms, "data-parallel all-reduce": self.dp_allreduce_ms,
+                 "waiting on the host": self.host_waiting_ms}
+        return {**parts, "idle": max(self.total_ms - sum(parts.values()), 0.0)}
 
 
 def _p2p_ms(nbytes: float, layout: Layout, cluster: Cluster) -> float:
@@ -255,9 +275,11 @@ def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstima
     def device(last: bool) -> float:
         return per_stage * stack.block.on(layout.tp) + last * stack.rest.on(layout.tp)
 
+    def issue(last: bool) -> float:  # the host's time, or ZeRO-3's gathers where they are longer
+        return max(per_stage * stack.block.host_ms + last * stack.rest.host_ms, gathers)
+
     def stage(last: bool) -> float:
-        host = per_stage * stack.block.host_ms + last * stack.rest.host_ms
-        return max(device(last) + tp_comm, host, gathers) + p2p
+        return max(device(last) + tp_comm, issue(last)) + p2p
 
     first, last = stage(layout.pp == 1), stage(True)
     slowest = max(first, last)
@@ -267,8 +289,31 @@ def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstima
     optimizer = (per_stage * stack.block.optimizer_ms + stack.rest.optimizer_ms) / layout.tp
     optimizer /= layout.dp if layout.zero else 1  # each replica updates its shard
     total = pipeline + dp_comm + optimizer
-    busy = layout.micro_batches * device(True) + optimizer
-    return IterationEstimate(total, pipeline, one_pass - slowest, slowest, tp_comm, p2p, dp_comm, optimizer, busy)
+    n = layout.micro_batches
+    tp_waiting = max(device(True) + tp_comm - max(issue(True), device(True)), 0.0)  # what the host does not hide
+    host_waiting = max(issue(True) - device(True) - tp_comm, 0.0)
+    links = traffic(stack, layout, cluster, per_stage, tp_nodes, dp_nodes, params)
+    return IterationEstimate(total, pipeline, one_pass - slowest, slowest, tp_comm, p2p, dp_comm, optimizer,
+                             n * device(True) + optimizer, n * tp_waiting, n * p2p, n * host_waiting, *links)
+
+
+def traffic(stack: Stack, layout: Layout, cluster: Cluster, per_stage: int, tp_nodes: int, dp_nodes: int,
+            params: float) -> tuple[float, float]:
+    """Bytes one GPU of the last stage sends per iteration (intra-node, network): a ring
+    all-reduce sends ``2 (n - 1) / n`` of its message, an all-gather half that; a middle stage
+    sends each micro-batch's activations on and its gradients back."""
+    def ring(size: int) -> float:  # one GPU's share of an all-reduce's message
+        return 2 * (size - 1) / size
+
+    n = layout.micro_batches
+    tp = n * (6 if stack.recompute else 4) * per_stage * ring(layout.tp) * stack.boundary_bytes
+    p2p = n * 2 * stack.boundary_bytes if layout.pp > 1 else 0.0
+    dp = ring(layout.dp) * params * GRAD_BYTES
+    if layout.zero == 3:
+        dp += n * (3 if stack.recompute else 2) * ring(layout.dp) / 2 * params * GRAD_BYTES
+    network = {"tp": tp_nodes > 1, "p2p": layout.tp * layout.pp > cluster.gpus_per_node, "dp": dp_nodes > 1}
+    sent = {"tp": tp, "p2p": p2p, "dp": dp}
+    return (sum(v for k, v in sent.items() if not network[k]), sum(v for k, v in sent.items() if network[k]))
 
 
 def build_stack(one, two, blocks: int, spec: devices.DeviceSpec, setting: Setting, boundary_bytes: float) -> Stack:
@@ -312,4 +357,4 @@ def memory_per_gpu(stack: Stack, layout: Layout) -> float:
     return max(stage(True, layout.pp == 1), stage(layout.pp == 1, True))
 
 
-__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "megatron_setting", "padded_vocab", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration"]
+__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "megatron_setting", "padded_vocab", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration", "traffic"]

@@ -63,7 +63,8 @@ class LayoutAnswer:
                 "global_batch": lo.global_batch,
                 "iteration_ms": self.iteration.total_ms, "samples_per_s": self.samples_per_s,
                 "memory_gb_per_gpu": self.memory_gb, "fits": self.fits, "power_w_per_gpu": self.power_w,
-                "energy_kj_per_iteration": self.energy_kj, "breakdown": self.iteration.to_dict()}
+                "energy_kj_per_iteration": self.energy_kj, "breakdown": self.iteration.to_dict(),
+                "where_ms": self.iteration.where()}
 
 
 def read_config(model: str | dict) -> dict:
@@ -255,16 +256,16 @@ def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec |
     p.distributed = {"gpus": gpus, "nodes": span, "cluster": nodes.slug, "global_batch": global_batch,
                      "parallel": f"tp={lo.tp},pp={lo.pp},dp={lo.dp}" + (f",zero={lo.zero}" if lo.zero else ""),
                      "fits": answer.fits, **it.to_dict()}
+    p.distributed["where_ms"] = it.where()
     p.notes.append(f"{lo.tp} x {lo.pp} x {lo.dp} (tensor x pipeline x data) GPUs of {spec.name} on {span} node(s) of "
                    f"{nodes.name}, micro-batch {micro_batch} of {seq} tokens, {global_batch} sequences per optimizer "
                    f"step: the step model's blocks laid out by trappm_ray/physics/parallel.py (nothing learned); "
-                   f"vTrain's Megatron runs read at 7.0% median error across nodes, 29.2% (too slow) on one "
+                   f"90% of vTrain's Megatron runs read within {err:.0%} on {'many nodes' if span > 1 else 'one node'} "
                    "(docs/results-parallel.md)")
-    tp_ms = it.tp_comm_ms * global_batch / micro_batch / lo.dp
-    p.notes.append(f"where the step goes on the fullest GPU: computing {it.device_ms:.4g} ms of {it.total_ms:.4g}; "
-                   f"pipeline bubble {it.bubble_ms:.3g} ms, tensor-parallel all-reduces {tp_ms:.3g} ms, "
-                   f"stage-to-stage sends {it.p2p_ms * global_batch / micro_batch / lo.dp:.3g} ms, data-parallel "
-                   f"all-reduce {it.dp_allreduce_ms:.3g} ms, optimizer {it.optimizer_ms:.3g} ms")
+    where = ", ".join(f"{k} {v:.4g} ms" for k, v in it.where().items() if v > 0)
+    p.notes.append(f"where the {it.total_ms:.4g} ms step goes on the last stage's GPUs: {where}; each sends "
+                   f"{it.intra_node_bytes / 1e9:.3g} GB over its node's links and {it.network_bytes / 1e9:.3g} GB "
+                   "over the network per step")
     if not answer.fits:
         p.warnings.append(f"{answer.memory_gb:.1f} GB on the fullest GPU: more than its {spec.memory_gb:g} GB")
     return p

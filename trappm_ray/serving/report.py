@@ -1,5 +1,5 @@
 """A prediction in words and pictures: the report ``trappm-ray predict`` prints, the table that
-compares devices, and the batch sweep's plot."""
+compares devices, the batch sweep's plot and ``trappm-ray plan``'s."""
 from __future__ import annotations
 
 from trappm_ray.serving.prediction import Prediction
@@ -107,6 +107,45 @@ def plot_sweep(rows: list[dict], path: str, title: str) -> None:
     plt.close(fig)
 
 
+def plot_layouts(rows: list[dict], path: str, title: str, memory_gb: float | None, top: int = 10) -> None:
+    """``trappm-ray plan``'s picture, from its layouts' ``to_dict()`` (fastest first): iteration
+    time against memory per GPU for every layout, and where the iteration goes for the first ``top``."""
+    import matplotlib
+
+    matplotlib.use("Agg")  # files only: never needs a display
+    import matplotlib.pyplot as plt
+
+    def name(r: dict) -> str:
+        return f"tp{r['tp']} pp{r['pp']} dp{r['dp']}" + (f" z{r['zero']}" if r["zero"] else "") + f" mb{r['micro_batch']}"
+
+    fig, (left, right) = plt.subplots(1, 2, figsize=(15, 5), gridspec_kw={"width_ratios": [1, 1.3]})
+    for fits, colour in ((True, "tab:blue"), (False, "tab:gray")):
+        some = [r for r in rows if r["fits"] == fits]
+        left.scatter([r["memory_gb_per_gpu"] for r in some], [r["iteration_ms"] / 1e3 for r in some], s=14,
+                     c=colour, label="fits" if fits else "does not fit")
+    if rows:
+        best = rows[0]
+        left.annotate(f"first: {name(best)}", (best["memory_gb_per_gpu"], best["iteration_ms"] / 1e3), fontsize=8,
+                      xytext=(20, 25), textcoords="offset points", arrowprops={"arrowstyle": "->"})
+    if memory_gb:
+        left.axvline(memory_gb, color="tab:red", lw=1, ls="--", label=f"GPU memory {memory_gb:g} GB")
+    left.set(xlabel="memory per GPU (GB)", ylabel="iteration (s)", yscale="log")
+    left.legend(fontsize=8)
+    left.grid(alpha=0.3)
+    first = rows[:top][::-1]
+    start = [0.0] * len(first)
+    for part in first[0]["where_ms"] if first else []:
+        widths = [r["where_ms"][part] / 1e3 for r in first]
+        right.barh([name(r) for r in first], widths, left=start, label=part)
+        start = [a + b for a, b in zip(start, widths)]
+    right.set(xlabel="where the iteration goes on the last stage's GPUs (s)")
+    right.legend(fontsize=7, loc="upper left", bbox_to_anchor=(1.0, 1.0))
+    fig.suptitle(title)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
 def print_comparison(label: str, batch_size: int, names: list[str], results: list) -> None:
     """One row per device: step, throughput, memory with its upper end, power, whether it fits."""
     print(f"{label} at batch {batch_size}\n")
@@ -124,4 +163,4 @@ def print_comparison(label: str, batch_size: int, names: list[str], results: lis
               f"{'yes' if fits else 'no' if r.device.get('memory_gb') else '-'}")
 
 
-__all__ = ["print_report", "print_comparison", "plot_sweep"]
+__all__ = ["print_report", "print_comparison", "plot_sweep", "plot_layouts"]
