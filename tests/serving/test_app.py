@@ -133,6 +133,24 @@ def test_predict_multipart_dims_and_benign_external(server):
     assert r.status_code == 200, r.text
 
 
+def test_a_transformers_config_and_its_layout_as_json(server):
+    """The layout call of the Python API over HTTP: a GPT config object, tp x pp x dp on 8 GPUs."""
+    pytest.importorskip("transformers")
+    gpt = {"model_type": "gpt2", "n_embd": 64, "n_layer": 4, "n_head": 4, "n_positions": 128, "vocab_size": 1000}
+    body = {"config": gpt, "batch_size": 2, "device": "a100", "gpus": 8, "parallel": "tp=2,pp=2,dp=2",
+            "global_batch": 16, "recompute": True, "cluster": {"gpus_per_node": 4, "intra_node_gbs": 150,
+                                                               "inter_node_gbps": 100}}
+    r = server.post("/v1/predict", json=body)
+    assert r.status_code == 200, r.text
+    d = r.json()
+    assert d["model_version"] == "physics:parallel" and not d["cached"]
+    assert d["distributed"]["parallel"] == "tp=2,pp=2,dp=2" and d["distributed"]["nodes"] == 2
+    assert server.post("/v1/predict", json=body).json()["cached"]
+    assert_error(server.post("/v1/predict", json={**body, "parallel": "tp=3"}), 400, "bad_options")
+    assert_error(server.post("/v1/predict", json={**body, "gpus": "many"}), 400, "bad_options")
+    assert_error(server.post("/v1/predict", json={**body, "config": {"n_embd": 64}}), 400, "not_a_model")
+
+
 def test_predict_json_uri(server, dirs):
     ok = server.post("/v1/predict", json={"uri": str(dirs / "models" / "cnn.onnx"), "batch_size": 2})
     assert ok.status_code == 200, ok.text

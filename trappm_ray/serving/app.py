@@ -148,6 +148,23 @@ def parse_options(raw: dict, max_batch: int):
         raise ApiError(400, "bad_options", str(e).splitlines()[0][:300]) from None
 
 
+def config_options(raw: dict) -> dict:
+    """Keyword arguments of :func:`trappm_ray.serving.api.predict` from a config request's JSON
+    fields: the options of :func:`parse_options`, ``parallel`` (a layout) and ``dims`` (an
+    object); 400 on bad values (the rest is checked where a file's options are)."""
+    try:
+        kw = {n: _CONVERT.get(n, float)(raw[n]) for n in OPTION_NAMES if raw.get(n) not in (None, "")}
+        if raw.get("parallel"):
+            kw["parallel"] = str(raw["parallel"])
+        if raw.get("dims"):
+            kw["dims"] = {str(k): int(v) for k, v in dict(raw["dims"]).items()}
+        return kw
+    except errors.BadOption as e:
+        raise ApiError(e.status, e.code, str(e).split(": ", 1)[-1]) from None
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, "bad_options", str(e).splitlines()[0][:300]) from None
+
+
 async def upload_without_weights(request: Request, limit: int) -> bytes:
     """A raw upload streamed to a temporary file (never whole in memory), refused with 413 past
     ``limit`` bytes, and read back without its weights (:func:`trappm_ray.graph.onnx_io.read_model`)."""
@@ -264,7 +281,10 @@ class TrappmPredictor:
         if not self._authorized(request):
             return error_response(401, "unauthorized", "missing or wrong bearer token")
         try:
-            data, opts, label = await self._parse(request)
+            parsed = await self._parse(request)
+            if isinstance(parsed, dict):
+                return await self._predict_config(parsed)
+            data, opts, label = parsed
             key = hashlib.sha256(data).hexdigest() + opts.key()
             if key in self.cache:
                 self.cache.move_to_end(key)
@@ -293,8 +313,10 @@ class TrappmPredictor:
                 body = json.loads(await read_body(request, MAX_JSON_BYTES))
             except (ValueError, UnicodeDecodeError):
                 raise ApiError(400, "bad_json", "body is not valid JSON") from None
+            if isinstance(body, dict) and isinstance(body.get("config"), dict):
+                return body
             if not isinstance(body, dict) or not isinstance(body.get("uri"), str):
-                raise ApiError(400, "bad_json", "JSON body needs a string 'uri'")
+                raise ApiError(400, "bad_json", "JSON body needs a string 'uri' or a transformers 'config' object")
             opts = parse_options(body, s.max_batch_search)
             return await asyncio.to_thread(read_uri, body["uri"], s), opts, body["uri"]
         if media in RAW_TYPES:
@@ -309,6 +331,26 @@ class TrappmPredictor:
         raise ApiError(415, "unsupported_media_type",
                        f"content type '{media[:80]}' not accepted: send application/octet-stream, "
                        "multipart/form-data or application/json with a 'uri'")
+
+    async def _predict_config(self, body: dict):
+        """A transformers config sent as JSON with its options (``parallel`` a layout): answered
+        as :func:`trappm_ray.serving.api.predict` answers it, outside the batch (it exports the
+        config itself); cached by the whole body."""
+        key = "config:" + json.dumps(body, sort_keys=True)
+        if key in self.cache:
+            self.cache.move_to_end(key)
+            return {**self.cache[key], "cached": True}
+        kw = config_options(body)
+        result = await asyncio.to_thread(self._run_config, body["config"], kw)
+        self.cache[key] = result
+        if len(self.cache) > self.settings.cache_size:
+            self.cache.popitem(last=False)
+        return {**result, "cached": False}
+
+    def _run_config(self, config: dict, kw: dict) -> dict:
+        from trappm_ray.serving.api import predict
+
+        return predict(config, predictor=None if kw.get("device") else self.predictor, **kw).to_dict()
 
     @serve.batch(max_batch_size=8, batch_wait_timeout_s=0.005)
     async def predict_batch(self, items: list[tuple]) -> list:
@@ -333,4 +375,4 @@ def build_app(args: dict | None = None):
 
 
 __all__ = ["ServeSettings", "ApiError", "TrappmPredictor", "build_app", "api", "read_uri",
-           "parse_options", "multipart_file"]
+           "parse_options", "config_options", "multipart_file"]
