@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trappm_ray.physics.graph_walk import NORM_OPS
+from trappm_ray.physics.graph_walk import NORM_OPS, kept
 
 
 def guess_folded_norm(graph) -> np.ndarray:
@@ -20,9 +20,10 @@ def guess_folded_norm(graph) -> np.ndarray:
     networks of biased convs without normalization (VGG): prefer :func:`folded_norm_mask`.
     Kept in ``graph.derived`` (read-only): every pass of a prediction asks.
     """
-    memo = getattr(graph, "derived", None)
-    if memo is not None and "folded_norm_guess" in memo:
-        return memo["folded_norm_guess"]
+    return kept(graph, "folded_norm_guess", lambda: _guess_folded_norm(graph))
+
+
+def _guess_folded_norm(graph) -> np.ndarray:
     n = graph.num_nodes
     norm_next = np.zeros(n, bool)
     src, dst = graph.edge_index
@@ -33,8 +34,6 @@ def guess_folded_norm(graph) -> np.ndarray:
     is_conv = np.array([op == "Conv" for op in graph.ops], bool)
     guess = is_conv & (np.asarray(graph.n_in) >= 3) & spatial & ~norm_next
     guess.flags.writeable = False
-    if memo is not None:
-        memo["folded_norm_guess"] = guess
     return guess
 
 

@@ -9,8 +9,11 @@ activation precision (autocast's dtype rules). Both are linear in nodes + edges.
 from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
+from typing import Callable, Hashable, TypeVar
 
 import numpy as np
+
+T = TypeVar("T")
 
 FP32, HALF = 4, 2
 DEFAULT_ACT_BYTES = FP32
@@ -262,6 +265,18 @@ def _pred_lists(graph) -> list:
     return preds
 
 
+def kept(graph, key: Hashable, compute: Callable[[], T]) -> T:
+    """``compute()`` once per graph and ``key``, kept in ``graph.derived`` (never stored with the
+    graph): one prediction asks the physics the same questions of one graph many times (every
+    batch, setting and device it tries). An object without ``derived`` computes every time."""
+    memo = getattr(graph, "derived", None)
+    if memo is None:
+        return compute()
+    if key not in memo:
+        memo[key] = compute()
+    return memo[key]
+
+
 def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
     """Resolve views, fused pointwise chains and data inputs of ``graph`` (one linear pass).
 
@@ -270,17 +285,10 @@ def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
         folded_norm: per node, True where a Conv carries a folded BatchNorm (None: none). A
             walk is computed once per graph and mask, and kept in ``graph.derived``.
     """
-    memo = getattr(graph, "derived", None)
-    key = ("walk", None if folded_norm is None else np.asarray(folded_norm, bool).tobytes())
-    if memo is not None and key in memo:
-        return memo[key]
     if folded_norm is None:
-        found = _walk(graph, None)
-    else:  # the mask changes nothing but the layout: the walk without it, re-masked
-        found = replace(walk(graph), folded=np.asarray(folded_norm, bool)[:graph.num_nodes], laid={})
-    if memo is not None:
-        memo[key] = found
-    return found
+        return kept(graph, ("walk", None), lambda: _walk(graph, None))
+    mask = np.asarray(folded_norm, bool)  # it changes nothing but the layout: the walk without it, re-masked
+    return kept(graph, ("walk", mask.tobytes()), lambda: replace(walk(graph), folded=mask[:graph.num_nodes], laid={}))
 
 
 def _walk(graph, folded_norm: np.ndarray | None) -> Walk:

@@ -13,7 +13,7 @@ from __future__ import annotations
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.physics.graph_walk import NORM_OPS, POINTWISE
+from trappm_ray.physics.graph_walk import NORM_OPS, POINTWISE, kept
 from trappm_ray.physics.step_model import node_device_us
 from trappm_ray.physics.units import MATMUL_OPS, TENSOR, node_classes
 
@@ -50,19 +50,19 @@ def device_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray
     """Each class's share of the forward pass's GPU time in the step model (sums to 1; a graph
     of no GPU work: all pointwise). The backward mirrors the forward kernel by kernel, so the
     training step's shares are these."""
-    memo = graph.derived.setdefault("device_shares", {}) if hasattr(graph, "derived") else {}
-    key = (spec.slug, precision)
-    if key not in memo:
-        time = node_device_us(graph, spec, precision)
-        unit = node_classes(graph)
-        groups = np.maximum(np.asarray(graph.attrs)[:, 2], 1) if graph.num_nodes else np.zeros(0)
-        out = np.zeros(len(CLASSES))
-        for op, u, g, t in zip(graph.ops, unit, groups, time):
-            if t > 0:
-                out[kernel_class(op, int(u), int(g))] += t
-        total = out.sum()
-        memo[key] = out / total if total > 0 else np.eye(len(CLASSES))[CLASSES.index("pointwise")]
-    return memo[key]
+    return kept(graph, ("device_shares", spec.slug, precision), lambda: _device_shares(graph, spec, precision))
+
+
+def _device_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray:
+    time = node_device_us(graph, spec, precision)
+    unit = node_classes(graph)
+    groups = np.maximum(np.asarray(graph.attrs)[:, 2], 1) if graph.num_nodes else np.zeros(0)
+    out = np.zeros(len(CLASSES))
+    for op, u, g, t in zip(graph.ops, unit, groups, time):
+        if t > 0:
+            out[kernel_class(op, int(u), int(g))] += t
+    total = out.sum()
+    return out / total if total > 0 else np.eye(len(CLASSES))[CLASSES.index("pointwise")]
 
 
 __all__ = ["CLASSES", "kernel_class", "device_shares"]

@@ -26,6 +26,7 @@ from trappm_ray.physics.graph_walk import (
     HALF,
     Walk,
     checkpoint_segments,
+    kept,
     walk,
 )
 from trappm_ray.physics.folded_norm import guess_folded_norm
@@ -250,10 +251,7 @@ def _checkpointed(graph, walked: Walk, cat: np.ndarray, size: np.ndarray, start:
     block's forward (as a transient) and again from the block's recomputation, at the start of
     its backward, to where it was released before; each block's output stays saved."""
     n = walked.num_nodes
-    derived = graph.derived if hasattr(graph, "derived") else {}
-    if "checkpoint_segments" not in derived:
-        derived["checkpoint_segments"] = checkpoint_segments(walked)
-    seg = derived["checkpoint_segments"]
+    seg = kept(graph, "checkpoint_segments", lambda: checkpoint_segments(walked))
     seg_end = np.zeros(int(seg.max()) + 1, np.int64)
     np.maximum.at(seg_end, seg, np.arange(n))
     own = node < n

@@ -49,7 +49,7 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.physics.folded_norm import guess_folded_norm
-from trappm_ray.physics.graph_walk import FP32_OPS, FP32_RESULT_OPS, walk
+from trappm_ray.physics.graph_walk import FP32_OPS, FP32_RESULT_OPS, kept, walk
 from trappm_ray.physics.units import (FREE, MATMUL_OPS, SOFTMAX, TENSOR, VECTOR, attends, attention_scores,
                                       misaligned, node_classes)
 
@@ -203,20 +203,20 @@ def _work(graph, precision: str, restore_folded_bn: bool, folded_norm: np.ndarra
     """Node classes and :func:`_forward_work`, which depend on the graph and the setting but not
     on the device or the mode: kept in ``graph.derived`` (read-only), as one prediction asks for
     the same graph's roofline on several devices and in both modes."""
-    derived = getattr(graph, "derived", None) if folded_norm is None else None
     fused_attention = fused_attention if attends(graph) else False  # one work for all where nothing attends
-    key = ("roofline_work", precision, restore_folded_bn, fused_attention, compiled)
-    if derived is not None and key in derived:
-        return derived[key]
-    cls = node_classes(graph)
-    folded = np.zeros(len(cls), bool) if not (restore_folded_bn and len(cls)) else np.asarray(
-        guess_folded_norm(graph) if folded_norm is None else folded_norm, bool)
-    work = (cls, *_forward_work(graph, precision, cls, folded, fused_attention, compiled))
-    for a in work:
-        a.flags.writeable = False
-    if derived is not None:
-        derived[key] = work
-    return work
+
+    def work() -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+        cls = node_classes(graph)
+        folded = np.zeros(len(cls), bool) if not (restore_folded_bn and len(cls)) else np.asarray(
+            guess_folded_norm(graph) if folded_norm is None else folded_norm, bool)
+        found = (cls, *_forward_work(graph, precision, cls, folded, fused_attention, compiled))
+        for a in found:
+            a.flags.writeable = False
+        return found
+
+    if folded_norm is not None:  # a caller's own mask: not the graph's to keep
+        return work()
+    return kept(graph, ("roofline_work", precision, restore_folded_bn, fused_attention, compiled), work)
 
 
 def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode: str = "train",

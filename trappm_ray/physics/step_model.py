@@ -35,7 +35,7 @@ from dataclasses import dataclass, field
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.physics.graph_walk import walk
+from trappm_ray.physics.graph_walk import kept, walk
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, roofline
 from trappm_ray.physics.units import FREE, TENSOR
 
@@ -300,13 +300,9 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
     """
     s = setting if isinstance(setting, Setting) else Setting.of(setting)
     host = {**HOST_US, **(host_us or {})}
-    # one prediction asks for the same step several times (the batch move, power, a setting move):
-    # kept with the graph's other derived values, never stored
-    memo = graph.derived.setdefault("step_time", {}) if hasattr(graph, "derived") else {}
-    key = (spec, s, mode, tuple(sorted(host.items())), eff, fused_attention)
-    if key not in memo:
-        memo[key] = _step_time(graph, spec, s, mode, host, eff, fused_attention)
-    return memo[key]
+    # one prediction asks for the same step several times (the batch move, power, a setting move)
+    return kept(graph, ("step_time", spec, s, mode, tuple(sorted(host.items())), eff, fused_attention),
+                lambda: _step_time(graph, spec, s, mode, host, eff, fused_attention))
 
 
 def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dict[str, float], eff: Efficiency,

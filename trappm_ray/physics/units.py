@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import numpy as np
 
-from trappm_ray.physics.graph_walk import HALF_OPS, POINTWISE, VIEW_OPS, walk
+from trappm_ray.physics.graph_walk import HALF_OPS, POINTWISE, VIEW_OPS, kept, walk
 
 FREE, VECTOR, TENSOR = 0, 1, 2  # node classes: no work, CUDA/vector cores, tensor/matrix cores
 # Ops that only re-label or index tensors in a training framework: besides the memory model's
@@ -65,9 +65,10 @@ def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.n
         tensors: its ``graph_walk.walk`` (computed when None).
         cls: its :func:`node_classes` (computed when None).
     """
-    memo = getattr(graph, "derived", None)
-    if memo is not None and "attention_scores" in memo:
-        return memo["attention_scores"]
+    return kept(graph, "attention_scores", lambda: _attention_scores(graph, tensors, cls))
+
+
+def _attention_scores(graph, tensors, cls: np.ndarray | None) -> np.ndarray:
     tensors = walk(graph) if tensors is None else tensors
     cls = node_classes(graph) if cls is None else cls
     n, ops, params = len(cls), graph.ops, np.asarray(graph.params)
@@ -92,8 +93,6 @@ def attention_scores(graph, tensors=None, cls: np.ndarray | None = None) -> np.n
         if plain_mm[chain[-1]] and consumers[s] and all(plain_mm[c] for c in consumers[s]):
             mask[chain] = True
     mask.flags.writeable = False
-    if memo is not None:
-        memo["attention_scores"] = mask
     return mask
 
 
@@ -106,9 +105,10 @@ def misaligned(graph) -> np.ndarray:
     1.28 us), and with its head at the vector peak the step model reads GPT-2's training step
     within 10% at 128-1,024 tokens (50-75% short before). Attention's own products are left out:
     a fused kernel pads its tiles."""
-    memo = getattr(graph, "derived", None)
-    if memo is not None and "misaligned" in memo:
-        return memo["misaligned"]
+    return kept(graph, "misaligned", lambda: _misaligned(graph))
+
+
+def _misaligned(graph) -> np.ndarray:
     n = graph.num_nodes
     found = np.zeros(n, bool)
     products = [i for i, op in enumerate(graph.ops) if op in ("Gemm", "MatMul")]
@@ -122,21 +122,13 @@ def misaligned(graph) -> np.ndarray:
             odd = last(np.asarray(graph.in_shape[i])) % 2 == 1 or last(np.asarray(graph.out_shape[i])) % 2 == 1
             found[i] = odd and not scores[i] and not any(p < n and scores[p] for p in preds[i])
     found.flags.writeable = False
-    if memo is not None:
-        memo["misaligned"] = found
     return found
 
 
 def attends(graph) -> bool:
     """Whether ``graph`` has attention scores a fused kernel keeps on chip (kept in
     ``graph.derived``): without any, fused attention changes nothing of its roofline."""
-    memo = getattr(graph, "derived", None)
-    if memo is not None and "attends" in memo:
-        return memo["attends"]
-    found = bool(attention_scores(graph).any())
-    if memo is not None:
-        memo["attends"] = found
-    return found
+    return kept(graph, "attends", lambda: bool(attention_scores(graph).any()))
 
 
 __all__ = ["FREE", "VECTOR", "TENSOR", "FREE_OPS", "MATMUL_OPS", "SOFTMAX", "node_classes", "attention_scores",
