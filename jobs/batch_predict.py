@@ -1,4 +1,5 @@
-"""Predict every ONNX file under SRC (directory or s3:// prefix); parquet rows to DST.
+"""Predict every ONNX file and transformers config.json under SRC (directory or s3:// prefix);
+parquet rows to DST (--parallel tp=2,pp=4 lays out every config).
 
     python jobs/batch_predict.py SRC DST [--predictor URI] [--batch-size 32] [--actors 2]
     python jobs/batch_predict.py models/ artifacts/predictions --batch-size 32

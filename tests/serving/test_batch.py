@@ -1,13 +1,16 @@
 """jobs/batch_predict.py's library: one row per file, error rows, re-runs skip, local and S3."""
 from __future__ import annotations
 
+import os
+
 import pyarrow.parquet as pq
 import pytest
 
 import onnx_builders as B
+import trappm_ray
 from predictor_builders import random_predictor
-from trappm_ray import storage
-from trappm_ray.serving.batch import (SCHEMA, BatchPredictConfig, _grouped, done_paths, list_onnx,
+from trappm_ray import errors, storage
+from trappm_ray.serving.batch import (SCHEMA, BatchPredictConfig, _grouped, done_paths, list_models,
                                       run)
 from trappm_ray.serving.model_input import config_model
 
@@ -64,10 +67,12 @@ def test_grouped_writes_whole_blocks_of_at_least_rows():
 
 def test_list_and_done_paths(tmp_path):
     inputs = write_inputs(lambda p, d: storage.write_bytes(p, d), str(tmp_path / "in"))
-    assert list_onnx(str(tmp_path / "in")) == sorted(
-        inputs[k] for k in ("good_cnn", "good_block", "corrupt"))
+    storage.write_bytes(str(tmp_path / "in" / "gpt" / "config.json"), b"{}")
+    storage.write_bytes(str(tmp_path / "in" / "gpt" / "other.json"), b"{}")
+    assert list_models(str(tmp_path / "in")) == sorted(
+        [*(inputs[k] for k in ("good_cnn", "good_block", "corrupt")), str(tmp_path / "in" / "gpt" / "config.json")])
     with pytest.raises(FileNotFoundError):
-        list_onnx(str(tmp_path / "missing"))
+        list_models(str(tmp_path / "missing"))
     assert done_paths(str(tmp_path / "out"), "v") == set()
     rows = [{"path": "a", "status": "ok", "model_version": "v"},
             {"path": "b", "status": "error", "model_version": "v"},
@@ -93,6 +98,30 @@ def test_local_directory_rows_and_rerun(ray_session, predictor_dir, tmp_path):
 
     again = run(cfg)  # nothing new: no Ray work, no new rows
     assert (again.skipped, again.predicted) == (3, 0) and len(read_rows(cfg.dst)) == 3
+
+
+def test_a_layout_of_every_config_and_an_error_row_for_an_onnx_file(ray_session, tmp_path):
+    """The layout call of the Python API as a batch job: each config.json laid out tp x pp x dp."""
+    pytest.importorskip("transformers")
+    import json
+
+    gpt = {"model_type": "gpt2", "n_embd": 64, "n_layer": 4, "n_head": 4, "n_positions": 128, "vocab_size": 1000}
+    storage.write_bytes(str(tmp_path / "in" / "gpt" / "config.json"), json.dumps(gpt).encode())
+    storage.write_bytes(str(tmp_path / "in" / "bad" / "config.json"), b"[1, 2]")
+    storage.write_bytes(str(tmp_path / "in" / "cnn.onnx"), B.to_bytes(B.cnn_model()))
+    cfg = BatchPredictConfig(src=str(tmp_path / "in"), dst=str(tmp_path / "out"),
+                             batch_size=2, device="a100", gpus=8, parallel="tp=2,pp=2,dp=2", global_batch=16,
+                             recompute=True, actors=1)
+    summary = run(cfg)
+    assert (summary.files, summary.ok, summary.errors) == (3, 1, 2)
+    rows = {os.path.basename(os.path.dirname(r["path"])) if r["path"].endswith(".json") else "onnx": r
+            for r in read_rows(cfg.dst)}
+    want = trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=8, parallel="tp=2,pp=2,dp=2", global_batch=16,
+                              recompute=True)
+    assert rows["gpt"]["train_step_ms"] == pytest.approx(want.train_step_ms.value)
+    assert rows["bad"]["error_code"] == "not_a_model" and rows["onnx"]["error_code"] == "not_a_model"
+    with pytest.raises(errors.BadOption, match="uses 8 GPUs"):
+        run(BatchPredictConfig(src=cfg.src, dst=cfg.dst, device="a100", gpus=4, parallel="tp=2,pp=2,dp=2"))
 
 
 @pytest.mark.slow

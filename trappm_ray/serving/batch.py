@@ -1,4 +1,5 @@
-"""Batch predictions: every ONNX file under a directory or ``s3://`` prefix -> parquet rows.
+"""Batch predictions: every ONNX file (and transformers ``config.json``) under a directory or
+``s3://`` prefix -> parquet rows.
 
 One row per input file (schema :data:`SCHEMA`): ``status`` ``ok`` with the predictions, or
 ``error`` with the error code and one-line message; a bad file never fails the job. The driver
@@ -9,6 +10,7 @@ skips the paths that already have a row for the same predictor version.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import time
@@ -56,6 +58,10 @@ class BatchPredictConfig:
         power_limit_w: the GPU's power limit in W (None: its TDP).
         cluster: where ``gpus`` above 1 run (a ``data/clusters.csv`` name or JSON file).
         dim: values of named symbolic input dims, ``seq=128`` or ``seq=128,heads=8`` (text models).
+        parallel: the layout of every transformers ``config.json`` under ``src`` over ``gpus``
+            (``tp=T,pp=P[,dp=D][,zero=Z]``, ``fsdp``, ``zero1``-``zero3``; ``batch_size`` the
+            micro-batch), answered as the Python API's ``predict(config, parallel=...)``; an ONNX
+            file names no blocks to lay out, so it gets an error row under such a layout.
     """
 
     src: str = ""
@@ -80,6 +86,7 @@ class BatchPredictConfig:
     cluster: str | None = None
     global_batch: int | None = None
     dim: str | None = None
+    parallel: str | None = None
 
     def setting(self) -> dict:
         """The options every file is predicted with (``PredictOptions`` fields beside the batch)."""
@@ -105,17 +112,21 @@ class BatchSummary:
     seconds: float
 
 
-def list_onnx(src: str) -> list[str]:
-    """Every ``*.onnx`` under ``src`` (recursive), as full paths / URIs, sorted."""
+def is_model(name: str) -> bool:
+    """An ONNX file or a transformers config (``config.json``)."""
+    return name.lower().endswith(".onnx") or os.path.basename(name) == "config.json"
+
+
+def list_models(src: str) -> list[str]:
+    """Every ``*.onnx`` and ``config.json`` under ``src`` (recursive), as full paths / URIs, sorted."""
     if storage.is_remote(src):
         fs, path = storage.fs_and_path(src)
         scheme = src.split("://", 1)[0] + "://"
-        return sorted(scheme + p for p in fs.find(path) if p.lower().endswith(".onnx"))
+        return sorted(scheme + p for p in fs.find(path) if is_model(p))
     if not os.path.isdir(src):
         raise FileNotFoundError(f"{src} is not a directory")
     src = os.path.abspath(src)  # actors may run elsewhere than the driver's cwd
-    return sorted(os.path.join(d, f) for d, _, names in os.walk(src) for f in names
-                  if f.lower().endswith(".onnx"))
+    return sorted(os.path.join(d, f) for d, _, names in os.walk(src) for f in names if is_model(f))
 
 
 def done_paths(dst: str, model_version: str) -> set[str]:
@@ -144,12 +155,16 @@ class PredictActor:
     """Holds one predictor; maps a batch of paths to rows (callable class for ``map_batches``)."""
 
     def __init__(self, predictor: str, batch_size: int, resolution: int | None,
-                 max_file_bytes: int, setting: dict | None = None):
-        from trappm_ray.serving.api import PredictOptions, device_of, load_predictor, model_version
+                 max_file_bytes: int, setting: dict | None = None, parallel: str | None = None):
+        from trappm_ray.serving.api import device_of, load_predictor, model_version
 
-        self.predictor = load_predictor(predictor, (setting or {}).get("device"))
+        setting = setting or {}
+        self.predictor = load_predictor(predictor, setting.get("device"))
         self.compute = "cpu"  # every estimator runs on the CPU (networks in NumPy, boosters)
-        self.opts = PredictOptions(batch_size, resolution, **(setting or {}))
+        self.opts = file_options(batch_size, resolution, setting, parallel)
+        # a config.json is answered as predict(config, ...) answers it (layouts included)
+        self.config_kw = {**{k: v for k, v in setting.items() if k not in ("device", "dims")},
+                          "batch_size": batch_size, "dims": dict(setting.get("dims") or ()), "parallel": parallel}
         self.version = model_version(self.predictor)
         self.device = str(device_of(self.predictor).get("slug", ""))
         self.max_file_bytes = max_file_bytes
@@ -165,14 +180,19 @@ class PredictActor:
     def __call__(self, batch: pa.Table) -> pa.Table:
         from trappm_ray import errors
         from trappm_ray.serving.api import predict_many
-        from trappm_ray.targets import REPORTED
 
         start = time.perf_counter()
         rows: dict[str, dict] = {}
         items = []
         for path in batch.column("path").to_pylist():
             try:
-                items.append((self._read(path), self.opts, path))
+                if path.endswith(".json"):
+                    rows[path] = self._config_row(path, self._read(path))
+                elif self.opts is None:
+                    raise errors.NotAModel("a tensor, pipeline or ZeRO layout is answered for a transformers "
+                                           "config (config.json), not an ONNX file")
+                else:
+                    items.append((self._read(path), self.opts, path))
             except errors.ModelError as e:
                 rows[path] = error_row(path, e.code, str(e), self.version, self.device)
             except (FileNotFoundError, PermissionError, IsADirectoryError) as e:
@@ -186,22 +206,53 @@ class PredictActor:
                                          f"{str(e).splitlines()[0][:300] if str(e) else ''}"
                                          ) from None
         for (_, _, path), r in zip(items, predict_many(items, self.predictor)):
-            if isinstance(r, errors.ModelError):
-                rows[path] = error_row(path, r.code, str(r), self.version, self.device)
-                continue
-            row = {"path": path, "status": "ok", "model_version": self.version,
-                   "device": self.device, "batch_size": r.batch_size, "model_sha256": r.model_sha256,
-                   "throughput_samples_s": r.throughput_samples_s,
-                   "smallest_profile": r.smallest_profile,
-                   **{k: r.graph.get(k) for k in ("nodes", "macs", "params")}}
-            for t in REPORTED:
-                if (e := getattr(r, t)) is not None:
-                    row.update({t: e.value, f"{t}_low": e.low, f"{t}_high": e.high})
-            rows[path] = row
+            rows[path] = (error_row(path, r.code, str(r), self.version, self.device)
+                          if isinstance(r, errors.ModelError) else self._row(path, r))
         per_file = (time.perf_counter() - start) / max(len(rows), 1)
         ordered = [{**rows[p], "compute": self.compute, "seconds": per_file}
                    for p in batch.column("path").to_pylist()]
         return pa.Table.from_pylist(ordered, schema=SCHEMA)
+
+
+    def _config_row(self, path: str, data: bytes) -> dict:
+        """A ``config.json``'s row: its prediction, or its error row."""
+        from trappm_ray import errors
+        from trappm_ray.serving.api import predict
+
+        try:
+            config = json.loads(data)
+            if not isinstance(config, dict):
+                raise ValueError("not a JSON object")
+        except (ValueError, UnicodeDecodeError) as e:
+            return error_row(path, "not_a_model", f"config.json does not parse as a JSON object: {e}",
+                             self.version, self.device)
+        try:
+            return self._row(path, predict(config, predictor=self.predictor, **self.config_kw))
+        except errors.ModelError as e:
+            return error_row(path, e.code, str(e), self.version, self.device)
+
+    def _row(self, path: str, r) -> dict:
+        from trappm_ray.targets import REPORTED
+
+        row = {"path": path, "status": "ok", "model_version": self.version, "device": self.device, "batch_size": r.batch_size,
+               "model_sha256": r.model_sha256, "throughput_samples_s": r.throughput_samples_s,
+               "smallest_profile": r.smallest_profile, **{k: r.graph.get(k) for k in ("nodes", "macs", "params")}}
+        for t in REPORTED:
+            if (e := getattr(r, t)) is not None:
+                row.update({t: e.value, f"{t}_low": e.low, f"{t}_high": e.high})
+        return row
+
+
+def file_options(batch_size: int, resolution: int | None, setting: dict, parallel: str | None):
+    """The options every ONNX file is predicted with; None under a tensor, pipeline or ZeRO layout
+    (it lays out configs only, and its global batch divides by the data-parallel replicas)."""
+    from trappm_ray.serving.api import PredictOptions
+    from trappm_ray.serving.plan import parse_parallel
+
+    layout = parse_parallel(parallel, setting.get("gpus")) if parallel else None
+    if layout is not None and (layout["tp"], layout["pp"], layout["zero"]) != (1, 1, 0):
+        return None
+    return PredictOptions(batch_size, resolution, **setting)
 
 
 def _grouped(tables, rows: int):
@@ -232,7 +283,7 @@ def _cause(e: BaseException) -> str:
 
 
 def run(cfg: BatchPredictConfig) -> BatchSummary:
-    """Predict every ONNX file under ``cfg.src`` not yet in ``cfg.dst``; write parquet rows.
+    """Predict every ONNX file and ``config.json`` under ``cfg.src`` not yet in ``cfg.dst``; write parquet rows.
 
     Raises:
         FileNotFoundError: ``src`` is not a directory; PredictorError: no predictor;
@@ -241,16 +292,18 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
         kept and a re-run predicts the rest.
     """
     from trappm_ray.ray_init import ensure_ray
-    from trappm_ray.serving.api import PredictOptions, load_predictor, model_version, requested_setting
+    from trappm_ray.serving.api import load_predictor, model_version, requested_setting
     from trappm_ray.serving.routing import settled
 
     start = time.perf_counter()
     if not cfg.src or not cfg.dst:
         raise ValueError("src and dst are required")
     predictor = load_predictor(cfg.predictor, cfg.device)  # fails early, before Ray starts
-    settled(requested_setting(PredictOptions(**cfg.setting()), predictor), predictor)  # fails here, not per file
+    opts = file_options(cfg.batch_size, cfg.resolution, cfg.setting(), cfg.parallel)  # a bad layout fails here
+    if opts is not None:
+        settled(requested_setting(opts, predictor), predictor)  # fails here, not per file
     version = model_version(predictor)
-    files = list_onnx(cfg.src)
+    files = list_models(cfg.src)
     done = done_paths(cfg.dst, version)
     todo = [f for f in files if f not in done]
     summary = BatchSummary(len(files), len(files) - len(todo), len(todo), 0, 0, cfg.dst, version, 0.0)
@@ -268,7 +321,7 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
             fn_constructor_kwargs=dict(predictor=cfg.predictor, batch_size=cfg.batch_size,
                                        resolution=cfg.resolution,
                                        max_file_bytes=int(cfg.max_file_mb * 2**20),
-                                       setting=cfg.setting()),
+                                       setting=cfg.setting(), parallel=cfg.parallel),
             num_cpus=1)
         # One streaming pass: a separate write_parquet over a materialized dataset was a second
         # Ray Data job (2 actors: 8.6 s fixed cost per run before, 5.8 s now; docs/predict.md)
@@ -293,4 +346,4 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
 
 
 __all__ = ["SCHEMA", "BatchPredictConfig", "BatchSummary", "PredictActor", "StorageUnavailable",
-           "BatchStopped", "list_onnx", "done_paths", "run"]
+           "BatchStopped", "is_model", "list_models", "file_options", "done_paths", "run"]
