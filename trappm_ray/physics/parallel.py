@@ -31,9 +31,11 @@ its backward runs, over ``tp``; the rest's on the stages that hold it; workspace
 A stage's micro-batch takes the longer of its host's issue time and its GPUs' device time with
 the tensor-parallel all-reduces (eager PyTorch issues ahead of the device, and NCCL's kernels
 queue on the stream: the host does not wait for them), then its pipeline sends (Megatron waits
-for those). Attention is Megatron's (:data:`trappm_ray.physics.units.SOFTMAX`). Calculon (Isaev et al., SC'23) and vTrain (Bang et al.,
+for those). Attention is Megatron's (:data:`trappm_ray.physics.units.SOFTMAX`), Adam apex's fused
+kernel (:func:`megatron_setting`). Calculon (Isaev et al., SC'23) and vTrain (Bang et al.,
 MICRO'24) compose the same terms; the check against vTrain's measured A100 iterations is
-``docs/results-parallel.md``.
+``docs/results-parallel.md``. :meth:`IterationEstimate.where` gives Driple's view (SIGMETRICS
+2022) of where each iteration goes.
 """
 from __future__ import annotations
 

@@ -18,6 +18,7 @@ import json
 import os
 import tempfile
 from collections import OrderedDict
+from contextlib import contextmanager
 from dataclasses import asdict, dataclass, fields
 
 from fastapi import FastAPI, Request
@@ -128,41 +129,42 @@ async def read_body(request: Request, limit: int, hint: str = "") -> bytes:
     return bytes(buf)
 
 
+def _fields(raw: dict) -> dict:
+    """The options present in query or JSON fields, converted (``dims`` as ``{name: int}``)."""
+    kw = {name: _CONVERT.get(name, float)(raw[name]) for name in OPTION_NAMES if raw.get(name) not in (None, "")}
+    dims = raw.get("dims") or {}
+    if isinstance(dims, str):  # query string: dims=seq:128,heads:8
+        dims = dict(item.split(":", 1) for item in dims.split(",") if item)
+    kw["dims"] = {str(k): int(v) for k, v in dict(dims).items()}
+    return kw
+
+
+@contextmanager
+def _as_api_errors():
+    """Bad option values become a 400 with one line."""
+    try:
+        yield
+    except errors.BadOption as e:
+        raise ApiError(e.status, e.code, str(e).split(": ", 1)[-1]) from None
+    except (TypeError, ValueError) as e:
+        raise ApiError(400, "bad_options", str(e).splitlines()[0][:300]) from None
+
+
 def parse_options(raw: dict, max_batch: int):
     """:class:`PredictOptions` from query or JSON fields; 400 on bad values."""
     from trappm_ray.serving.api import PredictOptions
 
-    kw: dict = {}
-    try:
-        for name in OPTION_NAMES:
-            if raw.get(name) not in (None, ""):
-                kw[name] = _CONVERT.get(name, float)(raw[name])
-        dims = raw.get("dims") or {}
-        if isinstance(dims, str):  # query string: dims=seq:128,heads:8
-            dims = dict(item.split(":", 1) for item in dims.split(",") if item)
-        kw["dims"] = tuple(sorted((str(k), int(v)) for k, v in dict(dims).items()))
-        return PredictOptions(**kw, max_batch=max_batch)
-    except errors.BadOption as e:
-        raise ApiError(e.status, e.code, str(e).split(": ", 1)[-1]) from None
-    except (TypeError, ValueError) as e:
-        raise ApiError(400, "bad_options", str(e).splitlines()[0][:300]) from None
+    with _as_api_errors():
+        kw = _fields(raw)
+        return PredictOptions(**{**kw, "dims": tuple(sorted(kw["dims"].items()))}, max_batch=max_batch)
 
 
 def config_options(raw: dict) -> dict:
     """Keyword arguments of :func:`trappm_ray.serving.api.predict` from a config request's JSON
-    fields: the options of :func:`parse_options`, ``parallel`` (a layout) and ``dims`` (an
-    object); 400 on bad values (the rest is checked where a file's options are)."""
-    try:
-        kw = {n: _CONVERT.get(n, float)(raw[n]) for n in OPTION_NAMES if raw.get(n) not in (None, "")}
-        if raw.get("parallel"):
-            kw["parallel"] = str(raw["parallel"])
-        if raw.get("dims"):
-            kw["dims"] = {str(k): int(v) for k, v in dict(raw["dims"]).items()}
-        return kw
-    except errors.BadOption as e:
-        raise ApiError(e.status, e.code, str(e).split(": ", 1)[-1]) from None
-    except (TypeError, ValueError) as e:
-        raise ApiError(400, "bad_options", str(e).splitlines()[0][:300]) from None
+    fields: the options of :func:`parse_options` and ``parallel`` (a layout); 400 on bad values
+    (the rest is checked where a file's options are)."""
+    with _as_api_errors():
+        return {**_fields(raw), **({"parallel": str(raw["parallel"])} if raw.get("parallel") else {})}
 
 
 async def upload_without_weights(request: Request, limit: int) -> bytes:
