@@ -184,10 +184,11 @@ class PredictActor:
         start = time.perf_counter()
         rows: dict[str, dict] = {}
         items = []
+        configs = []
         for path in batch.column("path").to_pylist():
             try:
                 if path.endswith(".json"):
-                    rows[path] = self._config_row(path, self._read(path))
+                    configs.append((path, self._read(path)))
                 elif self.opts is None:
                     raise errors.NotAModel("a tensor, pipeline or ZeRO layout is answered for a transformers "
                                            "config (config.json), not an ONNX file")
@@ -208,14 +209,14 @@ class PredictActor:
         for (_, _, path), r in zip(items, predict_many(items, self.predictor)):
             rows[path] = (error_row(path, r.code, str(r), self.version, self.device)
                           if isinstance(r, errors.ModelError) else self._row(path, r))
+        rows.update((path, self._config_row(path, data)) for path, data in configs)
         per_file = (time.perf_counter() - start) / max(len(rows), 1)
         ordered = [{**rows[p], "compute": self.compute, "seconds": per_file}
                    for p in batch.column("path").to_pylist()]
         return pa.Table.from_pylist(ordered, schema=SCHEMA)
 
-
     def _config_row(self, path: str, data: bytes) -> dict:
-        """A ``config.json``'s row: its prediction, or its error row."""
+        """A ``config.json``'s row: its prediction, or its error row (a bad file never stops the job)."""
         from trappm_ray import errors
         from trappm_ray.serving.api import predict
 
@@ -230,12 +231,15 @@ class PredictActor:
             return self._row(path, predict(config, predictor=self.predictor, **self.config_kw))
         except errors.ModelError as e:
             return error_row(path, e.code, str(e), self.version, self.device)
+        except Exception as e:  # noqa: BLE001 - a bug answers one error row, the job goes on
+            return error_row(path, "internal", e.__class__.__name__, self.version, self.device)
 
     def _row(self, path: str, r) -> dict:
+        """A prediction's row."""
         from trappm_ray.targets import REPORTED
 
-        row = {"path": path, "status": "ok", "model_version": self.version, "device": self.device, "batch_size": r.batch_size,
-               "model_sha256": r.model_sha256, "throughput_samples_s": r.throughput_samples_s,
+        row = {"path": path, "status": "ok", "model_version": self.version, "device": self.device,
+               "batch_size": r.batch_size, "model_sha256": r.model_sha256, "throughput_samples_s": r.throughput_samples_s,
                "smallest_profile": r.smallest_profile, **{k: r.graph.get(k) for k in ("nodes", "macs", "params")}}
         for t in REPORTED:
             if (e := getattr(r, t)) is not None:
