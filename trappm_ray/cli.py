@@ -237,8 +237,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
         "targets": list(spec_m.targets), "options": spec_m.options,
         "trained_on": {"devices": sorted(spec_m.data.get("rows_per_device") or {}), "rows": spec_m.data.get("rows")},
         "lodo_mape": {t: v.get("mean_device_mape") for t, v in spec_m.boosters.lodo.items()},
-        "devices": [d["device"] for d in catalog if d["predictor"] == "gpu-spec"],
-        "command": spec_m.command}
+        "devices": [d["device"] for d in catalog if d["predictor"] == "gpu-spec"], "command": spec_m.command}
     served = {d["device"]: d for d in catalog if d["predictor"] == "gpu-spec"}
     specs = [{"slug": s.slug, "kind": s.kind, "name": s.name, "memory_gb": s.memory_gb,
               "predictor": next((d["predictor"] for d in catalog if d["device"] == s.slug
@@ -276,6 +275,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
+    from trappm_ray import devices
     from trappm_ray.serving import plan  # featurize and physics: this command only
     _check_device_name(args.device)
     only = {k: v for k in ("tp", "pp", "dp", "zero", "micro_batch") if (v := getattr(args, k)) is not None}
@@ -285,7 +285,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     rows = [a.to_dict() for a in answers]
     print(json.dumps(rows) if args.json else plan.table(answers, args.top, title))
     if args.plot and rows:
-        plot_layouts(rows, args.plot, title, plan.devices.resolve(args.device).memory_gb, args.top)
+        plot_layouts(rows, args.plot, title, devices.resolve(args.device).memory_gb, args.top)
     return 0
 
 

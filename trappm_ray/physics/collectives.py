@@ -27,6 +27,8 @@ from typing import Any, Callable
 CLUSTERS_CSV = Path(__file__).resolve().parents[1] / "data" / "clusters.csv"
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's default bucket_cap_mb
 DEFAULT_LATENCY_US = 30.0  # a user's cluster without latencies: of the order the tables hold
+
+
 def _optional(value) -> float:
     """A number the table may leave empty (0: none)."""
     return float(value) if value not in ("", None) else 0.0

@@ -180,8 +180,8 @@ def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fu
         on_chip = on_chip & (cls != TENSOR) & ~softmax
         elem_bytes[:n][softmax] = act  # which writes half-precision probabilities
     stored = np.append(tensors.real[:n] & ~on_chip, True)
-    sized, kept = (tensors.elems * elem_bytes).tolist(), stored.tolist()  # lists: cheap per element
-    reads = np.array([sum(sized[p] for p in ps if kept[p]) for ps in tensors.preds], np.float64)
+    sized, in_memory = (tensors.elems * elem_bytes).tolist(), stored.tolist()  # lists: cheap per element
+    reads = np.array([sum(sized[p] for p in ps if in_memory[p]) for ps in tensors.preds], np.float64)
     moved = np.where(tensors.real[:n], reads, 0.0) + np.where(stored[:n], out_elems * elem_bytes[:n], 0.0)
     one = [ps[0] if len(ps) == 1 and ps[0] < n else -1 for ps in tensors.preds]
     moved[[i for i, op in enumerate(graph.ops) if op == "Add" and params[i] > 0 and one[i] >= 0
