@@ -156,3 +156,9 @@ def test_gpt3_175b_on_1024_a100s_reads_as_megatron_measured_it():
                            global_batch=1536, recompute=True, cluster="dgx-a100")
     assert p.train_step_ms.value == pytest.approx(megatron_175b().measured_ms, rel=0.15)
     assert p.distributed["fits"]
+
+
+def test_a_config_file_gives_its_positions_as_the_sequence_length_as_a_dict_does(config, tmp_path):
+    assert plan.config_dims(config) == plan.config_dims(TINY) == {"seq": 128}
+    assert plan.config_dims(tmp_path) == plan.config_dims("s3://bucket/config.json") == {}
+    assert plan.config_dims("data/sample/onnx/resnet10t@64.onnx") == {}

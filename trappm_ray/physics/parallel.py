@@ -245,7 +245,8 @@ class IterationEstimate:
                  "stage-to-stage sends": self.p2p_waiting_ms,
                  "pipeline bubble": self.bubble_ms, "data-parallel all-reduce": self.dp_allreduce_ms,
                  "waiting on the host": self.host_waiting_ms}
-        return {**parts, "idle": max(self.total_ms - sum(parts.values()), 0.0)}
+        rest = self.total_ms - sum(parts.values())
+        return {**parts, "idle": rest if rest > 1e-9 * self.total_ms else 0.0}  # not float rounding's 1e-14 ms
 
 
 def _p2p_ms(nbytes: float, layout: Layout, cluster: Cluster) -> float:

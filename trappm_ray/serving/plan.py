@@ -204,7 +204,10 @@ def cluster_text(cluster) -> str | None:
 
 
 def config_dims(model) -> dict[str, int]:
-    """A config dict's sequence length where none is given: its positions (its context)."""
+    """A transformers config's sequence length where none is given: its positions (its context);
+    ``model`` a dict or a ``config.json`` path (or its folder); anything else has none."""
+    if isinstance(model, (str, Path)) and not str(model).startswith("s3://"):
+        model = config_file(Path(model)) or {}
     seq = next((model[k] for k in POSITION_KEYS if isinstance(model.get(k), int)), None) if isinstance(model, dict) else None
     return {"seq": seq} if seq else {}
 

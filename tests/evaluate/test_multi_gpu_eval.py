@@ -1,0 +1,58 @@
+import json
+
+import pytest
+
+from onnx_builders import cnn_model, to_bytes
+from trappm_ray.evaluate import multi_gpu
+
+
+def _gavel(root, throughputs: dict) -> None:
+    (root / "gavel").mkdir(parents=True)
+    (root / "gavel" / "simulation_throughputs.json").write_text(json.dumps(throughputs))
+
+
+def _key(job: str, batch: int, n: int) -> str:
+    return f"('{job} (batch size {batch})', {n})"
+
+
+def test_gavel_rows_are_per_gpu_iterations_beside_the_one_gpu_iteration(tmp_path):
+    _gavel(tmp_path, {
+        "k80": {_key("ResNet-18", 32, 1): {"null": 10.0}, _key("ResNet-18", 32, 4): {"null": 20.0},
+                _key("ResNet-50", 64, 2): {"null": 0.0}, _key("ResNet-50", 16, 2): {"null": 5.0},
+                _key("A3C", 4, 2): {"null": 3.0}},
+        "k80_unconsolidated": {_key("ResNet-18", 32, 8): {"null": 16.0}}})
+    rows = sorted(multi_gpu.gavel_rows(tmp_path), key=lambda r: r["gpus"])
+    # the job's iterations/s are summed over its GPUs: 4 GPUs at 20/s is 200 ms per GPU's iteration;
+    # a zero (failed run), a job without its one-GPU run, and an unknown job are left out
+    assert [(r["layout"], r["gpus"], r["measured_ms"], r["one_gpu_ms"]) for r in rows] == [
+        ("packed", 4, 200.0, 100.0), ("spread", 8, 500.0, 100.0)]
+
+
+def test_gavel_recovers_the_rate_the_rows_were_made_with_from_the_other_gpu(tmp_path):
+    """Rows made by the ring model at one bus bandwidth on both GPUs: leave-one-GPU-out fits it back."""
+    onnx, rate = to_bytes(cnn_model(batch="N")), multi_gpu.BUS_GRID[40]
+    g = {gpu: {_key("ResNet-18", 32, n): {"null": 1e3 / one_ms if n == 1 else 1.0} for n in (1, 2, 4, 8)}
+         for gpu, one_ms in (("k80", 100.0), ("p100", 40.0))}
+    _gavel(tmp_path / "draft", g)
+    for r in multi_gpu.gavel(lambda w: onnx, tmp_path / "draft")["rows"]:  # each row's share and gradient bytes
+        g[r["gpu"]][_key("ResNet-18", 32, r["gpus"])] = {"null": r["gpus"] * 1e3 / multi_gpu._predicted([r], "packed", rate)[0]}
+    _gavel(tmp_path / "made", g)
+    out = multi_gpu.gavel(lambda w: onnx, tmp_path / "made")["summary"]
+    assert set(out) == {"k80 packed", "p100 packed"}
+    for v in out.values():
+        assert v["rows"] == 3 and v["rate"] == pytest.approx(rate) and v["mape"] < 1e-6 and v["no_comm_mape"] > 0
+
+
+def test_neusight_rows_name_the_layout_and_the_micro_batch(tmp_path):
+    (tmp_path / "DLmodel_configs").mkdir()
+    (tmp_path / "DLmodel_configs" / "gpt2_large.json").write_text("{}")
+    gpu = tmp_path / "label" / "NVIDIA_A100-SXM4-40GB"
+    gpu.mkdir(parents=True)
+    for name, ms in (("dp4", 450.0), ("tp4", 480.0), ("pp4_1", 1600.0)):
+        (gpu / f"gpt2_large-train-1024-4-{name}.json").write_text(json.dumps({"e2e_latency": ms}))
+    (gpu / "gpt2_large-train-1024-4.json").write_text(json.dumps({"e2e_latency": 1.0}))  # one GPU: not a row
+    result = multi_gpu.neusight(lambda r: r["measured_ms"] * 1.1, tmp_path)
+    got = {r["parallel"]: (r["micro_batch"], r["global_batch"], r["gpus"]) for r in result["rows"]}
+    assert got == {"dp=4": (1, 4, 4), "tp=4": (4, 4, 4), "pp=4": (4, 4, 4)}
+    assert result["mape"] == pytest.approx(10.0) and "| dp=4 (micro-batch 1) | 450 | 495 | +10.0% |" in \
+        multi_gpu.markdown({"summary": {}}, result)
