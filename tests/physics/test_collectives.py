@@ -5,6 +5,9 @@ import json
 
 import pytest
 
+from onnx_builders import residual_chain
+from trappm_ray import devices
+from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics import collectives as C
 
 
@@ -34,10 +37,25 @@ def test_a_capped_flow_paces_one_ring_over_every_gpu():
 
 def test_ddp_hides_the_all_reduce_behind_a_long_backward_but_not_the_last_bucket():
     a100 = C.Cluster.of("dgx-a100")
-    grads = 400e6
+    grads = 400e6  # 16 even buckets of 25 MB without a graph
     long = C.exposed_allreduce_ms(grads, 1000.0, 8, a100)
-    assert long == pytest.approx(C.allreduce_ms(C.DDP_BUCKET_BYTES, 8, a100))
-    assert C.exposed_allreduce_ms(grads, 0.0, 8, a100) == pytest.approx(C.allreduce_ms(grads, 8, a100))
+    assert long == pytest.approx(C.allreduce_ms(grads / 16, 8, a100))
+    assert C.exposed_allreduce_ms(grads, 0.0, 8, a100) == pytest.approx(16 * C.allreduce_ms(grads / 16, 8, a100))
+    # buckets all-reduce one after another, each from when the backward has made it
+    buckets = [(100e6, 0.1), (300e6, 1.0)]
+    assert C.exposed_allreduce_ms(grads, 10.0, 8, a100, buckets=buckets) == pytest.approx(C.allreduce_ms(300e6, 8, a100))
+    slow = C.Cluster.of({"gpus_per_node": 8, "intra_busbw_gbs": 1, "inter_gbps": 1})
+    first, second = (C.allreduce_ms(b, 8, slow) for b, _ in buckets)
+    assert C.exposed_allreduce_ms(grads, 10.0, 8, slow, buckets=buckets) == pytest.approx(1.0 + first + second - 10.0)
+
+
+def test_ddp_buckets_follow_the_parameters_in_reverse_as_the_backward_makes_them():
+    g = featurize(residual_chain(blocks=8, d=256), batch_size=4)
+    b = C.gradient_buckets(g, devices.get("a100-sxm4-80gb"), "fp32", bucket_bytes=0.6e6)
+    sizes, ready = [x for x, _ in b], [r for _, r in b]
+    assert sum(sizes) == pytest.approx(4 * float(g.static["params"]))
+    assert sizes[0] >= C.FIRST_BUCKET_BYTES and all(s >= 0.6e6 for s in sizes[1:-1])
+    assert ready == sorted(ready) and 0 < ready[0] < ready[-1] <= 1.0
 
 
 def test_clusters_come_from_the_table_a_dict_or_a_file(tmp_path):

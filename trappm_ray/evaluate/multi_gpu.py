@@ -25,7 +25,7 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.evaluate.batch_scaling import DATA, GAVEL, GAVEL_DEVICES, WORKLOADS
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.physics.collectives import Cluster, exposed_allreduce_ms
+from trappm_ray.physics.collectives import Cluster, exposed_allreduce_ms, gradient_buckets
 from trappm_ray.physics.step_model import step_time
 
 NEUSIGHT = DATA.parent / "public-gpu" / "neusight"
@@ -69,7 +69,7 @@ def _cluster(layout: str, rate: float) -> Cluster:
 def _predicted(rows: list[dict], layout: str, rate: float) -> np.ndarray:
     cluster = _cluster(layout, rate)
     return np.array([r["one_gpu_ms"] + exposed_allreduce_ms(r["grad_bytes"], r["share"] * r["one_gpu_ms"], r["gpus"],
-                                                            cluster, r["gpus"] if layout == "spread" else 1)
+                                                            cluster, r["gpus"] if layout == "spread" else 1, r["buckets"])
                      for r in rows])
 
 
@@ -80,14 +80,15 @@ def _mape(rows: list[dict], pred: np.ndarray) -> float:
 def gavel(onnx_of: Callable[[str], bytes], root: Path = DATA) -> dict:
     """Per GPU and layout: MAPE of the rows with the link rate fitted on the other GPU's rows."""
     rows = gavel_rows(root)
-    shares: dict[tuple, tuple[float, float]] = {}
+    shares: dict[tuple, tuple[float, float, list]] = {}
     for key in sorted({(r["workload"], r["batch"], r["gpu"]) for r in rows}):
         _, dims, optimizer = WORKLOADS[key[0]]
         g = featurize(onnx_of(key[0]), key[1], dims=dims or None)
         est = step_time(g, devices.get(GAVEL_DEVICES[key[2]]), {"precision": "fp32", "optimizer": optimizer})
-        shares[key] = (est.backward_ms / est.total_ms, 4.0 * float(g.static["params"]))
+        buckets = gradient_buckets(g, devices.get(GAVEL_DEVICES[key[2]]), "fp32")
+        shares[key] = (est.backward_ms / est.total_ms, 4.0 * float(g.static["params"]), buckets)
     for r in rows:
-        r["share"], r["grad_bytes"] = shares[(r["workload"], r["batch"], r["gpu"])]
+        r["share"], r["grad_bytes"], r["buckets"] = shares[(r["workload"], r["batch"], r["gpu"])]
     summary: dict[str, dict] = {}
     for layout, grid in (("packed", BUS_GRID), ("spread", NET_GRID)):
         for gpu in GAVEL_DEVICES:
@@ -153,12 +154,12 @@ def markdown(gv: dict, ns: dict) -> str:
         lines.append(f"| {k} | {v['rows']} | {v['rate']:.2g} {v['rate_unit']} | {v['mape']:.1f}% | {v['bias']:+.1f}% | "
                      f"{v['worst']:.0f}% | {v['no_comm_mape']:.1f}% | {per} |")
     lines += ["", "What this says: between servers the ring model holds with one rate, and the rate fitted on either "
-              "GPU's runs is a 10 Gb/s Ethernet's (7-9 Gb/s), so spread runs read 14-17% off against 29-51% for no "
+              "GPU's runs is a 10 Gb/s Ethernet's (8 Gb/s), so spread runs read 9-15% off against 29-51% for no "
               "communication. Inside a server it does not: the fitted bus bandwidths disagree by 2x and the added "
               "time grows about with the GPU count (P100 CIFAR ResNet-18 at batch 16: +5, +15, +34 ms on 2, 4, 8 "
               "GPUs, where a ring's grows as 1, 1.5, 1.75), as where every GPU's traffic crosses one host bridge or "
-              "the workers share the host's data loading; Gavel does not say which. Packed P100 rows read worse "
-              "than no communication (37% vs 32%).", "", "## 4-GPU GPT-2 Large, NeuSight (A100-SXM4-40GB), through `trappm_ray.predict`", "",
+              "the workers share the host's data loading; Gavel does not say which. Packed P100 rows read no better "
+              "than no communication (32% both).", "", "## 4-GPU GPT-2 Large, NeuSight (A100-SXM4-40GB), through `trappm_ray.predict`", "",
               "The call a user makes: `predict(config, batch_size=micro, device=\"a100-sxm4-40gb\", gpus=4, "
               "parallel=..., global_batch=4, precision=\"fp32\", optimizer=\"none\")` (NeuSight times forward + "
               "backward in fp32, no optimizer step; GPT-2 Large from its transformers config, sequence 1,024). Tensor "

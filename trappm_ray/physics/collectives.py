@@ -19,13 +19,20 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 from dataclasses import dataclass, fields
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
 
+import numpy as np
+
+from trappm_ray import devices
+from trappm_ray.physics.step_model import node_device_us
+
 CLUSTERS_CSV = Path(__file__).resolve().parents[1] / "data" / "clusters.csv"
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's default bucket_cap_mb
+FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket (the last layers' gradients) is kept small to start early
 DEFAULT_LATENCY_US = 30.0  # a user's cluster without latencies: of the order the tables hold
 
 
@@ -131,18 +138,47 @@ def allreduce_ms(nbytes: float, gpus: int, cluster: Cluster, nodes: int | None =
     return inside + ring_allreduce_ms(nbytes, nodes, cluster.inter_gbps / 8, cluster.inter_latency_us)
 
 
+def gradient_buckets(graph, spec: devices.DeviceSpec, precision: str, bytes_per_param: float = 4.0,
+                     bucket_bytes: float = DDP_BUCKET_BYTES) -> list[tuple[float, float]]:
+    """DDP's gradient buckets of ``graph`` as (bytes, share of the backward done when the bucket is
+    ready). DDP fills buckets with the parameters in reverse order, the first up to 1 MiB and the
+    rest up to ``bucket_bytes`` (a bucket closes once it reaches its cap); a bucket is ready when
+    the backward has passed its last parameter's layer. The backward runs the graph's nodes in
+    reverse at the step model's forward device time, twice over for a node with weights (the
+    gradients of its input and of its weights)."""
+    params = np.asarray(graph.params, np.float64)
+    back = node_device_us(graph, spec, precision) * np.where(params > 0, 2.0, 1.0)
+    done = np.minimum(np.cumsum(back[::-1]) / max(float(back.sum()), 1e-12), 1.0)  # share done after each node, in reverse
+    out: list[tuple[float, float]] = []
+    size, cap, at = 0.0, float(FIRST_BUCKET_BYTES), 1.0
+    for p, ready in zip(params[::-1] * bytes_per_param, done):
+        if p <= 0:
+            continue
+        size, at = size + p, float(ready)
+        if size >= cap:
+            out.append((size, at))
+            size, cap = 0.0, bucket_bytes
+    if size > 0:
+        out.append((size, at))
+    return out
+
+
 def exposed_allreduce_ms(grad_bytes: float, backward_ms: float, gpus: int, cluster: Cluster,
-                         nodes: int | None = None, bucket_bytes: float = DDP_BUCKET_BYTES) -> float:
-    """What gradient synchronisation adds to a data-parallel step: DDP all-reduces buckets while
-    the backward pass goes on, from the first bucket's gradients to the end; what does not fit in
-    that window, and at least the last bucket's all-reduce, waits after the backward."""
-    total = allreduce_ms(grad_bytes, gpus, cluster, nodes)
-    if total <= 0:
+                         nodes: int | None = None, buckets: list[tuple[float, float]] | None = None) -> float:
+    """What gradient synchronisation adds to a data-parallel step: DDP all-reduces each bucket
+    (:func:`gradient_buckets`) once the backward has made it and the bucket before it is done;
+    what runs past the backward's end is exposed. Without ``buckets`` the gradients are taken as
+    made evenly over the backward, in 25 MB buckets."""
+    if allreduce_ms(grad_bytes, gpus, cluster, nodes) <= 0:
         return 0.0
-    first = min(bucket_bytes / grad_bytes, 1.0)
-    last = allreduce_ms(min(bucket_bytes, grad_bytes), gpus, cluster, nodes)
-    return max(total - backward_ms * (1 - first), last)
+    if buckets is None:
+        n = max(math.ceil(grad_bytes / DDP_BUCKET_BYTES), 1)
+        buckets = [(grad_bytes / n, (i + 1) / n) for i in range(n)]
+    end = 0.0
+    for size, ready in buckets:
+        end = max(end, ready * backward_ms) + allreduce_ms(size, gpus, cluster, nodes)
+    return max(end - backward_ms, 0.0)
 
 
 __all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "cluster_for", "load_clusters", "ring_allreduce_ms", "allreduce_ms",
-           "exposed_allreduce_ms"]
+           "gradient_buckets", "exposed_allreduce_ms"]
