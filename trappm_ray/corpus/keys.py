@@ -5,8 +5,9 @@ from a label store's ok rows (:func:`trappm_ray.labels.label_join.label_tasks`, 
 :func:`from_keys`) or straight from the public
 GPU sources (:func:`from_public_sources`: timm's benchmark CSVs, NeuSight's label file names,
 ryujaehun's torchvision CSVs), which works before any label is imported. Each task also names
-the model source that builds it: ``timm``, ``torchvision`` (arch ``torchvision_<name>``) or
-``hf`` (a transformers LM from a config; its resolution is the sequence length in tokens).
+the model source that builds it: ``timm``, ``torchvision`` (arch ``torchvision_<name>``),
+``hf`` (a transformers LM from a config; its resolution is the sequence length in tokens) or
+``workload`` (a public measurement's own model, :mod:`trappm_ray.corpus.workload_models`).
 """
 from __future__ import annotations
 
@@ -17,7 +18,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
+from trappm_ray.corpus.text_models import GPT_SHAPE
 from trappm_ray.corpus.torchvision_models import TORCHVISION_PREFIX
+from trappm_ray.corpus.workload_models import WORKLOADS
 
 log = logging.getLogger(__name__)
 
@@ -47,11 +50,13 @@ class Task:
 
 
 def source_of(arch: str, hf_names: set[str] | frozenset = frozenset()) -> str:
-    """The model source of a label architecture name."""
+    """The model source of a label architecture name (a GPT shape, ``gpt_h*_a*_l*``, is ``hf``)."""
     if arch.startswith(TORCHVISION_PREFIX):
         return "torchvision"
-    if arch in hf_names:
+    if arch in hf_names or GPT_SHAPE.match(arch):
         return "hf"
+    if arch in WORKLOADS:
+        return "workload"
     return "timm"
 
 
@@ -161,7 +166,8 @@ def from_keys(keys: Iterable[tuple[str, int, int, bool]], hf_names: set[str] | f
     found: dict = {}
     for arch, res, bs, trained in keys:
         source = source_of(arch, hf_names)
-        group = {"hf": "hf", "torchvision": "torchvision"}.get(source) or ("timm-train" if trained else "timm-infer")
+        group = ({"hf": "hf", "torchvision": "torchvision", "workload": "other"}.get(source)
+                 or ("timm-train" if trained else "timm-infer"))
         _merge(found, arch, int(res), int(bs), source, group)
     return _tasks(found)
 

@@ -1,4 +1,5 @@
-"""One interface over the model sources of the corpus: timm, torchvision and transformers LMs.
+"""One interface over the model sources of the corpus: timm, torchvision, transformers LMs and the
+models of public measurements no zoo names (``workload``).
 
 :func:`count_params` sizes a model without memory; :func:`export` returns its weight-stripped
 skeleton, the exporter that made it, and how to featurize it (images bind the resolution to the
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 
 log = logging.getLogger(__name__)
 
-SOURCES = ("timm", "torchvision", "hf")
+SOURCES = ("timm", "torchvision", "hf", "workload")
 
 
 @dataclass
@@ -43,6 +44,10 @@ def family_of(arch: str, source: str = "timm") -> str:
         from trappm_ray.corpus import text_models
 
         return text_models.family_of(arch)
+    if source == "workload":
+        from trappm_ray.corpus import workload_models
+
+        return workload_models.family_of(arch)
     if source == "torchvision":
         arch = arch.removeprefix(TORCHVISION_PREFIX)
     return zoo.family_of(arch)
@@ -54,6 +59,10 @@ def count_params(arch: str, resolution: int, source: str = "timm") -> int:
         from trappm_ray.corpus import text_models
 
         return text_models.count_params(arch)
+    if source == "workload":
+        from trappm_ray.corpus import workload_models
+
+        return workload_models.count_params(arch)
     if source == "torchvision":
         from trappm_ray.corpus import torchvision_models
 
@@ -136,8 +145,10 @@ def export(arch: str, resolution: int, source: str = "timm", meta_init: bool = T
     """Export one model of any source at one resolution (sequence length for text models).
 
     Args:
-        arch: corpus name (timm name, ``torchvision_<name>``, or a text-model config name).
-        resolution: pixels, or tokens for ``hf``.
+        arch: corpus name (timm name, ``torchvision_<name>``, a text-model config name, or a
+            workload's name).
+        resolution: pixels, or tokens for ``hf`` (and a BERT workload); a workload's other inputs
+            are the fixed sizes its module states.
         source: one of :data:`SOURCES`.
         meta_init: build parameters on the meta device (no initialisation), see
             :mod:`trappm_ray.corpus.export`.
@@ -160,6 +171,12 @@ def export(arch: str, resolution: int, source: str = "timm", meta_init: bool = T
         dynamo = arch.startswith(torchvision_models.DYNAMO_PREFIX)
         exporter = torchvision_models.EXPORTER_DYNAMO if dynamo else torchvision_models.EXPORTER
         return Exported(onnx_bytes, params, exporter, resolution)
+    if source == "workload":
+        from trappm_ray.corpus import workload_models
+
+        dims = {"seq": resolution} if arch in workload_models.BERT_HEADS else {}
+        return Exported(workload_models.export(arch), workload_models.count_params(arch), workload_models.EXPORTER,
+                        None, dims)
     if source != "timm":
         raise ValueError(f"unknown model source {source!r}, expected one of {SOURCES}")
     if dynamo or fixed_batch:

@@ -2,7 +2,8 @@
 
 A model is named by its config: NeuSight's ``DLmodel_configs/<name>.json`` (``bert_large``,
 ``gpt2_xl``, ``opt_13``, ``switchxl4``, ...) or one of :data:`EXTRA_CONFIGS` (BERT-base, GPT-2
-small, a T5-small encoder, a LLaMA-style decoder). It is built with ``transformers`` from the
+small, a T5-small encoder, a LLaMA-style decoder) or a GPT by its shape, ``gpt_h{hidden}_a{heads}_l{layers}``
+(:func:`gpt_shape_config`). It is built with ``transformers`` from the
 config alone, its parameters on the meta device, and exported by torch's legacy exporter with
 ``input_ids [batch, seq]`` and both axes dynamic; the output is the logits (the last hidden
 state for encoders). ``trappm-ray graph FILE --batch-size 4 --dim seq=512`` featurizes it.
@@ -17,6 +18,7 @@ import contextlib
 import json
 import logging
 import math
+import re
 from functools import lru_cache
 from pathlib import Path
 
@@ -49,6 +51,27 @@ EXTRA_CONFIGS = {
 }
 
 
+# A GPT of a given shape, as vTrain's Megatron runs name theirs (hidden size, heads, layers): a GPT-2
+# config of GPT-2's vocabulary, positions for the longest sequence the runs use.
+GPT_SHAPE = re.compile(r"^gpt_h(?P<hidden>\d+)_a(?P<heads>\d+)_l(?P<layers>\d+)$")
+GPT_SHAPE_POSITIONS = 2048
+
+
+def gpt_shape_config(name: str) -> dict | None:
+    """The config of a ``gpt_h{hidden}_a{heads}_l{layers}`` name (None for any other name)."""
+    m = GPT_SHAPE.match(name)
+    if m is None:
+        return None
+    return {"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": int(m["hidden"]),
+            "n_head": int(m["heads"]), "n_layer": int(m["layers"]), "vocab_size": 50257,
+            "n_positions": GPT_SHAPE_POSITIONS}
+
+
+def is_text_model(name: str, config_dir: str | None = None) -> bool:
+    """Whether this module builds ``name`` (a config of :func:`config_names` or a GPT shape)."""
+    return name in config_names(config_dir) or GPT_SHAPE.match(name) is not None
+
+
 def exporter_of(name: str, config_dir: str | None = None) -> str:
     """The exporter string of ``name``'s graphs: :data:`EXPORTER`, and for a mixture of experts
     how its dispatch was exported (:func:`static_expert_capacity`)."""
@@ -79,6 +102,8 @@ def config_dict(name: str, config_dir: str | None = None) -> dict:
     """
     if name in EXTRA_CONFIGS:
         return dict(EXTRA_CONFIGS[name])
+    if (shaped := gpt_shape_config(name)) is not None:
+        return shaped
     path = _config_dir(config_dir) / f"{name}.json"
     if not path.is_file():
         raise KeyError(f"no text-model config {name!r} (looked in {path.parent} and EXTRA_CONFIGS)")
@@ -290,5 +315,5 @@ def mark_tied_weights(model, onnx_bytes: bytes) -> bytes:
 
 
 __all__ = ["CONFIG_DIR", "EXPORTER", "EXTRA_CONFIGS", "build_model", "config_dict",
-           "config_names", "count_params", "export_text_model", "exporter_of", "family_of", "static_expert_capacity",
+           "config_names", "count_params", "gpt_shape_config", "is_text_model", "GPT_SHAPE", "export_text_model", "exporter_of", "family_of", "static_expert_capacity",
            "traceable_masks"]

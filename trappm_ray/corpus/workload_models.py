@@ -66,6 +66,29 @@ def build(name: str):
     raise KeyError(f"unknown workload {name!r}; known: {', '.join(WORKLOADS)}")
 
 
+FAMILIES = {"cifar_resnet18": "resnet", "lstm_lm": "lstm", "transformer_mt": "transformer", "recoder_ae": "autoencoder",
+            "cifar_shufflenetv2": "shufflenet", "bert_base_cls": "bert", "bert_base_qa": "bert"}
+
+
+def family_of(name: str) -> str:
+    """The workload's model family."""
+    return FAMILIES.get(name, name.split("_")[0])
+
+
+def count_params(name: str) -> int:
+    """Parameters of workload ``name`` (tied weights once), built on the meta device."""
+    import torch
+
+    if name in BERT_HEADS:
+        from trappm_ray.corpus.text_models import build_model
+        with torch.device("meta"):
+            model = build_model(name, config={**BERT_BASE, "architectures": [BERT_HEADS[name]]}, meta=False)
+    else:
+        with torch.device("meta"):
+            model = build(name)[0]
+    return sum(p.numel() for p in model.parameters())
+
+
 def export(name: str) -> bytes:
     """ONNX bytes (weights stripped) of workload ``name``, batch axis dynamic."""
     import torch

@@ -1,4 +1,5 @@
-"""Import public GPU measurements (timm, NeuSight, ryujaehun) as label rows of the store schema.
+"""Import public GPU measurements (timm, NeuSight, ryujaehun; vTrain, Pollux, Gavel's multi-GPU runs)
+as label rows of the store schema.
 
 Each source has a reader (``public_timm``, ``public_neusight``, ``public_ryujaehun``) that turns
 its files into *measurements*: one dict per (source file, model), in the store's columns plus the
@@ -35,7 +36,7 @@ import numpy as np
 import pyarrow as pa
 
 from trappm_ray import storage
-from trappm_ray.labels import public_neusight, public_ryujaehun, public_timm, store
+from trappm_ray.labels import public_distributed, public_neusight, public_ryujaehun, public_timm, store
 from trappm_ray.labels.public_rows import REGIMES, Source, device_names, measurement
 
 log = logging.getLogger(__name__)
@@ -157,7 +158,9 @@ def import_public(root: str, out: str, sources: tuple[str, ...] = ("timm", "neus
     """Import every public source under ``root`` into label device folders under ``out``.
 
     Args:
-        root: the public copy (``../shared/data/public-gpu``: ``timm/``, ``neusight/``, ``ryujaehun/``).
+        root: the public copy (``../shared/data/public-gpu``: ``timm/``, ``neusight/``, ``ryujaehun/``;
+            ``../shared/data/public-distributed``: ``vtrain/``, ``pollux/``, ``gavel/``, kept in a
+            store of their own, ``data/labels-distributed``, so no one-GPU trainer reads them).
         out: the label store (``data/labels``); device folders of these sources are replaced.
         sources: which readers to run.
         imported: the import date written to ``date_imported`` (default: today, UTC).
@@ -165,8 +168,9 @@ def import_public(root: str, out: str, sources: tuple[str, ...] = ("timm", "neus
     Returns:
         Row counts per device and the issues met (skipped files, malformed rows).
     """
-    readers = {"timm": public_timm.read, "neusight": public_neusight.read,
-               "ryujaehun": public_ryujaehun.read}
+    readers = {"timm": public_timm.read, "neusight": public_neusight.read, "ryujaehun": public_ryujaehun.read,
+               "vtrain": public_distributed.read_vtrain, "pollux": public_distributed.read_pollux,
+               "gavel": public_distributed.read_gavel}
     imported = imported or dt.datetime.now(dt.timezone.utc).date().isoformat()
     summary, measurements = ImportSummary(), []
     for name in sources:

@@ -38,7 +38,7 @@ COLUMNS: dict[str, str] = {
     "harness_version": _S,
     # What varies a measurement besides the model (imported public labels: labels/public.py). Null in
     # this project's CPU rows. precision: fp32, amp-fp16, amp-bf16, fp16, bf16, fp64;
-    # memory_format: nchw, nhwc, none; parallelism: single, dp2..dp4, tp4, pp4; compiled: none,
+    # memory_format: nchw, nhwc, none; parallelism: single, dp<N>, tp4, pp4, tp<T>-pp<P>-dp<D>; compiled: none,
     # dynamo, fusion. For text models `resolution` holds the sequence length (= seq_len).
     "precision": _S, "memory_format": _S, "gpus": _I, "parallelism": _S, "compiled": _S,
     "model_source": _S, "device_spec": _S, "seq_len": _I,
@@ -52,9 +52,13 @@ COLUMNS: dict[str, str] = {
     "recompute": _S, "grad_accum": _I, "optimizer_ms": _F, "power_samples": _I, "power_window_s": _F,
     "energy_j": _F, "inference_power_w_mean": _F, "sm_clock_mhz": _F, "leftover_mb": _F,
     "campaign_item": _S, "transformers_version": _S,
+    # Multi-GPU rows (labels/public_distributed.py): samples per optimizer step over every GPU, the
+    # nodes and GPUs per node (``2x4``, ``2+1+1``; Gavel's ``packed``/``spread``), the interconnect
+    # as the source states it, and the measured gradient synchronisation where the source splits it.
+    "global_batch": _I, "nodes": _I, "placement": _S, "cluster": _S, "allreduce_ms": _F,
 }
 KEY = ("device_slug", "arch", "resolution", "batch_size", "dtype", "optimizer", "precision",
-       "memory_format", "gpus", "parallelism", "compiled", "recompute", "grad_accum")
+       "memory_format", "gpus", "parallelism", "compiled", "recompute", "grad_accum", "placement")
 
 SCHEMA = pa.schema([(name, {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[kind])
                     for name, kind in COLUMNS.items()])

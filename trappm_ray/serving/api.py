@@ -171,8 +171,7 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
                 if p.train_step_ms and step.total_ms else 0.0)
     grad_bytes = 4 * params  # fp32 gradients, also under AMP
     total = allreduce_ms(grad_bytes, gpus, cluster)
-    exposed = exposed_allreduce_ms(grad_bytes, backward, gpus, cluster,
-                                   buckets=gradient_buckets(graph, spec, setting["precision"]))
+    exposed = exposed_allreduce_ms(grad_bytes, backward, gpus, cluster, buckets=gradient_buckets(graph, spec, setting["precision"]))
     if p.train_step_ms is not None:
         e = p.train_step_ms
         p.train_step_ms = Estimate(e.value + exposed, e.low + exposed, e.high + exposed, e.std, e.unit)
