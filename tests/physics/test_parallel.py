@@ -138,3 +138,18 @@ def test_where_the_iteration_goes_adds_up_and_names_the_links():
     assert tp_only.intra_node_bytes == pytest.approx(4 * 6 * 8 * 2 * 7 / 8 * 8 * 2**20)
     two_nodes = traffic(stack(), Layout(8, 1, 2, 4, 16), NODE, 8, 1, 2, 62e6 / 8)
     assert two_nodes[1] == pytest.approx(2 * 1 / 2 * 62e6 / 8 * 2)  # the gradients' all-reduce over the network
+
+
+def test_a_pipeline_stage_cannot_hide_its_backward_behind_its_forwards_host_time():
+    """Megatron synchronizes the device after every exchange between stages: a stage whose forward
+    waits on the host and whose backward on the device takes both, where without a pipeline the
+    host's lead carries over from one pass into the next."""
+    part = Part(device_ms=9.0, host_ms=6.0, optimizer_ms=0.0, forward_device_ms=1.0, forward_host_ms=4.0)
+    piped = Stack(part, part, blocks=8, block_params=1e6, rest_params=1e6, boundary_bytes=0.0, recompute=False)
+    est = iteration(piped, Layout(1, 2, 1, 1, 8), NODE)
+    # forward max(1, 4) + backward max(8, 2) per block, 4 blocks and the rest on the last stage
+    assert est.stage_ms - est.p2p_ms == pytest.approx(5 * (4.0 + 8.0))
+    assert iteration(piped, Layout(1, 1, 1, 1, 8), NODE).stage_ms == pytest.approx(9 * 9.0)  # max(device, host)
+    # a part without the split (forward shares 0) keeps the whole pass as one max
+    plain = iteration(stack(), Layout(1, 2, 1, 4, 16), NODE)
+    assert plain.stage_ms - plain.p2p_ms == pytest.approx(4 * 8.0 + 4.0)

@@ -212,7 +212,10 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
               "and heads but every GPU normalizes, adds and drops out the whole activations; its all-reduces "
               "are kernels on the stream, hidden behind a host-bound GPU's issue time; Adam is apex's fused "
               "kernel. Before them (eager attention, everything split, all-reduces added to the host's time, "
-              "torch.optim's foreach Adam) one node read +29% (MAPE 33.7%) and many nodes 10.0%.",
+              "torch.optim's foreach Adam) one node read +29% (MAPE 33.7%) and many nodes 10.0%. A fifth is "
+              "the pipeline's: Megatron synchronizes the device after every exchange between stages, so a "
+              "stage's forward and backward are each the longer of their device and host time, not the whole "
+              "micro-batch's (one node 8.4 -> 8.1%, 4-stage pipelines -9.5 -> -7.8% median).",
               "",
               "Tensor parallelism over 8 GPUs of one node reads short (the `tp8` rows): with one-sequence "
               "micro-batches the measured iteration is about the host's issue time plus the all-reduces, as "

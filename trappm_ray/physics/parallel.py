@@ -126,19 +126,29 @@ class Part:
     host_ms: float
     optimizer_ms: float
     replicated_ms: float = 0.0
+    forward_device_ms: float = 0.0  # the forward pass's share of device_ms and host_ms
+    forward_host_ms: float = 0.0
 
     @classmethod
     def of(cls, step: StepEstimate, replicated: float = 0.0) -> Part:
-        return cls(step.device_ms - step.optimizer_ms, step.host_ms, step.optimizer_ms, replicated)
+        return cls(step.device_ms - step.optimizer_ms, step.host_ms, step.optimizer_ms, replicated,
+                   step.forward_ms, step.forward_host_ms)
 
     def __sub__(self, other: Part) -> Part:
         """What ``self`` has beyond ``other`` (a model with one more block: that block)."""
         return Part(self.device_ms - other.device_ms, self.host_ms - other.host_ms,
-                    self.optimizer_ms - other.optimizer_ms, self.replicated_ms - other.replicated_ms)
+                    self.optimizer_ms - other.optimizer_ms, self.replicated_ms - other.replicated_ms,
+                    self.forward_device_ms - other.forward_device_ms, self.forward_host_ms - other.forward_host_ms)
 
     def on(self, tp: int) -> float:
         """Device time (ms) on each of ``tp`` tensor-parallel GPUs."""
         return (self.device_ms - self.replicated_ms) / tp + self.replicated_ms
+
+    @property
+    def forward_share(self) -> tuple[float, float]:
+        """The forward pass's share of the device time and of the host time."""
+        return (self.forward_device_ms / self.device_ms if self.device_ms > 0 else 0.0,
+                self.forward_host_ms / self.host_ms if self.host_ms > 0 else 0.0)
 
 
 def replicated_ms(graph, spec: devices.DeviceSpec, setting: Setting, tokens_x_hidden: float) -> float:
@@ -281,8 +291,21 @@ def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstima
     def issue(last: bool) -> float:  # the host's time, or ZeRO-3's gathers where they are longer
         return max(per_stage * stack.block.host_ms + last * stack.rest.host_ms, gathers)
 
+    def forward(last: bool) -> tuple[float, float]:  # the forward pass's device and host time
+        (bd, bh), (rd, rh) = stack.block.forward_share, stack.rest.forward_share
+        return (per_stage * bd * stack.block.on(layout.tp) + last * rd * stack.rest.on(layout.tp),
+                per_stage * bh * stack.block.host_ms + last * rh * stack.rest.host_ms)
+
     def stage(last: bool) -> float:
-        return max(device(last) + tp_comm, issue(last)) + p2p
+        if layout.pp == 1:  # the host runs ahead from one pass into the next
+            return max(device(last) + tp_comm, issue(last))
+        # Megatron synchronizes the device after every exchange between stages (against
+        # batch_isend_irecv's race), so the host cannot run ahead from a forward into a backward:
+        # each pass is its own max of device and host time
+        f_dev, f_host = forward(last)
+        f_comm = tp_comm * 2 / (6 if stack.recompute else 4)  # two of a block's all-reduces are the forward's
+        return (max(f_dev + f_comm, f_host) + max(device(last) - f_dev + tp_comm - f_comm, issue(last) - f_host)
+                + p2p)
 
     first, last = stage(layout.pp == 1), stage(True)
     slowest = max(first, last)

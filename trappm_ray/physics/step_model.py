@@ -125,6 +125,7 @@ class StepEstimate:
         forward_ms, backward_ms, optimizer_ms: the device time of each phase.
         kernels: kernels issued.
         fill: device-time-weighted mean fill of the forward kernels (1 = every SM busy).
+        forward_host_ms: the host's issue time of the forward pass alone.
         host_us, compute_us, memory_us, least_us: per entry in issue order (a graph node's kernel,
             its backward's two, an optimizer list op), the host's issue time, the compute time (at
             its fill), the memory time and the least device time its kernels take (us).
@@ -138,6 +139,7 @@ class StepEstimate:
     optimizer_ms: float
     kernels: int
     fill: float
+    forward_host_ms: float = 0.0
     host_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
     compute_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
     memory_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
@@ -151,7 +153,8 @@ class StepEstimate:
         f, b, _ = phases
         return cls(queue_ms(host_us, device), float(device.sum()) / 1e3, float(host_us.sum()) / 1e3,
                    float(device[:f].sum()) / 1e3, float(device[f:f + b].sum()) / 1e3,
-                   float(device[f + b:].sum()) / 1e3, len(device), fill, host_us, compute_us, memory_us, least_us)
+                   float(device[f + b:].sum()) / 1e3, len(device), fill, float(host_us[:f].sum()) / 1e3,
+                   host_us, compute_us, memory_us, least_us)
 
     @property
     def device_us(self) -> np.ndarray:
