@@ -1,7 +1,7 @@
 """Import public GPU measurements (timm, NeuSight, ryujaehun; vTrain, Pollux, Gavel's multi-GPU runs)
 as label rows of the store schema.
 
-Each source has a reader (``public_timm``, ``public_neusight``, ``public_ryujaehun``) that turns
+Each source has a reader (``public_timm``, ``public_neusight``, ``public_ryujaehun``, ``public_distributed``) that turns
 its files into *measurements*: one dict per (source file, model), in the store's columns plus the
 timed values behind it. This module groups the measurements of one key (:data:`store.KEY`: the
 same model, batch, resolution, precision, memory format, GPU count, parallelism and compilation,

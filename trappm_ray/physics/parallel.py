@@ -126,7 +126,7 @@ class Part:
     host_ms: float
     optimizer_ms: float
     replicated_ms: float = 0.0
-    forward_device_ms: float = 0.0  # the forward pass's share of device_ms and host_ms
+    forward_device_ms: float = 0.0  # the forward pass's part of device_ms and of host_ms
     forward_host_ms: float = 0.0
 
     @classmethod
