@@ -2,7 +2,8 @@
 against Pollux's placements and Gavel's K80/P100 runs (leave-one-GPU-out), and NeuSight's 4-GPU
 GPT-2 runs through the public Python call: docs/results-distributed.md and .json.
 
-    .venv/bin/python jobs/evaluate_distributed.py      (about two minutes; needs ../shared/data)
+    .venv/bin/python jobs/evaluate_distributed.py      (about a minute; rows from data/labels-distributed and
+    data/labels, the all-reduce tables from ../shared/data/public-distributed/vtrain/trace)
 """
 import json
 import logging
@@ -14,7 +15,6 @@ import trappm_ray
 from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate import data_parallel, multi_gpu
 from trappm_ray.evaluate.batch_scaling import workload_onnx
-from trappm_ray.labels.public_neusight import DEVICES as NEUSIGHT_DEVICES
 
 
 @dataclass
@@ -25,7 +25,7 @@ class DistributedEvalConfig:
 
 def neusight_ms(row: dict) -> float:
     """One NeuSight 4-GPU row through the public call, in its setting (fp32, no optimizer step)."""
-    p = trappm_ray.predict(row["config"], batch_size=row["micro_batch"], device=NEUSIGHT_DEVICES[row["gpu_folder"]],
+    p = trappm_ray.predict(row["config"], batch_size=row["micro_batch"], device=row["device"],
                            gpus=row["gpus"], parallel=row["parallel"], global_batch=row["global_batch"],
                            precision="fp32", optimizer="none")
     return p.train_step_ms.value
@@ -45,6 +45,6 @@ if __name__ == "__main__":
     Path(f"{cfg.out}.json").write_text(json.dumps(
         {"allreduce": tables, "pollux": dp["summary"], "gavel": gv["summary"],
          "neusight": {k: ns[k] for k in ("mape", "worst")} | {"rows": [{k: r[k] for k in (
-             "gpu_folder", "model", "parallel", "micro_batch", "global_batch", "measured_ms", "predicted_ms")}
+             "device", "model", "parallel", "micro_batch", "global_batch", "measured_ms", "predicted_ms")}
              for r in ns["rows"]]}}, indent=1))
     print(text)

@@ -4,11 +4,15 @@ import pytest
 
 from onnx_builders import cnn_model, to_bytes
 from trappm_ray.evaluate import multi_gpu
+from trappm_ray.labels.public import import_public
 
 
-def _gavel(root, throughputs: dict) -> None:
-    (root / "gavel").mkdir(parents=True)
-    (root / "gavel" / "simulation_throughputs.json").write_text(json.dumps(throughputs))
+def _gavel(root, throughputs: dict):
+    """A label store of Gavel's table ``throughputs`` (imported as the real one is)."""
+    (root / "src" / "gavel").mkdir(parents=True)
+    (root / "src" / "gavel" / "simulation_throughputs.json").write_text(json.dumps(throughputs))
+    import_public(str(root / "src"), str(root / "labels"), ("gavel",), "2026-11-28")
+    return root / "labels"
 
 
 def _key(job: str, batch: int, n: int) -> str:
@@ -16,12 +20,12 @@ def _key(job: str, batch: int, n: int) -> str:
 
 
 def test_gavel_rows_are_per_gpu_iterations_beside_the_one_gpu_iteration(tmp_path):
-    _gavel(tmp_path, {
+    labels = _gavel(tmp_path, {
         "k80": {_key("ResNet-18", 32, 1): {"null": 10.0}, _key("ResNet-18", 32, 4): {"null": 20.0},
                 _key("ResNet-50", 64, 2): {"null": 0.0}, _key("ResNet-50", 16, 2): {"null": 5.0},
                 _key("A3C", 4, 2): {"null": 3.0}},
         "k80_unconsolidated": {_key("ResNet-18", 32, 8): {"null": 16.0}}})
-    rows = sorted(multi_gpu.gavel_rows(tmp_path), key=lambda r: r["gpus"])
+    rows = sorted(multi_gpu.gavel_rows(labels), key=lambda r: r["gpus"])
     # the job's iterations/s are summed over its GPUs: 4 GPUs at 20/s is 200 ms per GPU's iteration;
     # a zero (failed run), a job without its one-GPU run, and an unknown job are left out
     assert [(r["layout"], r["gpus"], r["measured_ms"], r["one_gpu_ms"]) for r in rows] == [
@@ -33,26 +37,27 @@ def test_gavel_recovers_the_rate_the_rows_were_made_with_from_the_other_gpu(tmp_
     onnx, rate = to_bytes(cnn_model(batch="N")), multi_gpu.BUS_GRID[40]
     g = {gpu: {_key("ResNet-18", 32, n): {"null": 1e3 / one_ms if n == 1 else 1.0} for n in (1, 2, 4, 8)}
          for gpu, one_ms in (("k80", 100.0), ("p100", 40.0))}
-    _gavel(tmp_path / "draft", g)
-    for r in multi_gpu.gavel(lambda w: onnx, tmp_path / "draft")["rows"]:  # each row's share and gradient bytes
+    for r in multi_gpu.gavel(lambda w: onnx, _gavel(tmp_path / "draft", g))["rows"]:  # shares, gradient bytes
         g[r["gpu"]][_key("ResNet-18", 32, r["gpus"])] = {"null": r["gpus"] * 1e3 / multi_gpu._predicted([r], "packed", rate)[0]}
-    _gavel(tmp_path / "made", g)
-    out = multi_gpu.gavel(lambda w: onnx, tmp_path / "made")["summary"]
+    out = multi_gpu.gavel(lambda w: onnx, _gavel(tmp_path / "made", g))["summary"]
     assert set(out) == {"k80 packed", "p100 packed"}
     for v in out.values():
         assert v["rows"] == 3 and v["rate"] == pytest.approx(rate) and v["mape"] < 1e-6 and v["no_comm_mape"] > 0
 
 
 def test_neusight_rows_name_the_layout_and_the_micro_batch(tmp_path):
-    (tmp_path / "DLmodel_configs").mkdir()
-    (tmp_path / "DLmodel_configs" / "gpt2_large.json").write_text("{}")
-    gpu = tmp_path / "label" / "NVIDIA_A100-SXM4-40GB"
+    src = tmp_path / "src" / "neusight"
+    (src / "DLmodel_configs").mkdir(parents=True)
+    (src / "DLmodel_configs" / "gpt2_large.json").write_text(json.dumps({"model_type": "gpt2"}))
+    gpu = src / "label" / "NVIDIA_A100-SXM4-40GB"
     gpu.mkdir(parents=True)
     for name, ms in (("dp4", 450.0), ("tp4", 480.0), ("pp4_1", 1600.0)):
         (gpu / f"gpt2_large-train-1024-4-{name}.json").write_text(json.dumps({"e2e_latency": ms}))
     (gpu / "gpt2_large-train-1024-4.json").write_text(json.dumps({"e2e_latency": 1.0}))  # one GPU: not a row
-    result = multi_gpu.neusight(lambda r: r["measured_ms"] * 1.1, tmp_path)
-    got = {r["parallel"]: (r["micro_batch"], r["global_batch"], r["gpus"]) for r in result["rows"]}
-    assert got == {"dp=4": (1, 4, 4), "tp=4": (4, 4, 4), "pp=4": (4, 4, 4)}
+    import_public(str(tmp_path / "src"), str(tmp_path / "labels"), ("neusight",), "2026-11-28")
+    result = multi_gpu.neusight(lambda r: r["measured_ms"] * 1.1, tmp_path / "labels")
+    got = {r["parallel"]: (r["micro_batch"], r["global_batch"], r["gpus"], r["device"]) for r in result["rows"]}
+    assert got == {"dp=4": (1, 4, 4, "a100-sxm4-40gb"), "tp=4": (4, 4, 4, "a100-sxm4-40gb"),
+                   "pp=4": (4, 4, 4, "a100-sxm4-40gb")}
     assert result["mape"] == pytest.approx(10.0) and "| dp=4 (micro-batch 1) | 450 | 495 | +10.0% |" in \
         multi_gpu.markdown({"summary": {}}, result)

@@ -3,10 +3,7 @@ import pytest
 from trappm_ray.evaluate import parallel
 from trappm_ray.physics.parallel import Part, Stack
 
-needs_data = pytest.mark.skipif(not parallel.DATA.is_dir(), reason="no ../shared/data/public-distributed")
 
-
-@needs_data
 def test_every_vtrain_row_is_read_with_a_layout_that_can_run():
     rows = parallel.runs()
     assert len(rows) == 1440 + 88
@@ -15,7 +12,6 @@ def test_every_vtrain_row_is_read_with_a_layout_that_can_run():
     assert all(r.layers % r.layout.pp == 0 for r in rows)
 
 
-@needs_data
 def test_each_row_is_answered_and_the_layout_terms_add_to_perfect_scaling():
     rows = [r for r in parallel.runs() if r.hidden == 1024 and r.layers == 12][:40]
     part = Part(device_ms=3.0, host_ms=0.5, optimizer_ms=0.2)

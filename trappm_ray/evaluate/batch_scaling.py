@@ -50,6 +50,7 @@ POLLUX = {"imagenet": "resnet50", "cifar10": "cifar_resnet18", "bert": "bert_bas
 GAVEL = {"ResNet-18": "cifar_resnet18", "ResNet-50": "resnet50", "Transformer": "transformer_mt",
          "LM": "lstm_lm", "Recommendation": "recoder_ae"}
 GAVEL_DEVICES = {"k80": "k80", "p100": "p100-pcie-16gb"}
+WORKLOAD_OF = {"torchvision_resnet50": "resnet50"}  # a label row's arch -> its WORKLOADS name, where they differ
 
 
 @dataclass(frozen=True)
@@ -195,5 +196,5 @@ def run(sweeps: list[Sweep], cache: Path, answer=None) -> dict:
     return {"summary": summary(results), "sweeps": [asdict(r) for r in results]}
 
 
-__all__ = ["DATA", "WORKLOADS", "Sweep", "SweepResult", "pollux_sweeps", "gavel_sweeps", "workload_onnx",
+__all__ = ["DATA", "WORKLOADS", "WORKLOAD_OF", "Sweep", "SweepResult", "pollux_sweeps", "gavel_sweeps", "workload_onnx",
            "evaluate_sweep", "summary", "run"]

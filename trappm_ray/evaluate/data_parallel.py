@@ -3,8 +3,9 @@
 
 * vTrain's all-reduce tables (VIA-Research/vTrain @ f8dda84, MIT-style): the cluster table's
   A100 and V100 node figures are fitted on the 8-GPU tables; the 2-7 GPU tables are held out.
-* Pollux (petuum/adaptdl @ de25dcc, Apache-2.0): data-parallel BERT-base, ResNet-50 and the
-  CIFAR ResNet-18 on 1-16 T4 GPUs over 1-4 AWS g4dn.12xlarge nodes, at 5-11 per-GPU batch sizes.
+* Pollux (petuum/adaptdl @ de25dcc, Apache-2.0; label rows of ``data/labels-distributed``):
+  data-parallel BERT-base, ResNet-50 and the CIFAR ResNet-18 on 1-16 T4 GPUs over 1-4 AWS
+  g4dn.12xlarge nodes, at 5-11 per-GPU batch sizes.
   The check isolates communication: the predicted step on N GPUs is the *measured* one-GPU step
   at the same per-GPU batch plus the exposed all-reduce of the gradients (fp32, DDP buckets
   overlapping the backward, whose share of the step comes from the step model), against the
@@ -19,13 +20,15 @@ from pathlib import Path
 import numpy as np
 
 from trappm_ray import devices
+from trappm_ray.evaluate.batch_scaling import WORKLOAD_OF
 from trappm_ray.graph.featurize import featurize
+from trappm_ray.labels.public_distributed import POLLUX, per_node
+from trappm_ray.labels.store import read_rows
 from trappm_ray.physics.collectives import Cluster, allreduce_ms, exposed_allreduce_ms, gradient_buckets, load_clusters
 from trappm_ray.physics.step_model import step_time
 
 ROOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "public-distributed"
-POLLUX = {"imagenet": ("resnet50", "sgd-momentum", {}), "cifar10": ("cifar_resnet18", "sgd-momentum", {}),
-          "bert": ("bert_base_qa", "adamw", {"seq": 384})}
+LABELS = Path(__file__).resolve().parents[2] / "data" / "labels-distributed"
 POLLUX_CLUSTER = "aws-g4dn-12xlarge"
 VTRAIN_NODES = {"a100": "dgx-a100", "v100": "dgx-1-v100"}
 
@@ -51,27 +54,26 @@ def allreduce_tables(root: Path = ROOT) -> dict[str, dict]:
     return out
 
 
-def pollux_rows(root: Path = ROOT) -> list[dict]:
-    """Pollux's placements with their one-GPU step at the same per-GPU batch."""
+def pollux_rows(labels: Path = LABELS) -> list[dict]:
+    """Pollux's multi-GPU placements of the label store (``data/labels-distributed``, imported by
+    :mod:`trappm_ray.labels.public_distributed`) with their one-GPU step at the same per-GPU batch."""
+    rows = [r for r in read_rows(str(labels), "t4-fp32").to_pylist() if r["status"] == "ok" and r["source_repo"] == POLLUX.repo]
+    single = {(r["arch"], r["batch_size"]): r["train_step_ms"] for r in rows if r["gpus"] == 1}
     out = []
-    for folder, (workload, optimizer, dims) in POLLUX.items():
-        with open(root / "pollux" / folder / "placements.csv", newline="") as fh:
-            rows = list(csv.DictReader(fh))
-        single = {int(r["local_bsz"]): float(r["step_time"]) * 1e3 for r in rows if r["placement"] == "1"}
-        for r in rows:
-            b = int(r["local_bsz"])
-            if r["placement"] != "1" and b in single:
-                digits = [int(c) for c in r["placement"]]
-                out.append({"workload": workload, "optimizer": optimizer, "dims": dims, "batch": b,
-                            "placement": r["placement"], "gpus": sum(digits), "nodes": len(digits),
-                            "per_node": max(digits), "one_gpu_ms": single[b],
-                            "measured_ms": float(r["step_time"]) * 1e3, "sync_ms": float(r["sync_time"]) * 1e3})
+    for r in rows:
+        one = single.get((r["arch"], r["batch_size"]))
+        if r["gpus"] > 1 and one:
+            out.append({"workload": WORKLOAD_OF.get(r["arch"], r["arch"]), "optimizer": r["optimizer"],
+                        "dims": {"seq": r["seq_len"]} if r["seq_len"] else {}, "batch": r["batch_size"],
+                        "placement": r["placement"], "gpus": r["gpus"], "nodes": r["nodes"],
+                        "per_node": max(per_node(r["placement"])), "one_gpu_ms": one,
+                        "measured_ms": r["train_step_ms"], "sync_ms": r["allreduce_ms"]})
     return out
 
 
-def pollux(onnx_of, root: Path = ROOT) -> dict:
+def pollux(onnx_of, labels: Path = LABELS) -> dict:
     """Predicted against measured N-GPU steps, per workload (see the module docstring)."""
-    rows, cluster = pollux_rows(root), Cluster.of(POLLUX_CLUSTER)
+    rows, cluster = pollux_rows(labels), Cluster.of(POLLUX_CLUSTER)
     spec = devices.get(cluster.gpu)
     shares: dict[tuple, tuple[float, float, list]] = {}
     for key in sorted({(r["workload"], r["batch"], r["optimizer"]) for r in rows}):

@@ -1,21 +1,19 @@
 """Multi-GPU step time on GPUs and servers the distributed model was never fitted on
 (``docs/results-distributed.md``, leave-one-GPU-out).
 
-* Gavel (stanford-futuredata/gavel @ c4fa400, MIT): ResNet-18 (CIFAR), ResNet-50, a Transformer
+* Gavel (stanford-futuredata/gavel @ c4fa400, MIT; label rows of ``data/labels-distributed``): ResNet-18 (CIFAR), ResNet-50, a Transformer
   and an LSTM language model trained data parallel on 2, 4 and 8 K80 or P100 GPUs, packed into
   one server or spread over servers. As with Pollux, communication alone is checked: the
   predicted per-GPU iteration is the *measured* one-GPU iteration at the same per-GPU batch plus
   the exposed gradient all-reduce. Gavel does not describe its servers or network, so the bus
   bandwidth (packed) and network rate (spread, one GPU per server) are fitted on the *other*
   GPU's rows and checked on this one's; the baseline is no communication.
-* NeuSight (sitar-lab/NeuSight @ 6945927, MIT): GPT-2 Large (seq 1024, batch 4, fp32, forward +
+* NeuSight (sitar-lab/NeuSight @ 6945927, MIT; label rows of ``data/labels``): GPT-2 Large (seq 1024, batch 4, fp32, forward +
   backward) on 4 A100-SXM4-40GB as dp4 / tp4 / pp4, answered through the public Python call
   (``predict``, passed in by the job: the evaluation stage does not import serving).
 """
 from __future__ import annotations
 
-import json
-import re
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
@@ -23,39 +21,34 @@ from pathlib import Path
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.evaluate.batch_scaling import DATA, GAVEL, GAVEL_DEVICES, WORKLOADS
+from trappm_ray.corpus.text_models import CONFIG_DIR
+from trappm_ray.evaluate.batch_scaling import GAVEL_DEVICES, WORKLOAD_OF, WORKLOADS
+from trappm_ray.evaluate.data_parallel import LABELS
 from trappm_ray.graph.featurize import featurize
+from trappm_ray.labels.public_distributed import GAVEL
+from trappm_ray.labels.public_rows import NEUSIGHT
+from trappm_ray.labels.store import device_slugs, read_rows
 from trappm_ray.physics.collectives import Cluster, exposed_allreduce_ms, gradient_buckets
 from trappm_ray.physics.step_model import step_time
 
-NEUSIGHT = DATA.parent / "public-gpu" / "neusight"
-_KEY = re.compile(r"\('(?P<job>.+) \(batch size (?P<batch>\d+)\)', (?P<n>\d+)\)")
+GPU_LABELS = LABELS.parent / "labels"
 BUS_GRID = np.geomspace(0.25, 64, 97)  # GB/s, packed
 NET_GRID = np.geomspace(0.5, 200, 97)  # Gb/s, spread
 
 
-def gavel_rows(root: Path = DATA) -> list[dict]:
-    """Every Gavel job alone on 2-8 GPUs with its one-GPU iteration at the same per-GPU batch."""
-    data = json.loads((root / "gavel" / "simulation_throughputs.json").read_text())
+def gavel_rows(labels: Path = LABELS) -> list[dict]:
+    """Every Gavel job alone on 2-8 GPUs in the label store (``data/labels-distributed``) with its
+    one-GPU iteration at the same per-GPU batch."""
     out = []
-    for gpu in GAVEL_DEVICES:
-        single: dict[tuple, float] = {}
-        for layout, worker in (("packed", gpu), ("spread", f"{gpu}_unconsolidated")):
-            for key, entry in data.get(worker, {}).items():
-                m = _KEY.match(key)
-                if not m or m["job"] not in GAVEL or not entry.get("null"):
-                    continue
-                n, job, batch = int(m["n"]), GAVEL[m["job"]], int(m["batch"])
-                per_gpu_ms = n * 1e3 / float(entry["null"])  # the job's iterations/s are summed over its GPUs
-                if n == 1:
-                    single[(job, batch)] = per_gpu_ms
-                else:
-                    out.append({"gpu": gpu, "layout": layout, "workload": job, "batch": batch, "gpus": n,
-                                "measured_ms": per_gpu_ms})
-        for r in out:
-            if r["gpu"] == gpu:
-                r["one_gpu_ms"] = single.get((r["workload"], r["batch"]))
-    return [r for r in out if r.get("one_gpu_ms")]
+    for gpu, slug in GAVEL_DEVICES.items():
+        rows = [r for r in read_rows(str(labels), f"{slug}-fp32").to_pylist()
+                if r["status"] == "ok" and r["source_repo"] == GAVEL.repo]
+        single = {(r["arch"], r["batch_size"]): r["train_step_ms"] for r in rows if r["gpus"] == 1}
+        out += [{"gpu": gpu, "layout": r["placement"], "workload": WORKLOAD_OF.get(r["arch"], r["arch"]),
+                 "batch": r["batch_size"], "gpus": r["gpus"], "measured_ms": r["train_step_ms"],
+                 "one_gpu_ms": single[(r["arch"], r["batch_size"])]}
+                for r in rows if r["gpus"] > 1 and (r["arch"], r["batch_size"]) in single]
+    return out
 
 
 def _cluster(layout: str, rate: float) -> Cluster:
@@ -77,9 +70,9 @@ def _mape(rows: list[dict], pred: np.ndarray) -> float:
     return float(np.mean(np.abs(pred / np.array([r["measured_ms"] for r in rows]) - 1)) * 100)
 
 
-def gavel(onnx_of: Callable[[str], bytes], root: Path = DATA) -> dict:
+def gavel(onnx_of: Callable[[str], bytes], labels: Path = LABELS) -> dict:
     """Per GPU and layout: MAPE of the rows with the link rate fitted on the other GPU's rows."""
-    rows = gavel_rows(root)
+    rows = gavel_rows(labels)
     shares: dict[tuple, tuple[float, float, list]] = {}
     for key in sorted({(r["workload"], r["batch"], r["gpu"]) for r in rows}):
         _, dims, optimizer = WORKLOADS[key[0]]
@@ -114,25 +107,24 @@ def gavel(onnx_of: Callable[[str], bytes], root: Path = DATA) -> dict:
     return {"summary": summary, "rows": rows}
 
 
-def neusight_rows(root: Path = NEUSIGHT) -> list[dict]:
-    """NeuSight's 4-GPU training rows: model config, GPU folder, layout and measured step."""
-    pattern = re.compile(r"^(?P<model>\w+)-train-(?P<seq>\d+)-(?P<batch>\d+)-(?P<kind>dp|tp|pp)(?P<n>\d+)(?:_\d+)?\.json$")
+def neusight_rows(labels: Path = GPU_LABELS) -> list[dict]:
+    """NeuSight's multi-GPU training rows of the label store (``data/labels``): model config, GPU,
+    layout and measured step."""
     out = []
-    for path in sorted((root / "label").glob("*/*-train-*-*-*.json")):
-        m = pattern.match(path.name)
-        if not m or not (config := root / "DLmodel_configs" / f"{m['model']}.json").exists():
-            continue
-        n, batch = int(m["n"]), int(m["batch"])
-        out.append({"model": m["model"], "gpu_folder": path.parent.name, "config": str(config), "gpus": n,
-                    "seq": int(m["seq"]), "global_batch": batch, "kind": m["kind"],
-                    "parallel": f"{m['kind']}={n}", "micro_batch": batch // n if m["kind"] == "dp" else batch,
-                    "measured_ms": float(json.loads(path.read_text())["e2e_latency"])})
-    return out
+    for slug in device_slugs(str(labels)):
+        for r in read_rows(str(labels), slug).to_pylist():
+            if r["status"] != "ok" or r["source_repo"] != NEUSIGHT.repo or (r["gpus"] or 1) == 1:
+                continue
+            kind, n, batch = r["parallelism"][:2], r["gpus"], r["batch_size"]
+            out.append({"model": r["arch"], "device": r["device_spec"], "config": str(Path(CONFIG_DIR) / f"{r['arch']}.json"),
+                        "gpus": n, "seq": r["seq_len"], "global_batch": batch, "kind": kind, "parallel": f"{kind}={n}",
+                        "micro_batch": batch // n if kind == "dp" else batch, "measured_ms": r["train_step_ms"]})
+    return sorted(out, key=lambda r: (r["device"], r["model"], r["parallel"]))
 
 
-def neusight(predict_ms: Callable[[dict], float], root: Path = NEUSIGHT) -> dict:
+def neusight(predict_ms: Callable[[dict], float], labels: Path = GPU_LABELS) -> dict:
     """NeuSight's 4-GPU rows against ``predict_ms(row)``: each row with its prediction, and MAPE."""
-    rows = neusight_rows(root)
+    rows = neusight_rows(labels)
     for r in rows:
         r["predicted_ms"] = predict_ms(r)
     err = np.array([r["predicted_ms"] / r["measured_ms"] - 1 for r in rows])

@@ -1,8 +1,8 @@
 """Tensor, pipeline and data parallel iterations against vTrain's measured A100 runs
 (``docs/results-parallel.md``).
 
-Source: VIA-Research/vTrain @ f8dda84 (MIT-style licence; ``../shared/data/public-distributed/vtrain``,
-SOURCES.md there): GPT models trained with Megatron-DeepSpeed on A100 nodes of 8 GPUs, the wall
+Source: VIA-Research/vTrain @ f8dda84 (MIT-style licence), as label rows in ``data/labels-distributed``
+(:mod:`trappm_ray.labels.public_distributed`): GPT models trained with Megatron-DeepSpeed on A100 nodes of 8 GPUs, the wall
 time of one iteration (one global batch). One node: 1,440 rows of 2-8 GPUs (hidden 1024/2048,
 12-24 layers, 1,024 tokens); many nodes: 88 rows of 64-512 GPUs (3.6 B-39.1 B parameters, 2,048
 tokens). Every config states activation checkpointing on, the 1F1B schedule, no gradient
@@ -19,7 +19,6 @@ no communication and no pipeline bubble.
 """
 from __future__ import annotations
 
-import csv
 import logging
 from collections import defaultdict
 from dataclasses import dataclass, replace
@@ -30,14 +29,18 @@ from scipy.stats import spearmanr
 
 from trappm_ray import devices
 from trappm_ray.evaluate.campaign import ErrorSummary
+from trappm_ray.corpus.text_models import gpt_shape_config
 from trappm_ray.graph.featurize import featurize
+from trappm_ray.labels.public_distributed import VTRAIN
+from trappm_ray.labels.store import read_rows
 from trappm_ray.physics.collectives import load_clusters
 from trappm_ray.physics.parallel import Layout, Stack, build_stack, iteration, megatron_setting, padded_vocab
 from trappm_ray.physics.step_model import HOST_US
 
 log = logging.getLogger(__name__)
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "public-distributed" / "vtrain" / "data"
+LABELS = Path(__file__).resolve().parents[2] / "data" / "labels-distributed"
+VTRAIN_SLUG = "a100-sxm4-80gb-amp"
 GPU = "a100-sxm4-80gb"
 SETTING = megatron_setting("amp-fp16", "adam", recompute=True)
 VOCAB = 50257
@@ -57,16 +60,19 @@ class Run:
     multi_node: bool
 
 
-def runs(root: Path = DATA) -> list[Run]:
-    """Every row of ``ground_truth_single.csv`` and ``ground_truth_multi.csv``."""
+def runs(labels: Path = LABELS) -> list[Run]:
+    """Every vTrain iteration of the label store (``data/labels-distributed``, imported from
+    ``ground_truth_single.csv`` and ``ground_truth_multi.csv`` by
+    :mod:`trappm_ray.labels.public_distributed`)."""
     out = []
-    for name, multi in (("ground_truth_single.csv", False), ("ground_truth_multi.csv", True)):
-        with open(root / name, newline="", encoding="utf-8-sig") as fh:
-            for r in csv.DictReader(fh):
-                layout = Layout(int(r["tensor parallelism"]), int(r["pipeline parallelism"]),
-                                int(r["data parallelism"]), int(r["micro batch"]), int(r["global batch"]))
-                out.append(Run(int(r["hidden size"]), int(r["attention heads"]), int(r["# layers"]),
-                               int(r["sequence length"]), layout, float(r["iteration time (ms)"]), multi))
+    for r in read_rows(str(labels), VTRAIN_SLUG).to_pylist():
+        if r["status"] != "ok" or r["source_repo"] != VTRAIN.repo:
+            continue
+        config = gpt_shape_config(r["arch"]) or {}
+        tp, pp, dp = (int(x[2:]) for x in r["parallelism"].split("-"))
+        layout = Layout(tp, pp, dp, r["batch_size"], r["global_batch"])
+        out.append(Run(config["n_embd"], config["n_head"], config["n_layer"], r["resolution"], layout,
+                       r["train_step_ms"], r["nodes"] > 1))
     return out
 
 
@@ -230,5 +236,5 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
     return "\n".join(lines)
 
 
-__all__ = ["DATA", "GPU", "SETTING", "Run", "runs", "megatron_175b", "published", "gpt_config", "stacks", "ideal_ms",
+__all__ = ["LABELS", "GPU", "SETTING", "Run", "runs", "megatron_175b", "published", "gpt_config", "stacks", "ideal_ms",
            "evaluate", "Ranking", "ranking", "markdown"]

@@ -67,6 +67,14 @@ def placement(per_node: list[int]) -> str:
     return "+".join(map(str, per_node))
 
 
+def per_node(text: str) -> list[int]:
+    """The GPUs on each node of a :func:`placement` (``4x8``: four nodes of 8; ``2+1+1``)."""
+    if "x" in text:
+        nodes, gpus = text.split("x")
+        return [int(gpus)] * int(nodes)
+    return [int(g) for g in text.split("+")]
+
+
 def read_vtrain(folder: str) -> tuple[list[dict], list[str]]:
     """vTrain's one-node and many-node iterations (see the module docstring)."""
     out: list[dict] = []
@@ -163,4 +171,4 @@ def _ms(seconds) -> float | None:
         return None
 
 
-__all__ = ["VTRAIN", "POLLUX", "GAVEL", "vtrain_arch", "placement", "read_vtrain", "read_pollux", "read_gavel"]
+__all__ = ["VTRAIN", "POLLUX", "GAVEL", "vtrain_arch", "placement", "per_node", "read_vtrain", "read_pollux", "read_gavel"]
