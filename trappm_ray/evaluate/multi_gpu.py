@@ -1,16 +1,18 @@
 """Multi-GPU step time on GPUs and servers the distributed model was never fitted on
 (``docs/results-distributed.md``, leave-one-GPU-out).
 
-* Gavel (stanford-futuredata/gavel @ c4fa400, MIT; label rows of ``data/labels-distributed``): ResNet-18 (CIFAR), ResNet-50, a Transformer
-  and an LSTM language model trained data parallel on 2, 4 and 8 K80 or P100 GPUs, packed into
-  one server or spread over servers. As with Pollux, communication alone is checked: the
-  predicted per-GPU iteration is the *measured* one-GPU iteration at the same per-GPU batch plus
-  the exposed gradient all-reduce. Gavel does not describe its servers or network, so the bus
-  bandwidth (packed) and network rate (spread, one GPU per server) are fitted on the *other*
-  GPU's rows and checked on this one's; the baseline is no communication.
-* NeuSight (sitar-lab/NeuSight @ 6945927, MIT; label rows of ``data/labels``): GPT-2 Large (seq 1024, batch 4, fp32, forward +
-  backward) on 4 A100-SXM4-40GB as dp4 / tp4 / pp4, answered through the public Python call
-  (``predict``, passed in by the job: the evaluation stage does not import serving).
+* Gavel (stanford-futuredata/gavel @ c4fa400, MIT; label rows of ``data/labels-distributed``):
+  ResNet-18 (CIFAR), ResNet-50, a Transformer and an LSTM language model trained data parallel on
+  2, 4 and 8 K80 or P100 GPUs, packed into one server or spread over servers. As with Pollux,
+  communication alone is checked: the predicted per-GPU iteration is the *measured* one-GPU
+  iteration at the same per-GPU batch plus the exposed gradient all-reduce. Gavel does not
+  describe its servers or network, so the bus bandwidth (packed) and network rate (spread, one
+  GPU per server) are fitted on the *other* GPU's rows and checked on this one's; the baseline is
+  no communication.
+* NeuSight (sitar-lab/NeuSight @ 6945927, MIT; label rows of ``data/labels``): GPT-2 Large (seq
+  1024, batch 4, fp32, forward + backward) on 4 A100-SXM4-40GB as dp4 / tp4 / pp4, answered
+  through the public Python call (``predict``, passed in by the job: the evaluation stage does
+  not import serving).
 """
 from __future__ import annotations
 
