@@ -23,7 +23,7 @@ def _sources(root):
     p = root / "pollux" / "cifar10"
     p.mkdir(parents=True)
     (p / "placements.csv").write_text("placement,local_bsz,step_time,sync_time\n1,32,0.04,0.001\n22,32,0.1,0.05\n"
-                                      "211,32,0.12,0.07\n4,32,,0.01\n")
+                                      "211,32,0.12,0.07\n4,32,,0.01\n22,big,0.1,0.05\n")
     g = root / "gavel"
     g.mkdir()
     (g / "simulation_throughputs.json").write_text(json.dumps({
@@ -57,12 +57,14 @@ def test_vtrain_rows_carry_the_layout_the_batches_and_the_interconnect(imported)
 
 def test_pollux_rows_keep_each_placement_and_the_measured_sync(imported):
     _, rows = imported
-    t4 = {r["placement"]: r for r in rows["t4-fp32"]}
+    t4 = {r["placement"]: r for r in rows["t4-fp32"] if r["batch_size"] is not None}
     assert set(t4) == {"1x1", "2x2", "2+1+1", "1x4"}
     assert (t4["2x2"]["gpus"], t4["2x2"]["nodes"], t4["2x2"]["parallelism"]) == (4, 2, "dp4")
     assert t4["2x2"]["train_step_ms"] == pytest.approx(100.0) and t4["2x2"]["allreduce_ms"] == pytest.approx(50.0)
     assert t4["1x1"]["parallelism"] == "single" and t4["1x4"]["status"] == "error"  # no step time
     assert t4["2+1+1"]["arch"] == "cifar_resnet18" and t4["2+1+1"]["model_source"] == "workload"
+    bad = [r for r in rows["t4-fp32"] if r["batch_size"] is None]
+    assert len(bad) == 1 and bad[0]["status"] == "error" and "local_bsz 'big'" in bad[0]["error"]
 
 
 def test_gavel_rows_are_per_gpu_iterations_packed_or_spread(imported):

@@ -119,17 +119,19 @@ def read_pollux(folder: str) -> tuple[list[dict], list[str]]:
             for i, r in enumerate(csv.DictReader(fh)):
                 digits = [int(c) for c in str(r.get("placement", "")) if c.isdigit()]
                 step, sync = _ms(r.get("step_time")), _ms(r.get("sync_time"))
-                gpus = sum(digits)
+                gpus, batch = sum(digits), str(r.get("local_bsz", ""))
+                error = (None if digits and batch.isdigit() else
+                         f"row {i}: placement {r.get('placement')!r} or local_bsz {batch!r} not understood")
                 out.append(measurement(
                     POLLUX, "t4", "fp32", "train_step_ms", step, arch=arch, family=family, resolution=res,
                     seq_len=res if family == "bert" else None,
-                    batch_size=int(r["local_bsz"]) if str(r.get("local_bsz", "")).isdigit() else None,
+                    batch_size=int(batch) if batch.isdigit() else None,
                     optimizer=optimizer, memory_format="nchw" if family == "resnet" else "none", gpus=gpus,
                     parallelism="single" if gpus == 1 else f"dp{gpus}", compiled="none", recompute="none",
                     grad_accum=1, nodes=len(digits), placement=placement(digits), allreduce_ms=sync,
                     cluster=POLLUX_CLUSTER, model_source=source, method=POLLUX_METHOD,
                     source_file=f"simulator/traces/{sub}/placements.csv row {i}",
-                    error=None if digits else f"row {i}: placement {r.get('placement')!r} not understood"))
+                    error=error))
     return out, issues
 
 
