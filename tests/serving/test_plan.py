@@ -6,6 +6,7 @@ import trappm_ray
 from trappm_ray import cli, errors
 from trappm_ray.evaluate.parallel import megatron_175b
 from trappm_ray.serving import plan
+from trappm_ray.serving.sizing import fitting_profiles
 
 pytest.importorskip("transformers")
 TINY = {"model_type": "gpt2", "n_embd": 64, "n_layer": 4, "n_head": 4, "vocab_size": 1000, "n_positions": 128}
@@ -134,7 +135,9 @@ def test_the_api_answers_a_layout_of_a_config_dict_on_a_cluster_dict():
 def test_data_parallel_makes_up_the_global_batch_by_accumulation():
     p = trappm_ray.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=8, device="a100", gpus=4, parallel="dp",
                            global_batch=64)
-    assert p.options["grad_accum"] == 2 and p.distributed["global_batch"] == 64
+    assert p.options["grad_accum"] == 2 and p.distributed["global_batch"] == 64 and p.options["gpus"] == 4
+    # the GPU fit holds the memory per GPU with DDP's buckets, not one GPU's alone
+    assert p.smallest_profile == fitting_profiles(p.train_memory_mb.high)[1]
     with pytest.raises(errors.BadOption, match="no multiple of batch_size x gpus = 32"):
         trappm_ray.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=8, device="a100", gpus=4, global_batch=48)
 

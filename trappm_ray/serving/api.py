@@ -129,6 +129,10 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     p.warnings = ([domain["note"]] if domain["extrapolates"] else []) + absurdities(
         p.train_step_ms and p.train_step_ms.value, p.train_memory_mb and p.train_memory_mb.value,
         p.inference_ms and p.inference_ms.value)
+    # the passes after the network, in order: several GPUs change the step and the memory per GPU
+    # that the GPU fit, power, a power limit and the cost of N steps are computed on
+    if spec is not None and (opts.gpus or 1) > 1:
+        p.notes.append(with_data_parallel(p, graph, spec, setting, opts, predictor.manifest.launch))
     if p.train_memory_mb is not None and device.get("kind") in ("cuda", "rocm"):
         # a fit is a promise: the interval's upper end, not the point estimate, must fit
         p.gpu_profiles, p.smallest_profile = fitting_profiles(p.train_memory_mb.high)
@@ -136,10 +140,6 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     elif p.train_memory_mb is not None:
         p.notes.append("no GPU fit: this answer's memory is the CPU's; name a GPU (--device h100) for the smallest "
                        "GPU or MIG slice that holds it")
-    # the passes after the network, in order: several GPUs change the step that power, a power
-    # limit and the cost of N steps are computed on
-    if spec is not None and (opts.gpus or 1) > 1:
-        p.notes.append(with_data_parallel(p, graph, spec, setting, opts, predictor.manifest.launch))
     if spec is not None and spec.tdp_w and p.train_step_ms is not None:
         p.notes += with_power(p, graph, spec, setting, predictor.manifest.launch, opts.power_limit_w)
     elif opts.power_limit_w is not None:
@@ -178,7 +178,7 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     if p.train_memory_mb is not None:  # DDP's gradient buckets: a second copy of the gradients
         e, extra = p.train_memory_mb, grad_bytes / 2**20
         p.train_memory_mb = Estimate(e.value + extra, e.low + extra, e.high + extra, e.std, e.unit)
-    nodes = -(-gpus // cluster.gpus_per_node)
+    nodes, p.options = -(-gpus // cluster.gpus_per_node), {**p.options, "gpus": gpus}  # one GPU's step on each
     p.distributed = {"gpus": gpus, "nodes": nodes, "cluster": cluster.slug, "global_batch": gpus * p.batch_size * accum,
                      "allreduce_ms": total, "exposed_allreduce_ms": exposed, "parallel": "dp",
                      "network_bytes_per_gpu": 2 * (gpus - 1) / gpus * grad_bytes}
