@@ -80,7 +80,7 @@ def test_every_distributed_arch_has_a_model_source_that_builds_it():
     assert text_models.config_dict("gpt_h3072_a32_l30") == {
         "model_type": "gpt2", "architectures": ["GPT2LMHeadModel"], "n_embd": 3072, "n_head": 32, "n_layer": 30,
         "vocab_size": 50257, "n_positions": 2048}
-    assert text_models.is_text_model("gpt_h1024_a16_l12") and not text_models.is_text_model("gpt_h1024")
+    assert keys.source_of("gpt_h1024") == "timm" and text_models.gpt_shape_config("gpt_h1024") is None
     assert [keys.source_of(a) for a in ("gpt_h1024_a16_l12", "cifar_resnet18", "lstm_lm", "torchvision_resnet50")] == \
         ["hf", "workload", "workload", "torchvision"]
     assert D.placement([4, 4]) == "2x4" and D.placement([2, 1, 1]) == "2+1+1"

@@ -67,11 +67,6 @@ def gpt_shape_config(name: str) -> dict | None:
             "n_positions": GPT_SHAPE_POSITIONS}
 
 
-def is_text_model(name: str, config_dir: str | None = None) -> bool:
-    """Whether this module builds ``name`` (a config of :func:`config_names` or a GPT shape)."""
-    return name in config_names(config_dir) or GPT_SHAPE.match(name) is not None
-
-
 def exporter_of(name: str, config_dir: str | None = None) -> str:
     """The exporter string of ``name``'s graphs: :data:`EXPORTER`, and for a mixture of experts
     how its dispatch was exported (:func:`static_expert_capacity`)."""
@@ -315,5 +310,5 @@ def mark_tied_weights(model, onnx_bytes: bytes) -> bytes:
 
 
 __all__ = ["CONFIG_DIR", "EXPORTER", "EXTRA_CONFIGS", "build_model", "config_dict",
-           "config_names", "count_params", "gpt_shape_config", "is_text_model", "GPT_SHAPE", "export_text_model", "exporter_of", "family_of", "static_expert_capacity",
+           "config_names", "count_params", "gpt_shape_config", "GPT_SHAPE", "export_text_model", "exporter_of", "family_of", "static_expert_capacity",
            "traceable_masks"]

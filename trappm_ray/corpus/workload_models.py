@@ -70,6 +70,11 @@ FAMILIES = {"cifar_resnet18": "resnet", "lstm_lm": "lstm", "transformer_mt": "tr
             "cifar_shufflenetv2": "shufflenet", "bert_base_cls": "bert", "bert_base_qa": "bert"}
 
 
+def bert_config(name: str) -> dict:
+    """The transformers config of a BERT workload (BERT-base with the workload's head)."""
+    return {**BERT_BASE, "architectures": [BERT_HEADS[name]]}
+
+
 def family_of(name: str) -> str:
     """The workload's model family."""
     return FAMILIES.get(name, name.split("_")[0])
@@ -82,7 +87,7 @@ def count_params(name: str) -> int:
     if name in BERT_HEADS:
         from trappm_ray.corpus.text_models import build_model
         with torch.device("meta"):
-            model = build_model(name, config={**BERT_BASE, "architectures": [BERT_HEADS[name]]}, meta=False)
+            model = build_model(name, config=bert_config(name), meta=False)
     else:
         with torch.device("meta"):
             model = build(name)[0]
@@ -97,7 +102,7 @@ def export(name: str) -> bytes:
 
     if name in BERT_HEADS:
         from trappm_ray.corpus.text_models import export_text_model
-        return export_text_model(name, config={**BERT_BASE, "architectures": [BERT_HEADS[name]]})[0]
+        return export_text_model(name, config=bert_config(name))[0]
     model, args, names, axes = build(name)
     fast = torch.backends.mha.get_fastpath_enabled()
     torch.backends.mha.set_fastpath_enabled(False)  # eval-mode nn.Transformer's fused op has no ONNX form

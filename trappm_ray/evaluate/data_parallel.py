@@ -54,21 +54,27 @@ def allreduce_tables(root: Path = ROOT) -> dict[str, dict]:
     return out
 
 
+def source_rows(labels: Path, slug: str, repo: str) -> list[dict]:
+    """The ok rows of one device folder of a label store that come from source repository ``repo``."""
+    return [r for r in read_rows(str(labels), slug).to_pylist() if r["status"] == "ok" and r["source_repo"] == repo]
+
+
+def beside_one_gpu(rows: list[dict]) -> list[tuple[dict, float]]:
+    """Each multi-GPU row with the one-GPU step of the same model at the same per-GPU batch."""
+    single = {(r["arch"], r["batch_size"]): r["train_step_ms"] for r in rows if r["gpus"] == 1}
+    return [(r, single[(r["arch"], r["batch_size"])]) for r in rows
+            if r["gpus"] > 1 and (r["arch"], r["batch_size"]) in single]
+
+
 def pollux_rows(labels: Path = LABELS) -> list[dict]:
     """Pollux's multi-GPU placements of the label store (``data/labels-distributed``, imported by
     :mod:`trappm_ray.labels.public_distributed`) with their one-GPU step at the same per-GPU batch."""
-    rows = [r for r in read_rows(str(labels), "t4-fp32").to_pylist() if r["status"] == "ok" and r["source_repo"] == POLLUX.repo]
-    single = {(r["arch"], r["batch_size"]): r["train_step_ms"] for r in rows if r["gpus"] == 1}
-    out = []
-    for r in rows:
-        one = single.get((r["arch"], r["batch_size"]))
-        if r["gpus"] > 1 and one:
-            out.append({"workload": WORKLOAD_OF.get(r["arch"], r["arch"]), "optimizer": r["optimizer"],
-                        "dims": {"seq": r["seq_len"]} if r["seq_len"] else {}, "batch": r["batch_size"],
-                        "placement": r["placement"], "gpus": r["gpus"], "nodes": r["nodes"],
-                        "per_node": max(per_node(r["placement"])), "one_gpu_ms": one,
-                        "measured_ms": r["train_step_ms"], "sync_ms": r["allreduce_ms"]})
-    return out
+    return [{"workload": WORKLOAD_OF.get(r["arch"], r["arch"]), "optimizer": r["optimizer"],
+             "dims": {"seq": r["seq_len"]} if r["seq_len"] else {}, "batch": r["batch_size"],
+             "placement": r["placement"], "gpus": r["gpus"], "nodes": r["nodes"],
+             "per_node": max(per_node(r["placement"])), "one_gpu_ms": one,
+             "measured_ms": r["train_step_ms"], "sync_ms": r["allreduce_ms"]}
+            for r, one in beside_one_gpu(source_rows(labels, "t4-fp32", POLLUX.repo))]
 
 
 def pollux(onnx_of, labels: Path = LABELS) -> dict:
@@ -144,4 +150,4 @@ def markdown(tables: dict, dp: dict, seconds: float) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["allreduce_tables", "pollux_rows", "pollux", "markdown"]
+__all__ = ["allreduce_tables", "source_rows", "beside_one_gpu", "pollux_rows", "pollux", "markdown"]

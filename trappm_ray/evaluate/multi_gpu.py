@@ -25,11 +25,11 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.corpus.text_models import CONFIG_DIR
 from trappm_ray.evaluate.batch_scaling import GAVEL_DEVICES, WORKLOAD_OF, WORKLOADS
-from trappm_ray.evaluate.data_parallel import LABELS
+from trappm_ray.evaluate.data_parallel import LABELS, beside_one_gpu, source_rows
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.labels.public_distributed import GAVEL
 from trappm_ray.labels.public_rows import NEUSIGHT
-from trappm_ray.labels.store import device_slugs, read_rows
+from trappm_ray.labels.store import device_slugs
 from trappm_ray.physics.collectives import Cluster, exposed_allreduce_ms, gradient_buckets
 from trappm_ray.physics.step_model import step_time
 
@@ -41,16 +41,10 @@ NET_GRID = np.geomspace(0.5, 200, 97)  # Gb/s, spread
 def gavel_rows(labels: Path = LABELS) -> list[dict]:
     """Every Gavel job alone on 2-8 GPUs in the label store (``data/labels-distributed``) with its
     one-GPU iteration at the same per-GPU batch."""
-    out = []
-    for gpu, slug in GAVEL_DEVICES.items():
-        rows = [r for r in read_rows(str(labels), f"{slug}-fp32").to_pylist()
-                if r["status"] == "ok" and r["source_repo"] == GAVEL.repo]
-        single = {(r["arch"], r["batch_size"]): r["train_step_ms"] for r in rows if r["gpus"] == 1}
-        out += [{"gpu": gpu, "layout": r["placement"], "workload": WORKLOAD_OF.get(r["arch"], r["arch"]),
-                 "batch": r["batch_size"], "gpus": r["gpus"], "measured_ms": r["train_step_ms"],
-                 "one_gpu_ms": single[(r["arch"], r["batch_size"])]}
-                for r in rows if r["gpus"] > 1 and (r["arch"], r["batch_size"]) in single]
-    return out
+    return [{"gpu": gpu, "layout": r["placement"], "workload": WORKLOAD_OF.get(r["arch"], r["arch"]),
+             "batch": r["batch_size"], "gpus": r["gpus"], "measured_ms": r["train_step_ms"], "one_gpu_ms": one}
+            for gpu, slug in GAVEL_DEVICES.items()
+            for r, one in beside_one_gpu(source_rows(labels, f"{slug}-fp32", GAVEL.repo))]
 
 
 def _cluster(layout: str, rate: float) -> Cluster:
@@ -114,8 +108,8 @@ def neusight_rows(labels: Path = GPU_LABELS) -> list[dict]:
     layout and measured step."""
     out = []
     for slug in device_slugs(str(labels)):
-        for r in read_rows(str(labels), slug).to_pylist():
-            if r["status"] != "ok" or r["source_repo"] != NEUSIGHT.repo or (r["gpus"] or 1) == 1:
+        for r in source_rows(labels, slug, NEUSIGHT.repo):
+            if (r["gpus"] or 1) == 1:
                 continue
             kind, n, batch = r["parallelism"][:2], r["gpus"], r["batch_size"]
             out.append({"model": r["arch"], "device": r["device_spec"], "config": str(Path(CONFIG_DIR) / f"{r['arch']}.json"),
