@@ -18,6 +18,7 @@ from trappm_ray.physics.power import FITTED
 @dataclass
 class PowerEvalConfig:
     cache: str = "artifacts/workloads"  # the workloads' ONNX exports, made once
+    labels: str = "data/labels"  # the GPU campaign's rows with measured power ("": not checked)
     out: str = "docs/results-power"  # .md and .json are written
     write_weights: bool = True  # refit trappm_ray/data/power_model.json
 
@@ -26,7 +27,7 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(PowerEvalConfig, description=__doc__)
     start = time.time()
-    result = power.run(lambda w: workload_onnx(w, Path(cfg.cache)))
+    result = power.run(lambda w: workload_onnx(w, Path(cfg.cache)), labels_dir=cfg.labels or None)
     text = power.markdown(result, time.time() - start)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(result, indent=1))

@@ -83,3 +83,26 @@ def test_a_sourced_lowest_power_limit_bounds_what_a_gpu_accepts():
     assert W.limit_refusal(v100, 99) and W.limit_refusal(v100, 100) is None and W.limit_refusal(v100, 251)
     h100 = devices.get("h100-sxm5-80gb")  # no sourced lowest limit: the stated share of TDP
     assert h100.min_power_limit_w is None and "about" in W.limit_refusal(h100, 0.2 * h100.tdp_w)
+
+
+def test_fit_voltage_floor_recovers_the_floor_that_made_the_slowdowns():
+    truth, spec = W.PowerModel(12.0, voltage_floor=0.8), devices.get("v100-pcie-32gb")
+    rows = []
+    for b in (64, 256):
+        step = _step(b)
+        top = W.step_power(step, spec, truth)
+        for limit in (100.0, 125.0, 150.0, 200.0):
+            rows.append((step, spec, limit, spec.tdp_w, W.step_power(step, spec, truth, limit).step_ms / top.step_ms))
+    fitted = W.fit_voltage_floor(W.PowerModel(12.0), rows)
+    assert fitted.voltage_floor == pytest.approx(0.8, abs=0.02) and fitted.w_per_tflop == 12.0
+    assert W.fit_voltage_floor(truth, []) == truth
+
+
+def test_below_the_voltage_floor_a_deeper_cap_costs_more_time_than_the_cubic_law_says():
+    spec, step = devices.get("v100-pcie-32gb"), _step(256)
+    cubic, floored = W.PowerModel(12.0), W.PowerModel(12.0, voltage_floor=0.9)
+    assert cubic.clock_factor(0.5) == pytest.approx(0.125) and floored.clock_factor(0.5) == pytest.approx(0.405)
+    assert floored.clock_factor(0.95) == cubic.clock_factor(0.95)  # above the floor the voltage follows the clock
+    deep = [W.step_power(step, spec, m, 100.0) for m in (cubic, floored)]
+    assert deep[1].clock < deep[0].clock and deep[1].step_ms > deep[0].step_ms
+    assert deep[1].power_w == pytest.approx(100.0, rel=1e-3)

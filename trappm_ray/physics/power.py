@@ -6,27 +6,30 @@ the datasheet's figure) times a weight in W per TFLOP/s; while it waits (on the 
 loader: the share of the step the kernels of the step model, :mod:`trappm_ray.physics.step_model`,
 do not fill, :func:`answered_busy`) it draws idle power. In symbols, with the SM clock at ``s`` x its full clock::
 
-    P(s) = P_idle + busy(s) * w * F32 * s**GAMMA
+    P(s) = P_idle + busy(s) * w * F32 * s * v(s)**2,    v(s) = max(s, v_floor)
 
-A power limit below ``P(1)`` makes the GPU lower its clock until ``P(s)`` meets the limit
-(dynamic power of the SMs ~ f V^2, with the voltage following the clock: ``GAMMA`` = 3): compute
-stretches by ``1 / s``, memory traffic does not, so a memory-bound step barely slows. The board's
-default limit is its TDP, so a GPU whose units would draw more is held there. Zeus (You et al.,
-NSDI'23) measured this trade on V100, P100 and RTX 6000.
+A power limit below ``P(1)`` makes the GPU lower its clock until ``P(s)`` meets the limit: the
+dynamic power of the SMs is ~ f V^2, and the voltage ``v`` (a share of its value at full clock)
+follows the clock down to the lowest voltage the chip runs at, ``v_floor``; below it only the
+clock falls, and power with it only linearly, so a deep cap slows a step far more than the
+clock-cubed law reads (Zeus, You et al. NSDI'23, measured 2.4-2.7x at 100 W on a 260 W RTX 6000).
+Compute stretches by ``1 / s``, memory traffic does not, so a memory-bound step barely slows.
+The board's default limit is its TDP, so a GPU whose units would draw more is held there.
 
 Why the units' throughput, not the TDP: on the same device-bound training steps a P100 draws 0.65
 of its 250 W, a V100 and an RTX 6000 0.9 of theirs, and an H200 0.9-0.98 of 700 W
 (``docs/results-power.md``); the P100 has 9.3 fp32 TFLOP/s behind its 250 W, the V100 14. The
 weight ``w`` (:class:`PowerModel`) is one number fitted by least squares on measured average
 power of other GPUs (``fit``), each row with the share of its measured time the GPU was busy.
-A split into compute- and memory-bound activity holds out no better on these labels
+``v_floor`` is a second fitted number, on the slowdowns Zeus measured under limits
+(``fit_voltage_floor``). A split into compute- and memory-bound activity holds out no better on these labels
 (``experiments/power_kernels.py``): the model answers a memory-bound step's power as a busy
 GPU's (an H200 copy kernel draws 472 W where a GEMM meets the 700 W cap: over-answered).
 """
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -34,12 +37,18 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.physics.step_model import StepEstimate, queue_ms
 
-GAMMA = 3.0  # SM dynamic power ~ clock^3 (f x V^2 with V following f, the DVFS range)
+# Where no fit is shipped: the voltage follows the clock all the way down (the clock-cubed law).
+# Fitted floors lie in VOLTAGE_FLOORS: a chip's lowest voltage is well above a third of its
+# highest, and a floor at 1 would mean no voltage scaling at all.
+VOLTAGE_FLOORS = (0.3, 1.0)
 # Idle board power as a share of TDP where the table has none: NVML reads 25-40 W on idle
 # 250-300 W datacenter boards, 78 W on a 700 W H200 (11%; devices.csv idle_power_w). An
 # assumption, stated, not fitted here.
 IDLE_SHARE = 0.12
-LEAST_CLOCK = 0.3  # the lowest SM clock a power limit drives a GPU to, as a share of full
+# The lowest SM clock a power limit drives a GPU to, as a share of full: below its lowest DVFS
+# clock (a few hundred MHz of 1.4-2 GHz) the board still meets its limit by throttling harder, and
+# a GPU whose units the weight over-reads (an L4: 30 fp32 TFLOP/s on a 72 W board) needs it.
+LEAST_CLOCK = 0.05
 # Power limits GPUs accept: from about 30-50% of TDP (P100 125 W, V100 100 W of 250) to TDP.
 LOWEST_LIMIT_SHARE = 0.3
 # The weight fitted on every public power label, with its provenance and held-out error
@@ -57,10 +66,13 @@ class PowerModel:
             unfitted physics: a busy GPU draws its TDP.
         error_p90: 90th percentile of |predicted / measured - 1| leaving one GPU out (the
             interval's half-width in ratio); None where never checked.
+        voltage_floor: the lowest SM voltage as a share of its value at full clock; below the
+            clock with that share, power falls only linearly with the clock (:data:`VOLTAGE_FLOORS`).
     """
 
     w_per_tflop: float | None = None
     error_p90: float | None = None
+    voltage_floor: float = VOLTAGE_FLOORS[0]
 
     @classmethod
     def load(cls, path: str | Path = FITTED) -> PowerModel:
@@ -69,7 +81,8 @@ class PowerModel:
         if not path.exists():
             return cls()
         d = json.loads(path.read_text())
-        return cls(d["w_per_tflop"], error_p90=d.get("error_p90"))
+        return cls(d["w_per_tflop"], error_p90=d.get("error_p90"),
+                   voltage_floor=d.get("voltage_floor", VOLTAGE_FLOORS[0]))
 
     def busy_w(self, spec: devices.DeviceSpec) -> float:
         """Dynamic power (W) of ``spec`` busy at full clock, before its power limit."""
@@ -79,6 +92,11 @@ class PowerModel:
         if not spec.peak_fp32_tflops:
             raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no power model")
         return self.w_per_tflop * spec.peak_fp32_tflops
+
+    def clock_factor(self, clock: float) -> float:
+        """Dynamic power at ``clock`` (a share of full) over that at full clock: f V^2, the
+        voltage following the clock down to :attr:`voltage_floor`."""
+        return clock * max(clock, self.voltage_floor) ** 2
 
 
 @dataclass(frozen=True)
@@ -167,7 +185,7 @@ def power_at(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel, cl
     """(average W, step ms) of ``step`` on ``spec`` with the SMs at ``clock`` (``busy``: :func:`busy_share`)."""
     idle, _ = board_power(spec)
     share, total_ms = busy_share(step, clock, busy)
-    return idle + share * model.busy_w(spec) * clock ** GAMMA, total_ms
+    return idle + share * model.busy_w(spec) * model.clock_factor(clock), total_ms
 
 
 def step_power(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel = PowerModel(),
@@ -206,5 +224,35 @@ def fit(rows: list[tuple[StepEstimate, devices.DeviceSpec, float, float | None]]
     return PowerModel(max(float(a @ b / (a @ a)), 0.0) if a @ a > 0 else None)
 
 
-__all__ = ["GAMMA", "IDLE_SHARE", "LEAST_CLOCK", "LOWEST_LIMIT_SHARE", "FITTED", "limit_refusal", "PowerModel",
-           "PowerEstimate", "board_power", "power_basis", "answered_busy", "busy_share", "power_at", "step_power", "fit"]
+def fit_voltage_floor(model: PowerModel, rows: list[tuple[StepEstimate, devices.DeviceSpec, float, float, float]]
+                      ) -> PowerModel:
+    """``model`` with the voltage floor (on a grid over :data:`VOLTAGE_FLOORS`) that best reproduces
+    measured slowdowns under power limits: least squares on log(predicted / measured). Each row is
+    ``(step, spec, limit W, reference limit W, measured step time at the limit over that at the
+    reference)``, the step answered as the product answers it (the step model's own busy share).
+    Each row's power and time are tabulated once over clocks (a 0.5% grid) and every floor read
+    off that table, not bisected again."""
+    if not rows:
+        return model
+    clocks = np.linspace(LEAST_CLOCK, 1.0, 141)
+    tables = []
+    for step, spec, limit, reference, slowdown in rows:
+        share, ms = np.array([busy_share(step, c) for c in clocks]).T
+        idle, _ = board_power(spec)
+        tables.append((idle, share * model.busy_w(spec), ms, limit, reference, slowdown))
+    floors = np.linspace(*VOLTAGE_FLOORS, 71)
+    loss = []
+    for floor in floors:
+        factor = clocks * np.maximum(clocks, floor) ** 2
+        err = []
+        for idle, dynamic, ms, limit, reference, slowdown in tables:
+            power = idle + dynamic * factor
+            at = [ms[int(np.flatnonzero(power <= cap).max(initial=0))] for cap in (limit, reference)]
+            err.append(np.log(at[0] / at[1] / slowdown))
+        loss.append(float(np.mean(np.square(err))))
+    return replace(model, voltage_floor=float(floors[int(np.argmin(loss))]))
+
+
+__all__ = ["VOLTAGE_FLOORS", "IDLE_SHARE", "LEAST_CLOCK", "LOWEST_LIMIT_SHARE", "FITTED", "limit_refusal", "PowerModel",
+           "PowerEstimate", "board_power", "power_basis", "answered_busy", "busy_share", "power_at", "step_power", "fit",
+           "fit_voltage_floor"]
