@@ -1,7 +1,7 @@
 """The physics power model against Zeus's measured power (leave one GPU out, leave one workload
 out): docs/results-power.md and .json; refits the shipped weights (trappm_ray/data/power_model.json).
 
-    .venv/bin/python jobs/evaluate_power.py       (seconds; needs ../shared/data/public-power)
+    .venv/bin/python jobs/evaluate_power.py       (about 2 minutes; reads data/labels-power and data/labels)
 """
 import json
 import logging
@@ -11,13 +11,12 @@ from pathlib import Path
 
 from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate import power
-from trappm_ray.evaluate.batch_scaling import workload_onnx
 from trappm_ray.physics.power import FITTED
 
 
 @dataclass
 class PowerEvalConfig:
-    cache: str = "artifacts/workloads"  # the workloads' ONNX exports, made once
+    power_labels: str = power.LABELS  # Zeus's rows (jobs/import_labels.py --sources zeus) and their graphs
     labels: str = "data/labels"  # the GPU campaign's rows with measured power ("": not checked)
     out: str = "docs/results-power"  # .md and .json are written
     write_weights: bool = True  # refit trappm_ray/data/power_model.json
@@ -27,7 +26,7 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(PowerEvalConfig, description=__doc__)
     start = time.time()
-    result = power.run(lambda w: workload_onnx(w, Path(cfg.cache)), labels_dir=cfg.labels or None)
+    result = power.run(cfg.power_labels, labels_dir=cfg.labels or None)
     text = power.markdown(result, time.time() - start)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(result, indent=1))

@@ -38,8 +38,8 @@ if __name__ == "__main__":
     start = time.time()
     sweeps = batch_scaling.pollux_sweeps() + batch_scaling.gavel_sweeps()
     batch = batch_scaling.run(sweeps, Path(cfg.cache), answer=product_ms)
-    settings = setting_moves.run(cfg.labels, power.zeus_rows(),
-                                 lambda w: batch_scaling.workload_onnx(w, Path(cfg.cache)))
+    zeus = power.zeus_rows()
+    settings = setting_moves.run(cfg.labels, zeus, power.row_graphs(power.LABELS, zeus))
     text = markdown(batch, settings, "python jobs/evaluate_step_model.py", time.time() - start)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps({"batch_scaling": batch, "setting_moves": settings}, indent=1))

@@ -1,4 +1,4 @@
-"""Import the public GPU measurements (timm, NeuSight, ryujaehun; vTrain, Pollux, Gavel) into label device folders.
+"""Import the public GPU measurements (timm, NeuSight, ryujaehun; vTrain, Pollux, Gavel; Zeus) into label device folders.
 
     .venv/bin/python jobs/import_labels.py                      (../shared/data/public-gpu -> data/labels)
     .venv/bin/python jobs/import_labels.py --root ../shared/data/public-gpu --out data/labels \
@@ -10,6 +10,8 @@ device; then ``python jobs/label_datasheet.py --all true`` writes their datashee
 
     .venv/bin/python jobs/import_labels.py --root ../shared/data/public-distributed --out data/labels-distributed \
         --sources vtrain,pollux,gavel                           (multi-GPU runs, a store of their own)
+    .venv/bin/python jobs/import_labels.py --root ../shared/data/public-power --out data/labels-power \
+        --sources zeus                                          (power under power limits, a store of its own)
     .venv/bin/python jobs/import_labels.py --campaign-run DIR   (a GPU campaign run, docs/gpu-campaign.md)
 
 adds the rows a GPU slot measured (``rows.jsonl``, ``run.json`` in DIR) to ``<gpu>-<regime>`` folders. What the rows mean:

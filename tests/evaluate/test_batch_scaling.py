@@ -70,20 +70,10 @@ def test_setting_moves_on_the_committed_labels_beat_the_floor_ratio():
     assert move["n"] >= 100 and move["mape"] < move["floor_mape"]
 
 
-def test_zeus_rows_keep_the_workloads_with_a_graph(tmp_path):
-    head = "dataset,network,batch_size,optimizer,power_limit,time_per_epoch,average_power\n"
-    for gpu in power.GPUS:
-        (tmp_path / f"summary_power_{gpu}.csv").write_text(
-            head + "imagenet,resnet50,64,adadelta,250,1000.0,200.5\nlibrispeech,deepspeech2,8,adamw,250,9.0,90.0\n")
-    rows = power.zeus_rows(tmp_path)
-    assert len(rows) == 3 and {r.gpu for r in rows} == set(power.GPUS.values())
-    assert rows[0].workload == "resnet50" and rows[0].power_w == 200.5 and rows[0].limit_w == 250.0
-
-
-def test_optimizer_pairs_move_between_two_optimizers_at_one_batch_and_the_highest_limit(tmp_path):
-    shutil.copy(SAMPLE, tmp_path / "cifar_shufflenetv2.onnx")  # a stand-in graph under the workload's name
-    rows = [power.PowerRow("v100-pcie-32gb", "cifar_shufflenetv2", 64, opt, limit, epoch, 150.0)
-            for opt, epoch in (("adam", 10.0), ("adadelta", 11.0)) for limit in (150.0, 250.0)]
-    found = setting_moves.optimizer_pairs(rows, lambda w: (tmp_path / f"{w}.onnx").read_bytes())
+def test_optimizer_pairs_move_between_two_optimizers_at_one_batch_and_the_highest_limit():
+    graphs = {("cifar_shufflenetv2", 64): featurize(SAMPLE, 64)}  # a stand-in graph under the workload's name
+    rows = [power.PowerRow("v100-pcie-32gb", "cifar_shufflenetv2", 32, 64, opt, limit, ms, 150.0)
+            for opt, ms in (("adam", 10.0), ("adadelta", 11.0)) for limit in (150.0, 250.0)]
+    found = setting_moves.optimizer_pairs(rows, graphs)
     assert len(found) == 1 and (found[0].to, found[0].frm) == ("adadelta", "adam")
     assert found[0].measured_ratio == pytest.approx(1.1) and found[0].predicted_ratio > 1.0

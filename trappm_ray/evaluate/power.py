@@ -1,28 +1,25 @@
 """The power model against Zeus's measurements: average GPU power at every (batch, power limit),
 and how much a lower limit slows a step (``docs/results-power.md``).
 
-Source: ml-energy/zeus @ 75a8b93 (Apache-2.0; ``../shared/data/public-power/zeus``, SOURCES.md
-there): six training workloads on a P100, a Quadro RTX 6000 and a V100, one row per (batch size,
-optimizer, power limit) with the epoch time and the GPU's average power. Four workloads have a
-graph here (``trappm_ray/corpus/workload_models.py``, torchvision's ResNet-50): ShuffleNetV2 on
-CIFAR-100, ResNet-50 on ImageNet, BERT-base on Sentiment140 (classification, 128 tokens: the
-source's default) and on SQuAD (question answering, 384 tokens: assumed, not stated);
-DeepSpeech2 and NCF have no model code in the source and are left out. Precision fp32 (assumed).
+Rows: Zeus's label rows (``data/labels-power``, :mod:`trappm_ray.labels.public_power`: ml-energy/zeus
+@ 75a8b93, Apache-2.0): four training workloads on a P100, a Quadro RTX 6000 and a V100, one row per
+(batch size, optimizer, power limit) with the time per iteration and the GPU's average power, each
+with its joined graph: ShuffleNetV2 on CIFAR-100, torchvision's ResNet-50 on ImageNet, BERT-base on
+Sentiment140 (classification, 128 tokens: the source's default) and on SQuAD (question answering,
+384 tokens: assumed, not stated). Precision fp32 (assumed).
 
 What the power model (:mod:`trappm_ray.physics.power`) is checked on:
 
 * average power as the product answers it (the step model's busy share, no measured time), with
   the weight fitted on the other GPUs (leave one GPU out) or the other workloads (leave one
   workload out), the fit weighting each row by :func:`measured_busy`;
-* the slowdown under a limit: the epoch time at each limit over the epoch time at the GPU's
+* the slowdown under a limit: the time per iteration at each limit over that at the GPU's
   highest limit, predicted by the step model's time at the clock the limit allows (the epoch's
   data loading, not in the step model, is taken as a constant share of the epoch).
 """
 from __future__ import annotations
 
-import csv
 import logging
-import math
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,70 +28,64 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.evaluate.campaign import BUSY_BATCH, joined_graphs
-from trappm_ray.graph.featurize import featurize
+from trappm_ray.graph.featurize import Graph
 from trappm_ray.labels.campaign_import import is_campaign_device, mean_train_power_w
 from trappm_ray.labels.examples import GRAPH_KEY
+from trappm_ray.labels.public_power import ZEUS
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.physics.power import PowerModel, answered_busy, fit, fit_voltage_floor, step_power
 from trappm_ray.physics.step_model import Setting, StepEstimate, step_time
 
 log = logging.getLogger(__name__)
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "public-power" / "zeus"
-GPUS = {"p100": "p100-pcie-16gb", "rtx6000": "quadro-rtx-6000", "v100": "v100-pcie-32gb"}
-# (dataset, network) -> (workload graph, input dims)
-WORKLOADS = {("cifar100", "shufflenetv2"): ("cifar_shufflenetv2", {}), ("imagenet", "resnet50"): ("resnet50", {}),
-             ("sentiment140", "bert_base_uncased"): ("bert_base_cls", {"seq": 128}),
-             ("squad", "bert_base_uncased"): ("bert_base_qa", {"seq": 384})}
+LABELS = str(Path(__file__).resolve().parents[2] / "data" / "labels-power")  # jobs/import_labels.py --sources zeus
 UNCAPPED = 0.97  # a row whose power is below this share of its limit ran at full clock
-# Training samples per epoch (SOURCES.md): CIFAR-100's and ILSVRC-2012's training splits, a
-# Capriccio slice (425,000: with Sentiment140's 1,600,000 the step model, a near-bound, would read
-# 1.8-3.7x slower than the measured iterations; with 425,000 it reads 0.5-1.0x, as on the other
-# workloads), SQuAD v1.1's questions (long contexts split into more features are not counted).
-SAMPLES = {"cifar_shufflenetv2": 50_000, "resnet50": 1_281_167, "bert_base_cls": 425_000, "bert_base_qa": 87_599}
 # Workloads whose data loader keeps up with the GPU (measured busy share 0.5-1 at every batch);
 # ShuffleNetV2 on 32-px CIFAR images waits on it (0.1-0.5), which no graph shows.
-GPU_BOUND = ("resnet50", "bert_base_cls", "bert_base_qa")
+GPU_BOUND = ("torchvision_resnet50", "bert_base_cls", "bert_base_qa")
 BUSY_FOR_FLOOR = 0.9  # the measured busy share of the rows the voltage floor is fitted on
 
 
-@dataclass
+@dataclass(frozen=True)
 class PowerRow:
-    """One Zeus measurement."""
+    """One Zeus measurement (a label row of :mod:`trappm_ray.labels.public_power`).
+
+    Attributes:
+        step_ms: the epoch's time over its iterations (the data loader included).
+    """
 
     gpu: str
     workload: str
+    resolution: int
     batch: int
     optimizer: str
     limit_w: float
-    epoch_s: float
+    step_ms: float
     power_w: float
 
 
-def zeus_rows(root: Path = DATA) -> list[PowerRow]:
-    """Zeus's rows of the workloads with a graph here."""
-    out = []
-    for gpu, slug in GPUS.items():
-        with open(root / f"summary_power_{gpu}.csv", newline="") as fh:
-            for r in csv.DictReader(fh):
-                w = WORKLOADS.get((r["dataset"], r["network"]))
-                if w is not None:
-                    out.append(PowerRow(slug, w[0], int(r["batch_size"]), r["optimizer"], float(r["power_limit"]),
-                                        float(r["time_per_epoch"]), float(r["average_power"])))
-    return out
+def zeus_rows(labels_dir: str = LABELS) -> list[PowerRow]:
+    """Zeus's ok rows in the label store ``labels_dir``."""
+    return [PowerRow(r["device_spec"], r["arch"], r["resolution"], r["batch_size"], r["optimizer"], r["power_limit_w"],
+                     r["train_step_ms"], r["power_w_mean"])
+            for slug in device_slugs(labels_dir) for r in ok_labels(labels_dir, slug).to_pylist()
+            if r["source_repo"] == ZEUS.repo]
 
 
-def steps(rows: list[PowerRow], onnx_of) -> dict[tuple, StepEstimate]:
-    """The step model per (GPU, workload, batch, optimizer) of ``rows`` (``onnx_of``: workload ->
-    ONNX bytes), each graph featurized once."""
-    dims = {w: d for w, d in WORKLOADS.values()}
+def row_graphs(labels_dir: str, rows: list[PowerRow]) -> dict[tuple, Graph]:
+    """The joined graphs of ``rows`` (``<labels_dir>/graphs.parquet``), by (workload, batch)."""
+    found = joined_graphs(labels_dir, [{"arch": r.workload, "resolution": r.resolution, "batch_size": r.batch}
+                                       for r in rows])
+    return {(arch, batch): g for (arch, _, batch), g in found.items()}
+
+
+def steps(rows: list[PowerRow], graphs: dict[tuple, Graph]) -> dict[tuple, StepEstimate]:
+    """The step model per (GPU, workload, batch, optimizer) of ``rows`` (``graphs``: :func:`row_graphs`)."""
     out: dict[tuple, StepEstimate] = {}
-    for key in sorted({(r.workload, r.batch) for r in rows}):
-        graph = featurize(onnx_of(key[0]), key[1], dims=dims[key[0]] or None)
-        for r in rows:
-            k = (r.gpu, r.workload, r.batch, r.optimizer)
-            if (r.workload, r.batch) == key and k not in out:
-                out[k] = step_time(graph, devices.get(r.gpu), {"precision": "fp32", "optimizer": r.optimizer})
+    for r in rows:
+        k = _key(r)
+        if k not in out:
+            out[k] = step_time(graphs[(r.workload, r.batch)], devices.get(r.gpu), {"precision": "fp32", "optimizer": r.optimizer})
     return out
 
 
@@ -108,8 +99,7 @@ def measured_busy(rows: list[PowerRow], stepped: dict) -> dict[tuple, float]:
     either waited (Zeus's epochs include the data loader: ShuffleNetV2 on 32-px CIFAR images
     waits on it for most of a small-batch iteration, and draws near idle power) or ran its
     kernels at a lower rate than modelled (a P100 on BERT); both draw less dynamic power."""
-    return {_key(r): answered_busy(stepped[_key(r)], r.epoch_s * 1e3 / math.ceil(SAMPLES[r.workload] / r.batch)) or 0.0
-            for r in rows}
+    return {_key(r): answered_busy(stepped[_key(r)], r.step_ms) or 0.0 for r in rows}
 
 
 def _fit_rows(rows: list[PowerRow], stepped: dict, busy: dict[tuple, float]) -> list:
@@ -128,7 +118,7 @@ def _floor_rows(rows: list[PowerRow], stepped: dict) -> list:
     (:func:`~trappm_ray.physics.power.fit_voltage_floor`): an epoch that also waits on its loader
     slows less than its kernels do, which would teach a floor too low."""
     top, busy = _tops(rows), measured_busy(rows, stepped)
-    return [(stepped[_key(r)], devices.get(r.gpu), r.limit_w, top[_key(r)].limit_w, r.epoch_s / top[_key(r)].epoch_s)
+    return [(stepped[_key(r)], devices.get(r.gpu), r.limit_w, top[_key(r)].limit_w, r.step_ms / top[_key(r)].step_ms)
             for r in rows if busy[_key(r)] >= BUSY_FOR_FLOOR and r.limit_w < top[_key(r)].limit_w]
 
 
@@ -155,7 +145,7 @@ def held_out(rows: list[PowerRow], stepped: dict, by: str) -> list[dict]:
             out.append({"held_out": group, "gpu": r.gpu, "workload": r.workload, "batch": r.batch,
                         "optimizer": r.optimizer, "limit_w": r.limit_w, "measured_busy": measured[_key(r)],
                         "measured_w": r.power_w, "predicted_w": est.power_w, "unfitted_w": plain.power_w,
-                        "clock": est.clock, "measured_slowdown": r.epoch_s / top[_key(r)].epoch_s,
+                        "clock": est.clock, "measured_slowdown": r.step_ms / top[_key(r)].step_ms,
                         "predicted_slowdown": est.step_ms / full.step_ms, "w_per_tflop": model.w_per_tflop,
                         "voltage_floor": model.voltage_floor})
     return out
@@ -208,15 +198,16 @@ def campaign(labels_dir: str, model: PowerModel) -> dict[str, dict]:
             spec = devices.get(r["device_spec"])
             setting = Setting(precision=r["precision"], optimizer=r["optimizer"], recompute=r["recompute"] != "none",
                               grad_accum=int(r.get("grad_accum") or 1))
-            step, watts = step_time(graph, spec, setting, "train"), mean_train_power_w(r)
-            answered = step_power(step, spec, model).power_w
-            timed = step_power(step, spec, model, busy=answered_busy(step, r["train_step_ms"])).power_w
-            row = (answered / watts - 1, timed / watts - 1, f"{r['arch']}@{r['resolution']} b{r['batch_size']}")
+            step, watts = step_time(graph, spec, setting, "train"), mean_train_power_w(r) or np.nan
+            busy = answered_busy(step, r["train_step_ms"])
+            row = (step_power(step, spec, model).power_w / watts - 1,
+                   step_power(step, spec, model, busy=busy).power_w / watts - 1,
+                   f"{r['arch']}@{r['resolution']} b{r['batch_size']}")
             for group in (r["precision"], "all", *(["all, batch >= 32"] if r["batch_size"] >= BUSY_BATCH else [])):
                 found[f"{spec.slug} {group}"].append(row)
     out = {}
     for group, errs in sorted(found.items()):
-        answered, timed = (np.array([e[i] for e in errs]) for i in (0, 1))
+        answered, timed = np.array([e[0] for e in errs]), np.array([e[1] for e in errs])
         worst = int(np.argmax(np.abs(answered)))
         out[group] = {"rows": len(errs), "mape": float(np.abs(answered).mean() * 100),
                       "median_abs": float(np.median(np.abs(answered)) * 100),
@@ -226,13 +217,13 @@ def campaign(labels_dir: str, model: PowerModel) -> dict[str, dict]:
     return out
 
 
-def run(onnx_of, root: Path = DATA, labels_dir: str | None = None) -> dict:
+def run(power_labels: str = LABELS, labels_dir: str | None = None) -> dict:
     """Leave-one-GPU-out and leave-one-workload-out, and the weights fitted on every uncapped
     row (``fitted``: what the product ships, with the leave-one-GPU-out 90th percentile error);
     the JSON ``jobs/evaluate_power.py`` writes."""
-    rows = zeus_rows(root)
-    log.info("%d Zeus rows with a graph", len(rows))
-    stepped = steps(rows, onnx_of)
+    rows = zeus_rows(power_labels)
+    log.info("%d Zeus rows", len(rows))
+    stepped = steps(rows, row_graphs(power_labels, rows))
     out: dict[str, dict] = {by: {"summary": summary(found := held_out(rows, stepped, by)), "rows": found}
                             for by in ("gpu", "workload")}
     model = fitted(rows, stepped)
@@ -261,8 +252,10 @@ def markdown(result: dict, seconds: float) -> str:
              "the product answers it: with the step model's share of the step the GPU is busy, no measured "
              "time. GPU-bound: ResNet-50 and the two BERT workloads, whose data loader keeps up (what a user "
              "asks about; ShuffleNetV2 on 32-px CIFAR images waits on its loader, which no graph shows). "
-             "'Unfitted': a busy GPU draws its TDP (no label at all). The slowdown is the epoch time at a "
-             "limit over the epoch time at the GPU's highest limit.", ""]
+             "'Unfitted': a busy GPU draws its TDP (no label at all). The slowdown is the time per iteration "
+             "at a limit over that at the GPU's highest limit. Rows: `data/labels-power` (`python "
+             "jobs/import_labels.py --root ../shared/data/public-power --out data/labels-power --sources zeus`; "
+             "what each row means: `trappm_ray/labels/public_power.py`).", ""]
     for by, title in (("gpu", "Leave one GPU out"), ("workload", "Leave one workload out")):
         lines += [f"## {title}", "", "| held out | rows | power MAPE | worst | median signed | GPU-bound MAPE | "
                   "GPU-bound worst | unfitted MAPE | slowdown MAPE | slowdown worst | GPU-bound slowdown MAPE | "
@@ -316,7 +309,7 @@ def markdown(result: dict, seconds: float) -> str:
               "would read 390 W busy on a 72 W board, held there at a low clock.", "",
               "The fit weights each Zeus row by the share of its measured iteration the GPU worked at the "
               "rates the step model assumes (the model's device time over the epoch's time per iteration, at "
-              "most 1; training set sizes in `SAMPLES`): a GPU waiting on its data loader draws near idle "
+              "most 1; samples per epoch in `trappm_ray/labels/public_power.py`): a GPU waiting on its data loader draws near idle "
               "power and must not teach a low weight.", "",
               "What limits it: a split of the busy power into compute- and memory-bound activity holds out no "
               "better on these rows (experiments/power_kernels.py), so a memory-bound step is answered as a busy GPU (an H200 copy kernel draws "
@@ -325,4 +318,4 @@ def markdown(result: dict, seconds: float) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["DATA", "GPUS", "WORKLOADS", "PowerRow", "zeus_rows", "steps", "held_out", "summary", "run", "markdown"]
+__all__ = ["LABELS", "PowerRow", "zeus_rows", "row_graphs", "steps", "fitted", "campaign", "held_out", "summary", "run", "markdown"]

@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.graph.featurize import featurize
+from trappm_ray.graph.featurize import Graph
 from trappm_ray.evaluate.power import PowerRow
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.examples import GRAPH_KEY
@@ -108,21 +108,20 @@ def summary(errors: list[MoveError]) -> dict[str, dict]:
     return out
 
 
-def optimizer_pairs(rows: list[PowerRow], onnx_of) -> list[MoveError]:
+def optimizer_pairs(rows: list[PowerRow], graphs: dict[tuple, Graph]) -> list[MoveError]:
     """Zeus's rows that measured one workload on one GPU at one batch and power limit with two
     optimizers (:func:`trappm_ray.evaluate.power.zeus_rows`: the V100's ShuffleNetV2 with Adam
     and Adadelta), as moves of the step model between the two optimizers (fp32, the training
-    step; the measured ratio is of epoch times, data loading included)."""
+    step; the measured ratio is of times per iteration, data loading included; ``graphs``:
+    :func:`trappm_ray.evaluate.power.row_graphs`)."""
     groups: dict[tuple, dict[str, PowerRow]] = defaultdict(dict)
     for r in rows:
         groups[(r.gpu, r.workload, r.batch, r.limit_w)][r.optimizer] = r
-    out, graphs = [], {}
+    out = []
     for (gpu, workload, batch, limit), by in sorted(groups.items()):
         if len(by) < 2 or limit != max(k[3] for k in groups if k[:3] == (gpu, workload, batch)):
             continue  # one pair per batch: at the highest limit (the clock unchanged)
         key = (workload, batch)
-        if key not in graphs:
-            graphs[key] = featurize(onnx_of(workload), batch)
         spec = devices.get(gpu)
         a, b = sorted(by)
         ta = step_time(graphs[key], spec, {"precision": "fp32", "optimizer": a}).total_ms
@@ -130,16 +129,16 @@ def optimizer_pairs(rows: list[PowerRow], onnx_of) -> list[MoveError]:
         fa = time_floors_ms(graphs[key], {}, "fp32", a if a in OPTIMIZER_BYTES else "adam", spec=spec)["train_step_ms"]
         fb = time_floors_ms(graphs[key], {}, "fp32", b if b in OPTIMIZER_BYTES else "adam", spec=spec)["train_step_ms"]
         out.append(MoveError(gpu, workload, batch, a, b, "train_step_ms",
-                             by[a].epoch_s / by[b].epoch_s, ta / tb, fa / fb))
+                             by[a].step_ms / by[b].step_ms, ta / tb, fa / fb))
     return out
 
 
-def run(labels_dir: str, zeus_rows: list[PowerRow] | None = None, onnx_of=None) -> dict:
+def run(labels_dir: str, zeus_rows: list[PowerRow] | None = None, zeus_graphs: dict[tuple, Graph] | None = None) -> dict:
     """The pairs and their summary, as ``jobs/evaluate_step_model.py`` writes them; with Zeus's
-    rows (and ``onnx_of``: workload -> ONNX bytes) its optimizer pairs too."""
+    rows (and their graphs) its optimizer pairs too."""
     found = pairs(labels_dir)
-    if zeus_rows and onnx_of is not None:
-        found += optimizer_pairs(zeus_rows, onnx_of)
+    if zeus_rows and zeus_graphs is not None:
+        found += optimizer_pairs(zeus_rows, zeus_graphs)
     log.info("%d measured setting pairs", len(found))
     return {"summary": summary(found),
             "pairs": [{**asdict(e), "error": e.error, "floor_error": e.floor_error} for e in found]}

@@ -1,7 +1,8 @@
-"""Import public GPU measurements (timm, NeuSight, ryujaehun; vTrain, Pollux, Gavel's multi-GPU runs)
-as label rows of the store schema.
+"""Import public GPU measurements (timm, NeuSight, ryujaehun; vTrain, Pollux, Gavel's multi-GPU runs;
+Zeus's power under power limits) as label rows of the store schema.
 
-Each source has a reader (``public_timm``, ``public_neusight``, ``public_ryujaehun``, ``public_distributed``) that turns
+Each source has a reader (``public_timm``, ``public_neusight``, ``public_ryujaehun``, ``public_distributed``,
+``public_power``) that turns
 its files into *measurements*: one dict per (source file, model), in the store's columns plus the
 timed values behind it. This module groups the measurements of one key (:data:`store.KEY`: the
 same model, batch, resolution, precision, memory format, GPU count, parallelism and compilation,
@@ -36,7 +37,7 @@ import numpy as np
 import pyarrow as pa
 
 from trappm_ray import storage
-from trappm_ray.labels import public_distributed, public_neusight, public_ryujaehun, public_timm, store
+from trappm_ray.labels import public_distributed, public_neusight, public_power, public_ryujaehun, public_timm, store
 from trappm_ray.labels.public_rows import REGIMES, Source, device_names, measurement
 
 log = logging.getLogger(__name__)
@@ -160,7 +161,9 @@ def import_public(root: str, out: str, sources: tuple[str, ...] = ("timm", "neus
     Args:
         root: the public copy (``../shared/data/public-gpu``: ``timm/``, ``neusight/``, ``ryujaehun/``;
             ``../shared/data/public-distributed``: ``vtrain/``, ``pollux/``, ``gavel/``, kept in a
-            store of their own, ``data/labels-distributed``, so no one-GPU trainer reads them).
+            store of their own, ``data/labels-distributed``, so no one-GPU trainer reads them;
+            ``../shared/data/public-power``: ``zeus/``, in ``data/labels-power``: its times include
+            the data loader).
         out: the label store (``data/labels``); device folders of these sources are replaced.
         sources: which readers to run.
         imported: the import date written to ``date_imported`` (default: today, UTC).
@@ -170,7 +173,7 @@ def import_public(root: str, out: str, sources: tuple[str, ...] = ("timm", "neus
     """
     readers = {"timm": public_timm.read, "neusight": public_neusight.read, "ryujaehun": public_ryujaehun.read,
                "vtrain": public_distributed.read_vtrain, "pollux": public_distributed.read_pollux,
-               "gavel": public_distributed.read_gavel}
+               "gavel": public_distributed.read_gavel, "zeus": public_power.read_zeus}
     imported = imported or dt.datetime.now(dt.timezone.utc).date().isoformat()
     summary, measurements = ImportSummary(), []
     for name in sources:

@@ -56,9 +56,12 @@ COLUMNS: dict[str, str] = {
     # nodes and GPUs per node (``2x4``, ``2+1+1``; Gavel's ``packed``/``spread``), the interconnect
     # as the source states it, and the measured gradient synchronisation where the source splits it.
     "global_batch": _I, "nodes": _I, "placement": _S, "cluster": _S, "allreduce_ms": _F,
+    # Power rows (labels/public_power.py): the GPU's power limit during the measurement and the
+    # samples of the epoch its time was divided over.
+    "power_limit_w": _F, "samples_per_epoch": _I,
 }
 KEY = ("device_slug", "arch", "resolution", "batch_size", "dtype", "optimizer", "precision",
-       "memory_format", "gpus", "parallelism", "compiled", "recompute", "grad_accum", "placement")
+       "memory_format", "gpus", "parallelism", "compiled", "recompute", "grad_accum", "placement", "power_limit_w")
 
 SCHEMA = pa.schema([(name, {"str": pa.string(), "int": pa.int64(), "float": pa.float64()}[kind])
                     for name, kind in COLUMNS.items()])
