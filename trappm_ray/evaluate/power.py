@@ -182,7 +182,7 @@ def summary(found: list[dict]) -> dict[str, dict]:
 def campaign(labels_dir: str, model: PowerModel) -> dict[str, dict]:
     """The GPU campaign's training rows with a measured mean power (NVML's energy counter over the
     timed steps, :func:`~trappm_ray.labels.campaign_import.mean_train_power_w`) as a GPU none of
-    ``model`` was fitted on: per precision, every row and those at batch >= ``BUSY_BATCH``, the
+    ``model`` was fitted on: per precision, per model, every row and those at batch >= ``BUSY_BATCH``, the
     error of the answer as the product makes it (the step model's busy share), and with the
     measured step time as the busy share (what is left when the time is right)."""
     found: dict[str, list] = defaultdict(list)
@@ -203,7 +203,8 @@ def campaign(labels_dir: str, model: PowerModel) -> dict[str, dict]:
             row = (step_power(step, spec, model).power_w / watts - 1,
                    step_power(step, spec, model, busy=busy).power_w / watts - 1,
                    f"{r['arch']}@{r['resolution']} b{r['batch_size']}")
-            for group in (r["precision"], "all", *(["all, batch >= 32"] if r["batch_size"] >= BUSY_BATCH else [])):
+            for group in (r["precision"], "all", *(["all, batch >= 32"] if r["batch_size"] >= BUSY_BATCH else []),
+                          f"model {r['arch']}"):
                 found[f"{spec.slug} {group}"].append(row)
     out = {}
     for group, errs in sorted(found.items()):
