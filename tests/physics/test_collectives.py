@@ -70,3 +70,13 @@ def test_clusters_come_from_the_table_a_dict_or_a_file(tmp_path):
         C.Cluster.of("nope")
     with pytest.raises(ValueError, match="needs intra_busbw_gbs, inter_gbps .*it has gpus_per_node"):
         C.Cluster.of({"gpus_per_node": 4})
+
+
+def test_a_gpu_without_a_cluster_in_the_table_is_assumed_in_pcie_servers_of_its_generation():
+    h100, l4, v100 = (devices.get(s) for s in ("h100-sxm5-80gb", "l4", "v100-pcie-32gb"))
+    assert C.cluster_for(h100).slug == "dgx-h100" and C.cluster_for(devices.get("b200")).slug == "dgx-b200"
+    assert C.cluster_for(h100, "aws-p5").slug == "aws-p5"
+    ada, volta = C.cluster_for(l4), C.cluster_for(v100)
+    assert ada.slug == "pcie4-server" and ada.intra_busbw_gbs == pytest.approx(0.65 * 31.5) and "assumed" in ada.name
+    assert volta.slug == "pcie3-server" and volta.gpus_per_node == 8 and volta.gpu == "v100-pcie-32gb"
+    assert C.cluster_for(devices.get("h100-pcie-80gb")).intra_busbw_gbs == pytest.approx(0.65 * 63.0)

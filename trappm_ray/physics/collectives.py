@@ -34,6 +34,14 @@ CLUSTERS_CSV = Path(__file__).resolve().parents[1] / "data" / "clusters.csv"
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's default bucket_cap_mb
 FIRST_BUCKET_BYTES = 2**20  # DDP's first bucket (the last layers' gradients) is kept small to start early
 DEFAULT_LATENCY_US = 30.0  # a user's cluster without latencies: of the order the tables hold
+# A GPU the cluster table has no row of (:func:`pcie_server`): the PCIe generation its architecture
+# shipped with, the x16 link's GB/s per direction (PCI-SIG: 8, 16, 32 GT/s per lane with 128b/130b
+# coding), the share of it the table's PCIe rows take as bus bandwidth, 8 GPUs a server, 100 Gb/s.
+PCIE_GENERATIONS = {"Hopper": 5, "Blackwell": 5, "Ampere": 4, "Ada": 4}
+PCIE_X16_GBS = {3: 15.75, 4: 31.5, 5: 63.0}
+PCIE_BUS_SHARE = 0.65
+PCIE_SERVER_GPUS = 8
+PCIE_SERVER_NETWORK_GBPS = 100.0
 
 
 def _optional(value) -> float:
@@ -99,14 +107,27 @@ class Cluster:
         raise ValueError(f"unknown cluster {text!r}; known: {', '.join(table)} (or a JSON file of the fields)")
 
 
-def cluster_for(gpu: str, name: str | None = None, gpu_name: str = "") -> Cluster:
-    """``name`` (a table name or JSON file), else the table's first cluster of the GPU ``gpu``
-    (a spec slug); ValueError naming what to pass where there is none."""
-    name = name or next((c.slug for c in load_clusters().values() if c.gpu == gpu), None)
-    if name is None:
-        raise ValueError(f"no cluster of {gpu_name or gpu} in the table: name one (--cluster dgx-a100, or a "
-                         "JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps)")
-    return Cluster.of(name)
+def cluster_for(spec: devices.DeviceSpec, name: str | None = None) -> Cluster:
+    """``name`` (a table name or JSON file), else the table's first cluster of the GPU ``spec``,
+    else :func:`pcie_server` of it."""
+    if name:
+        return Cluster.of(name)
+    found = next((c for c in load_clusters().values() if c.gpu == spec.slug), None)
+    return found or pcie_server(spec)
+
+
+def pcie_server(spec: devices.DeviceSpec) -> Cluster:
+    """What a GPU the table has no cluster of is assumed to run in: servers of
+    :data:`PCIE_SERVER_GPUS` on PCIe x16 of the generation its architecture came with (no NVLink),
+    :data:`PCIE_BUS_SHARE` of the link's bandwidth as bus bandwidth (as the table's PCIe rows),
+    :data:`PCIE_SERVER_NETWORK_GBPS` between them; the name says it is assumed."""
+    gen = next((g for prefix, g in PCIE_GENERATIONS.items() if (spec.architecture or "").startswith(prefix)), 3)
+    link = PCIE_X16_GBS[gen]
+    return Cluster(f"pcie{gen}-server", f"servers of {PCIE_SERVER_GPUS} {spec.name} on PCIe {gen}.0 x16 (assumed: "
+                   "the cluster table has none of this GPU; pass --cluster)", spec.slug, PCIE_SERVER_GPUS,
+                   PCIE_BUS_SHARE * link, DEFAULT_LATENCY_US, PCIE_SERVER_NETWORK_GBPS, DEFAULT_LATENCY_US,
+                   f"PCIe {gen}.0 x16: {link} GB/s per direction, {100 * PCIE_BUS_SHARE:.0f}% as bus bandwidth; "
+                   f"{PCIE_SERVER_NETWORK_GBPS:g} Gb/s between servers (all assumed)")
 
 
 @lru_cache(maxsize=2)
@@ -180,5 +201,5 @@ def exposed_allreduce_ms(grad_bytes: float, backward_ms: float, gpus: int, clust
     return max(end - backward_ms, 0.0)
 
 
-__all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "cluster_for", "load_clusters", "ring_allreduce_ms", "allreduce_ms",
+__all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "cluster_for", "pcie_server", "load_clusters", "ring_allreduce_ms", "allreduce_ms",
            "gradient_buckets", "exposed_allreduce_ms"]

@@ -160,7 +160,7 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     gradient buckets; returns the note. The backward's share of the step is the step model's,
     with the predictor's host figures (``launch_profiles``) as the batch move and power use."""
     try:
-        cluster = cluster_for(spec.slug, opts.cluster, spec.name)
+        cluster = cluster_for(spec, opts.cluster)
     except ValueError as e:
         raise errors.UnsupportedOption(str(e)) from None
     gpus, params = int(opts.gpus or 1), float(graph.static["params"])

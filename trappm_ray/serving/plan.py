@@ -123,7 +123,7 @@ def plan(model: str | dict, gpus: int, device: str | devices.DeviceSpec, global_
     if optimizer not in OPTIMIZER_BYTES:
         raise errors.BadOption(f"unknown optimizer {optimizer!r}; expected one of {', '.join(sorted(OPTIMIZER_BYTES))}")
     try:
-        nodes = cluster_for(spec.slug, cluster, spec.name)
+        nodes = cluster_for(spec, cluster)
     except ValueError as e:
         raise errors.UnsupportedOption(str(e)) from None
     config = read_config(model)
