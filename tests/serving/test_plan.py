@@ -132,6 +132,19 @@ def test_the_api_answers_a_layout_of_a_config_dict_on_a_cluster_dict():
         trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2", cluster={"gpus_per_node": 8})
 
 
+def test_a_layout_counts_every_gpus_power_and_energy_and_the_cost_of_n_steps():
+    gpt = {"n_embd": 64, "n_layer": 4, "n_head": 4, "n_positions": 128, "vocab_size": 1000}
+    p = trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2", steps=1000,
+                           price_per_hour=2.0, price_per_kwh=0.25)
+    watts, c = p.train_power_w.value, p.training_cost
+    assert p.power["total_train_power_w"] == pytest.approx(4 * watts)
+    assert p.power["energy_per_step_j"] == pytest.approx(4 * watts * p.train_step_ms.value / 1e3)
+    assert c.hours == pytest.approx(1000 * p.train_step_ms.value / 3.6e6) and c.cost == pytest.approx(4 * c.hours * 2.0)
+    assert c.energy_kwh == pytest.approx(4 * c.hours * watts / 1e3) and c.energy_cost == pytest.approx(0.25 * c.energy_kwh)
+    with pytest.raises(errors.UnsupportedOption, match="power limit .* not yet for a tensor, pipeline or ZeRO layout"):
+        trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2", power_limit_w=300)
+
+
 def test_data_parallel_makes_up_the_global_batch_by_accumulation():
     p = trappm_ray.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=8, device="a100", gpus=4, parallel="dp",
                            global_batch=64)

@@ -381,7 +381,7 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
     if layout is not None and (layout["tp"], layout["pp"], layout["zero"]) != (1, 1, 0):
         return layout_prediction(model, batch_size, gpu_spec(load_predictor(predictor, device, device_spec)),
                                  layout, global_batch, dict(dims or {}).get("seq"), precision, optimizer,
-                                 bool(recompute), cluster, interval_z)
+                                 bool(recompute), cluster, interval_z, (steps, price_per_hour, price_per_kwh), power_limit_w)
     dims = {**config_dims(model), **(dims or {})}
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,

@@ -215,17 +215,24 @@ def config_dims(model) -> dict[str, int]:
 def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec | None, layout: dict[str, int],
                       global_batch: int | None = None, seq: int | None = None, precision: str | None = None,
                       optimizer: str | None = None, recompute: bool = False, cluster: str | None = None,
-                      interval_z: float = 1.96) -> Prediction:
+                      interval_z: float = 1.96, costing: tuple[int | None, float | None, float | None] = (None, None, None),
+                      power_limit_w: float | None = None) -> Prediction:
     """One layout (:func:`parse_parallel`) of a transformers config answered as a prediction: the
     time of one optimizer step over ``global_batch`` sequences (default: one micro-batch per
-    replica), memory and power on the fullest GPU, where the step goes in ``distributed``.
+    replica), memory and power on the fullest GPU (and over every GPU), where the step goes in
+    ``distributed``.
 
     Args:
         seq: tokens per sequence; None: the model's positions (its context length).
         precision, optimizer: None: amp-fp16 and Adam, as Megatron trains.
+        costing: (steps, price per GPU-hour, price per kWh): the cost of that many steps (steps None: none).
+        power_limit_w: refused (a limit's slowdown is not modelled for a layout), never ignored.
     """
     if micro_batch is None:
         raise errors.BadOption("a layout needs batch_size: the micro-batch")
+    if power_limit_w is not None:
+        raise errors.UnsupportedOption("a power limit is answered for one GPU or data parallelism, not yet for a "
+                                       "tensor, pipeline or ZeRO layout: drop power_limit_w or use parallel='dp'")
     if not isinstance(model, (str, Path, dict)):
         raise errors.NotAModel("a tensor, pipeline or ZeRO layout is answered for a transformers config "
                                "(a config.json, its folder, a cached Hugging Face id, or a dict)")
@@ -269,6 +276,12 @@ def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec |
     p.notes.append(f"where the {it.total_ms:.4g} ms step goes on the last stage's GPUs: {where}; each sends "
                    f"{it.intra_node_bytes / 1e9:.3g} GB over its node's links and {it.network_bytes / 1e9:.3g} GB "
                    "over the network per step")
+    if answer.power_w is not None:  # every GPU taken to draw what the last stage's do
+        p.power = {"limit_w": spec.tdp_w, "train_power_w": answer.power_w, "total_train_power_w": gpus * answer.power_w,
+                   "energy_per_step_j": 1e3 * (answer.energy_kj or 0.0), "tdp_w": spec.tdp_w}
+    steps, per_hour, per_kwh = costing
+    if steps:
+        p.training_cost = p.cost(steps, per_hour, per_kwh)
     if not answer.fits:
         p.warnings.append(f"{answer.memory_gb:.1f} GB on the fullest GPU: more than its {spec.memory_gb:g} GB")
     return p
