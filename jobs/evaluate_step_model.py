@@ -36,7 +36,7 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(StepModelEvalConfig, description=__doc__)
     start = time.time()
-    sweeps = batch_scaling.pollux_sweeps() + batch_scaling.gavel_sweeps()
+    sweeps = batch_scaling.one_gpu_sweeps()
     batch = batch_scaling.run(sweeps, Path(cfg.cache), answer=product_ms)
     zeus = power.zeus_rows()
     settings = setting_moves.run(cfg.labels, zeus, power.row_graphs(power.LABELS, zeus))

@@ -12,6 +12,7 @@ from trappm_ray.evaluate import power
 from trappm_ray.evaluate import setting_moves
 from trappm_ray.evaluate.step_model_report import markdown
 from trappm_ray.graph.featurize import featurize
+from trappm_ray.labels.public import import_public
 
 SAMPLE = "data/sample/onnx/resnet10t@64.onnx"
 
@@ -28,12 +29,14 @@ def _sources(root):
         "p100": {"('LM (batch size 5)', 1)": {"null": 0.0}}}))
 
 
-def test_readers_keep_one_gpu_rows_sorted_by_batch(tmp_path):
-    _sources(tmp_path)
-    pollux = B.pollux_sweeps(tmp_path)
-    assert [s.workload for s in pollux] == ["resnet50", "cifar_resnet18", "bert_base_384"]
-    assert pollux[0].batches == (20, 40) and pollux[0].measured_ms == pytest.approx((120.0, 200.0))
-    gavel = B.gavel_sweeps(tmp_path)
+def test_one_gpu_sweeps_come_from_the_label_store_sorted_by_batch(tmp_path):
+    _sources(tmp_path / "src")
+    import_public(str(tmp_path / "src"), str(tmp_path / "labels"), ("pollux", "gavel"), "2026-11-29")
+    sweeps = B.one_gpu_sweeps(tmp_path / "labels")
+    pollux = [s for s in sweeps if s.source == "pollux"]
+    assert [s.workload for s in pollux] == ["bert_base_qa", "cifar_resnet18", "resnet50"]
+    assert pollux[2].batches == (20, 40) and pollux[2].measured_ms == pytest.approx((120.0, 200.0))
+    gavel = [s for s in sweeps if s.source == "gavel"]  # one GPU only; no throughput, no row
     assert len(gavel) == 1 and gavel[0].device == "k80" and gavel[0].batches == (16, 32)
     assert gavel[0].measured_ms == pytest.approx((250.0, 400.0))  # 1 / iterations per second
 

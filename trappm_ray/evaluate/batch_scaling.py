@@ -1,13 +1,13 @@
 """Batch scaling checked against public measured sweeps: one model, one GPU, several batch sizes.
 
-Sources (``../shared/data/public-distributed``, SOURCES.md there), one GPU each:
+Sources: the one-GPU label rows of ``data/labels-distributed`` (imported by
+:mod:`trappm_ray.labels.public_distributed`, with their provenance):
 
-* Pollux (petuum/adaptdl @ de25dcc, Apache-2.0): placement ``1`` of ``{imagenet, cifar10,
-  bert}/placements.csv``: ResNet-50 at 224 px, the CIFAR ResNet-18, BERT-base at 384 tokens, on
-  a T4 (AWS g4dn, stated by the Pollux paper); seconds per iteration.
-* Gavel (stanford-futuredata/gavel @ c4fa400, MIT): ``simulation_throughputs.json``, the jobs
-  alone on one K80 or P100 (iterations/s, inverted): ResNet-18 (CIFAR), ResNet-50, Transformer,
-  LSTM LM, Recommendation.
+* Pollux (petuum/adaptdl @ de25dcc, Apache-2.0): placement ``1``: ResNet-50 at 224 px, the CIFAR
+  ResNet-18, BERT-base with a question-answering head at 384 tokens, on a T4 (AWS g4dn, stated by
+  the Pollux paper); seconds per iteration.
+* Gavel (stanford-futuredata/gavel @ c4fa400, MIT): the jobs alone on one K80 or P100
+  (iterations/s, inverted): ResNet-18 (CIFAR), ResNet-50, Transformer, LSTM LM, Recommendation.
 
 For each sweep the metric is the error of ``t(b) / t(b_ref)`` (``b_ref`` the sweep's largest
 batch): batch scaling alone, free of the level a learned model sets; the absolute error of the
@@ -18,7 +18,6 @@ beside them the product's answer (``trappm_ray.predict``), which neither source 
 """
 from __future__ import annotations
 
-import json
 import logging
 from collections import defaultdict
 from dataclasses import asdict, dataclass
@@ -28,17 +27,18 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
+from trappm_ray.labels.public_distributed import GAVEL, POLLUX
+from trappm_ray.labels.store import source_rows
 from trappm_ray.physics.floors import time_floors_ms
 from trappm_ray.physics.step_model import Setting, step_time
 
 log = logging.getLogger(__name__)
 
-DATA = Path(__file__).resolve().parents[3] / "shared" / "data" / "public-distributed"
+LABELS = Path(__file__).resolve().parents[2] / "data" / "labels-distributed"  # jobs/import_labels.py
 # workload -> (how its graph is made, input dims, optimizer its code uses)
 WORKLOADS = {
     "resnet50": ("torchvision:torchvision_resnet50@224", {}, "sgd-momentum"),
     "cifar_resnet18": ("workload:cifar_resnet18", {}, "sgd-momentum"),
-    "bert_base_384": ("text:hf_bert_base", {"seq": 384}, "adamw"),
     "transformer_mt": ("workload:transformer_mt", {}, "adam"),
     "lstm_lm": ("workload:lstm_lm", {}, "sgd"),
     "recoder_ae": ("workload:recoder_ae", {}, "adam"),
@@ -46,9 +46,6 @@ WORKLOADS = {
     "bert_base_cls": ("workload:bert_base_cls", {"seq": 128}, "adamw"),
     "bert_base_qa": ("workload:bert_base_qa", {"seq": 384}, "adamw"),
 }
-POLLUX = {"imagenet": "resnet50", "cifar10": "cifar_resnet18", "bert": "bert_base_384"}
-GAVEL = {"ResNet-18": "cifar_resnet18", "ResNet-50": "resnet50", "Transformer": "transformer_mt",
-         "LM": "lstm_lm", "Recommendation": "recoder_ae"}
 GAVEL_DEVICES = {"k80": "k80", "p100": "p100-pcie-16gb"}
 WORKLOAD_OF = {"torchvision_resnet50": "resnet50"}  # a label row's arch -> its WORKLOADS name, where they differ
 
@@ -65,37 +62,19 @@ class Sweep:
     precision: str = "fp32"
 
 
-def pollux_sweeps(root: Path = DATA) -> list[Sweep]:
-    """Pollux's one-GPU rows (placement ``1``), one sweep per workload, on the T4."""
-    import csv
-
+def one_gpu_sweeps(labels: Path = LABELS) -> list[Sweep]:
+    """Pollux's (on the T4) and Gavel's (on a K80 or a P100) one-GPU label rows, one sweep per
+    source, workload and GPU, batches ascending."""
+    folders = [("pollux", POLLUX.repo, "t4")] + [("gavel", GAVEL.repo, slug) for slug in GAVEL_DEVICES.values()]
     out = []
-    for folder, workload in POLLUX.items():
-        with open(root / "pollux" / folder / "placements.csv", newline="") as fh:
-            rows = [r for r in csv.DictReader(fh) if r["placement"] == "1"]
-        rows.sort(key=lambda r: int(r["local_bsz"]))
-        out.append(Sweep("pollux", workload, "t4", tuple(int(r["local_bsz"]) for r in rows),
-                         tuple(float(r["step_time"]) * 1e3 for r in rows)))
-    return out
-
-
-def gavel_sweeps(root: Path = DATA) -> list[Sweep]:
-    """Gavel's jobs alone on one GPU (scale factor 1), one sweep per job type and GPU."""
-    data = json.loads((root / "gavel" / "simulation_throughputs.json").read_text())
-    out = []
-    for worker, slug in GAVEL_DEVICES.items():
+    for source, repo, slug in folders:
         found: dict[str, list] = defaultdict(list)
-        for key, entry in data[worker].items():
-            name, scale = key.strip("()").rsplit(",", 1)
-            name = name.strip("'")
-            if int(scale) != 1 or "(batch size " not in name or not entry.get("null"):
-                continue
-            job, batch = name.split(" (batch size ")
-            if job in GAVEL:
-                found[GAVEL[job]].append((int(batch.rstrip(")")), 1e3 / float(entry["null"])))
-        for workload, pts in found.items():
+        for r in source_rows(str(labels), f"{slug}-fp32", repo):
+            if r["gpus"] == 1:
+                found[WORKLOAD_OF.get(r["arch"], r["arch"])].append((r["batch_size"], r["train_step_ms"]))
+        for workload, pts in sorted(found.items()):
             pts.sort()
-            out.append(Sweep("gavel", workload, slug, tuple(b for b, _ in pts), tuple(t for _, t in pts)))
+            out.append(Sweep(source, workload, slug, tuple(b for b, _ in pts), tuple(t for _, t in pts)))
     return out
 
 
@@ -196,5 +175,5 @@ def run(sweeps: list[Sweep], cache: Path, answer=None) -> dict:
     return {"summary": summary(results), "sweeps": [asdict(r) for r in results]}
 
 
-__all__ = ["DATA", "WORKLOADS", "WORKLOAD_OF", "Sweep", "SweepResult", "pollux_sweeps", "gavel_sweeps", "workload_onnx",
+__all__ = ["LABELS", "WORKLOADS", "WORKLOAD_OF", "Sweep", "SweepResult", "one_gpu_sweeps", "workload_onnx",
            "evaluate_sweep", "summary", "run"]

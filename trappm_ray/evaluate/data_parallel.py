@@ -20,15 +20,14 @@ from pathlib import Path
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.evaluate.batch_scaling import WORKLOAD_OF
+from trappm_ray.evaluate.batch_scaling import LABELS, WORKLOAD_OF
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.labels.public_distributed import POLLUX, per_node
-from trappm_ray.labels.store import read_rows
+from trappm_ray.labels.store import source_rows
 from trappm_ray.physics.collectives import Cluster, allreduce_ms, exposed_allreduce_ms, gradient_buckets, load_clusters
 from trappm_ray.physics.step_model import step_time
 
 ROOT = Path(__file__).resolve().parents[3] / "shared" / "data" / "public-distributed"
-LABELS = Path(__file__).resolve().parents[2] / "data" / "labels-distributed"
 POLLUX_CLUSTER = "aws-g4dn-12xlarge"
 VTRAIN_NODES = {"a100": "dgx-a100", "v100": "dgx-1-v100"}
 
@@ -54,11 +53,6 @@ def allreduce_tables(root: Path = ROOT) -> dict[str, dict]:
     return out
 
 
-def source_rows(labels: Path, slug: str, repo: str) -> list[dict]:
-    """The ok rows of one device folder of a label store that come from source repository ``repo``."""
-    return [r for r in read_rows(str(labels), slug).to_pylist() if r["status"] == "ok" and r["source_repo"] == repo]
-
-
 def beside_one_gpu(rows: list[dict]) -> list[tuple[dict, float]]:
     """Each multi-GPU row with the one-GPU step of the same model at the same per-GPU batch."""
     single = {(r["arch"], r["batch_size"]): r["train_step_ms"] for r in rows if r["gpus"] == 1}
@@ -74,7 +68,7 @@ def pollux_rows(labels: Path = LABELS) -> list[dict]:
              "placement": r["placement"], "gpus": r["gpus"], "nodes": r["nodes"],
              "per_node": max(per_node(r["placement"])), "one_gpu_ms": one,
              "measured_ms": r["train_step_ms"], "sync_ms": r["allreduce_ms"]}
-            for r, one in beside_one_gpu(source_rows(labels, "t4-fp32", POLLUX.repo))]
+            for r, one in beside_one_gpu(source_rows(str(labels), "t4-fp32", POLLUX.repo))]
 
 
 def pollux(onnx_of, labels: Path = LABELS) -> dict:
@@ -150,4 +144,4 @@ def markdown(tables: dict, dp: dict, seconds: float) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["allreduce_tables", "source_rows", "beside_one_gpu", "pollux_rows", "pollux", "markdown"]
+__all__ = ["allreduce_tables", "beside_one_gpu", "pollux_rows", "pollux", "markdown"]

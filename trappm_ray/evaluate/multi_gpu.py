@@ -25,11 +25,11 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.corpus.text_models import CONFIG_DIR
 from trappm_ray.evaluate.batch_scaling import GAVEL_DEVICES, WORKLOAD_OF, WORKLOADS
-from trappm_ray.evaluate.data_parallel import LABELS, beside_one_gpu, source_rows
+from trappm_ray.evaluate.data_parallel import LABELS, beside_one_gpu
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.labels.public_distributed import GAVEL
 from trappm_ray.labels.public_rows import NEUSIGHT
-from trappm_ray.labels.store import device_slugs
+from trappm_ray.labels.store import device_slugs, source_rows
 from trappm_ray.physics.collectives import Cluster, exposed_allreduce_ms, gradient_buckets
 from trappm_ray.physics.step_model import step_time
 
@@ -44,7 +44,7 @@ def gavel_rows(labels: Path = LABELS) -> list[dict]:
     return [{"gpu": gpu, "layout": r["placement"], "workload": WORKLOAD_OF.get(r["arch"], r["arch"]),
              "batch": r["batch_size"], "gpus": r["gpus"], "measured_ms": r["train_step_ms"], "one_gpu_ms": one}
             for gpu, slug in GAVEL_DEVICES.items()
-            for r, one in beside_one_gpu(source_rows(labels, f"{slug}-fp32", GAVEL.repo))]
+            for r, one in beside_one_gpu(source_rows(str(labels), f"{slug}-fp32", GAVEL.repo))]
 
 
 def _cluster(layout: str, rate: float) -> Cluster:
@@ -108,7 +108,7 @@ def neusight_rows(labels: Path = GPU_LABELS) -> list[dict]:
     layout and measured step."""
     out = []
     for slug in device_slugs(str(labels)):
-        for r in source_rows(labels, slug, NEUSIGHT.repo):
+        for r in source_rows(str(labels), slug, NEUSIGHT.repo):
             if (r["gpus"] or 1) == 1:
                 continue
             kind, n, batch = r["parallelism"][:2], r["gpus"], r["batch_size"]

@@ -32,7 +32,7 @@ from trappm_ray.graph.featurize import Graph
 from trappm_ray.labels.campaign_import import is_campaign_device, mean_train_power_w
 from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.public_power import ZEUS
-from trappm_ray.labels.store import device_slugs, ok_labels
+from trappm_ray.labels.store import device_slugs, ok_labels, source_rows
 from trappm_ray.physics.power import PowerModel, answered_busy, fit, fit_voltage_floor, step_power
 from trappm_ray.physics.step_model import Setting, StepEstimate, step_time
 
@@ -68,8 +68,7 @@ def zeus_rows(labels_dir: str = LABELS) -> list[PowerRow]:
     """Zeus's ok rows in the label store ``labels_dir``."""
     return [PowerRow(r["device_spec"], r["arch"], r["resolution"], r["batch_size"], r["optimizer"], r["power_limit_w"],
                      r["train_step_ms"], r["power_w_mean"])
-            for slug in device_slugs(labels_dir) for r in ok_labels(labels_dir, slug).to_pylist()
-            if r["source_repo"] == ZEUS.repo]
+            for slug in device_slugs(labels_dir) for r in source_rows(labels_dir, slug, ZEUS.repo)]
 
 
 def row_graphs(labels_dir: str, rows: list[PowerRow]) -> dict[tuple, Graph]:

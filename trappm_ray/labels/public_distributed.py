@@ -47,7 +47,9 @@ POLLUX_METHOD = ("Pollux simulator trace (AdaptDL, PyTorch DDP): seconds per tra
 GAVEL_MODELS = {"ResNet-18": ("cifar_resnet18", "sgd-momentum", 32, "resnet", "workload"),
                 "ResNet-50": ("torchvision_resnet50", "sgd-momentum", 224, "resnet", "torchvision"),
                 "Transformer": ("transformer_mt", "adam", 32, "transformer", "workload"),
-                "LM": ("lstm_lm", "sgd", 35, "lstm", "workload")}
+                "LM": ("lstm_lm", "sgd", 35, "lstm", "workload"),
+                # an autoencoder over MovieLens's 26,744 items: no image or sequence, "resolution" 1
+                "Recommendation": ("recoder_ae", "adam", 1, "autoencoder", "workload")}
 GAVEL_GPUS = {"k80": "k80", "p100": "p100-pcie-16gb"}
 GAVEL_METHOD = ("Gavel throughput table (scheduler/simulation_throughputs.json, key 'null': the job alone): "
                 "iterations per second summed over the job's GPUs, each running the listed batch; "

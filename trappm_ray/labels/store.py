@@ -147,6 +147,12 @@ def ok_labels(labels_dir: str, slug: str) -> pa.Table:
     return compact_labels(labels_dir, slug).filter(pc.equal(pc.field("status"), "ok"))
 
 
+def source_rows(labels_dir: str, slug: str, repo: str) -> list[dict]:
+    """The ok rows of one device folder (none where it holds none) that come from the public
+    source repository ``repo``."""
+    return [r for r in read_rows(labels_dir, slug).to_pylist() if r["status"] == "ok" and r["source_repo"] == repo]
+
+
 def default_slug(labels_dir: str) -> str:
     """The device with the most successful rows measured by this project's harness (imported
     public sets, whose rows name a ``source_repo``, only where there is no other)."""
@@ -173,6 +179,6 @@ def summarize(table: pa.Table) -> str:
 
 
 
-__all__ = ["COLUMNS", "KEY", "SCHEMA", "STATUSES", "write_rows", "device_slugs", "conform", "read_rows",
+__all__ = ["COLUMNS", "KEY", "SCHEMA", "STATUSES", "write_rows", "device_slugs", "conform", "read_rows", "source_rows",
            "compact", "compact_labels", "ok_labels", "default_slug", "row_load", "measured_busy",
            "summarize"]
