@@ -37,9 +37,9 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.physics.step_model import StepEstimate, queue_ms
 
-# Where no fit is shipped: the voltage follows the clock all the way down (the clock-cubed law).
-# Fitted floors lie in VOLTAGE_FLOORS: a chip's lowest voltage is well above a third of its
-# highest, and a floor at 1 would mean no voltage scaling at all.
+# Fitted voltage floors lie in VOLTAGE_FLOORS: a chip's lowest voltage is well above a third of
+# its highest, and a floor at 1 would mean no voltage scaling at all. Where no fit is shipped the
+# floor is the range's lowest: the clock-cubed law down to a third of the clock.
 VOLTAGE_FLOORS = (0.3, 1.0)
 # Idle board power as a share of TDP where the table has none: NVML reads 25-40 W on idle
 # 250-300 W datacenter boards, 78 W on a 700 W H200 (11%; devices.csv idle_power_w). An
