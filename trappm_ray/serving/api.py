@@ -36,7 +36,7 @@ from trappm_ray.serving import batch_envelope
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
 from trappm_ray.physics.memory import fitting_batch
 from trappm_ray.physics.collectives import allreduce_ms, cluster_for, exposed_allreduce_ms, gradient_buckets
-from trappm_ray.physics.power import PowerModel, answered_busy, limit_refusal, power_basis, step_power
+from trappm_ray.physics.power import PowerModel, limit_refusal, power_basis, step_power
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
@@ -141,7 +141,7 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.notes.append("no GPU fit: this answer's memory is the CPU's; name a GPU (--device h100) for the smallest "
                        "GPU or MIG slice that holds it")
     if spec is not None and spec.tdp_w and p.train_step_ms is not None:
-        p.notes += with_power(p, graph, spec, setting, predictor.manifest.launch, opts.power_limit_w)
+        p.notes += with_power(p, graph, spec, setting, opts.power_limit_w)
     elif opts.power_limit_w is not None:
         raise errors.UnsupportedOption("a power limit applies to a GPU with a sourced TDP; this answer is for "
                                        f"{device.get('name') or device.get('slug')}")
@@ -188,17 +188,16 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
             f"Pollux's data-parallel steps read 3-11% off on one node, 7-9% across 2-4 nodes (docs/results-distributed.md)")
 
 
-def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, launch_profiles: dict,
-               limit_w: float | None) -> list[str]:
+def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, limit_w: float | None) -> list[str]:
     """Fill ``p``'s power (:mod:`trappm_ray.physics.power` on the step model of the same graph and
-    setting) and, under a limit that binds, lengthen its step time; returns the notes to add."""
+    setting, its own busy share and host figures: the answer the power model was checked as,
+    docs/results-power.md) and, under a limit that binds, lengthen its step time; returns the notes."""
     if limit_w is not None and (refusal := limit_refusal(spec, limit_w)) is not None:
         raise errors.UnsupportedOption(refusal)
-    model, host = power_model(), step_host_us(launch_profiles)
-    train, infer = (step_time(graph, spec, setting, mode, host) for mode in ("train", "infer"))
-    busy = answered_busy(train, p.train_step_ms and p.train_step_ms.value)
-    at, free = (step_power(train, spec, model, lim, busy) for lim in (limit_w, None))
-    at_infer = step_power(infer, spec, model, limit_w, answered_busy(infer, p.inference_ms and p.inference_ms.value))
+    model = power_model()
+    train, infer = (step_time(graph, spec, setting, mode) for mode in ("train", "infer"))
+    at, free = (step_power(train, spec, model, lim) for lim in (limit_w, None))
+    at_infer = step_power(infer, spec, model, limit_w)
     err = model.error_p90 if model.error_p90 is not None else 0.3
     p.train_power_w = Estimate(at.power_w, *at.interval(err), at.power_w * err / 1.645, "W")
     notes = [f"power: idle {at.idle_w:.0f} W plus {model.busy_w(spec):.0f} W for the share of the step its kernels "
