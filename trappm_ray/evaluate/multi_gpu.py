@@ -24,8 +24,8 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.corpus.text_models import CONFIG_DIR
-from trappm_ray.evaluate.batch_scaling import GAVEL_DEVICES, WORKLOAD_OF, WORKLOADS
-from trappm_ray.evaluate.data_parallel import LABELS, beside_one_gpu
+from trappm_ray.evaluate.batch_scaling import GAVEL_DEVICES, LABELS, WORKLOAD_OF, WORKLOADS
+from trappm_ray.evaluate.data_parallel import beside_one_gpu
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.labels.public_distributed import GAVEL
 from trappm_ray.labels.public_rows import NEUSIGHT
