@@ -139,6 +139,12 @@ def spec_answer(predictor: SpecPredictor) -> Answer:
     return answer
 
 
+def row_setting(row: dict) -> Setting:
+    """The step model's setting of a campaign row (precision, optimizer, checkpointing, accumulation)."""
+    return Setting(precision=row["precision"], optimizer=row["optimizer"],
+                   recompute=(row.get("recompute") or "none") != "none", grad_accum=int(row.get("grad_accum") or 1))
+
+
 def step_model_answer(spec: devices.DeviceSpec) -> Answer:
     """The step model alone (:mod:`trappm_ray.physics.step_model`) on the device's specs, with
     its default host figures: nothing of it was fitted to a GPU's times; its power from the
@@ -146,8 +152,7 @@ def step_model_answer(spec: devices.DeviceSpec) -> Answer:
     power = PowerModel.load()
 
     def answer(row: dict, graph: Graph) -> dict[str, float] | None:
-        s = Setting(precision=row["precision"], optimizer=row["optimizer"],
-                    recompute=(row.get("recompute") or "none") != "none", grad_accum=int(row.get("grad_accum") or 1))
+        s = row_setting(row)
         try:
             steps = {t: step_time(graph, spec, s, mode) for t, mode in MODES.items()}
         except ValueError:  # a precision the device has no sourced peak for
@@ -329,6 +334,6 @@ def report(evaluations: list[CampaignEvaluation],
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
+__all__ = ["row_setting", "MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
            "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
            "setting_move_errors", "REFERENCE", "evaluate", "evaluate_moves", "report"]

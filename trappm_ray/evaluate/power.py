@@ -21,20 +21,20 @@ from __future__ import annotations
 
 import logging
 from collections import defaultdict
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.evaluate.campaign import BUSY_BATCH, joined_graphs
+from trappm_ray.evaluate.campaign import BUSY_BATCH, ErrorSummary, joined_graphs, row_setting
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.labels.campaign_import import is_campaign_device, mean_train_power_w
 from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.public_power import ZEUS
 from trappm_ray.labels.store import device_slugs, ok_labels, source_rows
 from trappm_ray.physics.power import PowerModel, answered_busy, fit, fit_voltage_floor, step_power
-from trappm_ray.physics.step_model import Setting, StepEstimate, step_time
+from trappm_ray.physics.step_model import StepEstimate, step_time
 
 log = logging.getLogger(__name__)
 
@@ -195,9 +195,7 @@ def campaign(labels_dir: str, model: PowerModel) -> dict[str, dict]:
             if graph is None:
                 continue
             spec = devices.get(r["device_spec"])
-            setting = Setting(precision=r["precision"], optimizer=r["optimizer"], recompute=r["recompute"] != "none",
-                              grad_accum=int(r.get("grad_accum") or 1))
-            step, watts = step_time(graph, spec, setting, "train"), mean_train_power_w(r) or np.nan
+            step, watts = step_time(graph, spec, row_setting(r), "train"), mean_train_power_w(r) or np.nan
             busy = answered_busy(step, r["train_step_ms"])
             row = (step_power(step, spec, model).power_w / watts - 1,
                    step_power(step, spec, model, busy=busy).power_w / watts - 1,
@@ -205,16 +203,9 @@ def campaign(labels_dir: str, model: PowerModel) -> dict[str, dict]:
             for group in (r["precision"], "all", *(["all, batch >= 32"] if r["batch_size"] >= BUSY_BATCH else []),
                           f"model {r['arch']}"):
                 found[f"{spec.slug} {group}"].append(row)
-    out = {}
-    for group, errs in sorted(found.items()):
-        answered, timed = np.array([e[0] for e in errs]), np.array([e[1] for e in errs])
-        worst = int(np.argmax(np.abs(answered)))
-        out[group] = {"rows": len(errs), "mape": float(np.abs(answered).mean() * 100),
-                      "median_abs": float(np.median(np.abs(answered)) * 100),
-                      "p90_abs": float(np.quantile(np.abs(answered), 0.9) * 100),
-                      "bias": float(np.median(answered) * 100), "worst": float(answered[worst] * 100),
-                      "worst_row": errs[worst][2], "timed_mape": float(np.abs(timed).mean() * 100)}
-    return out
+    return {group: {**asdict(ErrorSummary.of([(e[0], e[2]) for e in errs])),
+                    "timed_mape": float(np.mean([abs(e[1]) for e in errs]) * 100)}
+            for group, errs in sorted(found.items())}
 
 
 def run(power_labels: str = LABELS, labels_dir: str | None = None) -> dict:
@@ -280,8 +271,9 @@ def markdown(result: dict, seconds: float) -> str:
                   "| GPU, rows | rows | MAPE | median | p90 | median signed | worst | worst row | MAPE with the measured time |",
                   "|---|---|---|---|---|---|---|---|---|"]
         for g, v in result["campaign"].items():
-            lines.append(f"| {g} | {v['rows']} | {v['mape']:.1f}% | {v['median_abs']:.1f}% | {v['p90_abs']:.1f}% | "
-                         f"{v['bias']:+.1f}% | {v['worst']:+.0f}% | {v['worst_row']} | {v['timed_mape']:.1f}% |")
+            lines.append(f"| {g} | {v['rows']} | {v['mean_abs_pct']:.1f}% | {v['median_abs_pct']:.1f}% | "
+                         f"{v['p90_abs_pct']:.1f}% | {v['median_signed_pct']:+.1f}% | {v['worst_pct']:+.0f}% | "
+                         f"{v['worst_row']} | {v['timed_mape']:.1f}% |")
         lines.append("")
     f, h200 = result["fitted"], devices.get("h200-sxm-141gb")
     lines += ["## What ships", "",
