@@ -190,11 +190,15 @@ def masked_attention(seq: int = 16) -> onnx.ModelProto:
     return _model(nodes, [x, mask], [y], inits)
 
 
-def residual_chain(blocks: int = 4, d: int = 32) -> onnx.ModelProto:
+def residual_chain(blocks: int = 4, d: int = 32, norm: bool = False) -> onnx.ModelProto:
     """``x[N, d]`` through ``blocks`` residual blocks ``x + W2 relu(W1 x)`` (each a segment of
-    activation checkpointing)."""
+    activation checkpointing); ``norm``: a LayerNormalization before the first block."""
     x = helper.make_tensor_value_info("x", F, ["N", d])
     nodes, inits, cur = [], [], "x"
+    if norm:
+        nodes.append(helper.make_node("LayerNormalization", ["x", "ln.g", "ln.b"], ["n"], name="ln", axis=-1))
+        inits += [_init("ln.g", (d,)), _init("ln.b", (d,))]
+        cur = "n"
     for i in range(blocks):
         nodes += [helper.make_node("MatMul", [cur, f"w1_{i}"], [f"h{i}"], name=f"fc1_{i}"),
                   helper.make_node("Relu", [f"h{i}"], [f"r{i}"], name=f"relu_{i}"),

@@ -88,6 +88,20 @@ def test_precision_sets_the_peak_and_the_element_size():
     assert device_rates(devices.get("mi100"), "fp32")[:2] == (pytest.approx(46.2e12), pytest.approx(23.1e12))
 
 
+def test_autocast_keeps_the_residual_stream_in_fp32_and_casts_it_for_each_gemm():
+    # LayerNorm (fp32 result) -> fc1 (half, on a half copy) -> relu -> fc2 (half) -> n + o: fp32
+    # (the wider input wins), which the next block's fc1 copies to half again
+    g = featurize(ob.residual_chain(blocks=2, d=32, norm=True), batch_size=64)
+    amp, half = (roofline(g, RTX3090, p, "infer") for p in ("amp-fp16", "fp16"))
+    assert g.ops[:5] == ["LayerNormalization", "MatMul", "Relu", "MatMul", "Add"]
+    stream = 64 * 32
+    assert amp.cast_ms[1] == pytest.approx(stream * (4 + 2) / 936e9 * 1e3)  # read fp32, write half
+    assert amp.cast_ms[5] == pytest.approx(amp.cast_ms[1]) and amp.cast_ms[[0, 2, 3, 4, 6, 7, 8]].sum() == 0
+    assert amp.bytes[4] == pytest.approx(stream * (4 + 2 + 4))  # reads n and o, writes fp32
+    assert half.bytes[4] == pytest.approx(stream * (4 + 2 + 2)) and not half.cast_ms.any()  # no casts, no promotion
+    assert amp.node_ms[1] == pytest.approx(max(amp.compute_ms[1], amp.memory_ms[1]) + amp.cast_ms[1])
+
+
 def test_fp32_convolutions_may_use_tf32_but_matrix_products_do_not():
     # PyTorch's defaults: cudnn.allow_tf32 True, cuda.matmul.allow_tf32 False (>= 1.12)
     a100, mi100 = devices.get("a100-pcie-40gb"), devices.get("mi100")

@@ -6,8 +6,8 @@ Source: VIA-Research/vTrain @ f8dda84 (MIT-style licence), as label rows in ``da
 time of one iteration (one global batch). One node: 1,440 rows of 2-8 GPUs (hidden 1024/2048,
 12-24 layers, 1,024 tokens); many nodes: 88 rows of 64-512 GPUs (3.6 B-39.1 B parameters, 2,048
 tokens). Every config states activation checkpointing on, the 1F1B schedule, no gradient
-bucketing, 8 GPUs per node, 800 Gb/s between nodes. Not stated, assumed here: AMP fp16 with Adam
-(Megatron's defaults; apex's fused Adam), the A100 SXM4 80 GB, GPT-2's vocabulary (50,257; vTrain's default), padded
+bucketing, 8 GPUs per node, 800 Gb/s between nodes. Not stated, assumed here: mixed precision
+fp16 with Adam (Megatron's defaults: the model in half, fp32 master weights; apex's fused Adam), the A100 SXM4 80 GB, GPT-2's vocabulary (50,257; vTrain's default), padded
 to 50,304 as Megatron pads it.
 
 Each model is built from its hidden size, heads and sequence length as a GPT-2 config with 1 and
@@ -229,7 +229,8 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
               "all-reduces hide as modelled. Host figures are the step model's defaults "
               f"({HOST_US['forward']:.0f} us forward, {HOST_US['backward']:.0f} us backward per kernel: "
               "eager PyTorch as the H200 campaign measured it), never measured on vTrain's machines. "
-              "Assumed, not stated by the source: AMP fp16 with Adam, the A100 SXM4 80 GB, GPT-2's "
+              "Assumed, not stated by the source: mixed precision fp16 (Megatron's: the model in half, fp32 "
+              "master weights) with Adam, the A100 SXM4 80 GB, GPT-2's "
               "vocabulary padded to 50,304 as Megatron pads it, Megatron's defaults for attention (fused "
               "softmax, no FlashAttention, dropout 0.1); the cross-entropy over the vocabulary is not in "
               "the graph.", ""]

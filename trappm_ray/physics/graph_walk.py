@@ -78,6 +78,22 @@ class Intervals:
 
 
 @dataclass
+class Dtypes:
+    """Autocast's dtypes of one walk (:meth:`Walk.dtypes`).
+
+    Attributes:
+        bytes: bytes per element of every tensor (index ``num_nodes``: the data input).
+        target: per node, the dtype (bytes) autocast casts its inputs to, None where it casts none.
+        casts: per node, the bytes its casts move (each input of another dtype read and its
+            copy written, at every call).
+    """
+
+    bytes: np.ndarray
+    target: list
+    casts: np.ndarray
+
+
+@dataclass
 class Walk:
     """Precision-independent structure of a graph for the memory model (see :func:`walk`).
 
@@ -95,7 +111,48 @@ class Walk:
     weight_elems: np.ndarray   # trainable parameters per node
     save_cond: np.ndarray      # Mul/Div with a trainable operand
     dep: np.ndarray            # tensor depends on the data input (scales with the batch)
-    laid: dict = field(default_factory=dict, repr=False, compare=False)  # intervals per precision
+    laid: dict = field(default_factory=dict, repr=False, compare=False)  # intervals, dtypes per precision
+
+    def dtypes(self, act_bytes: int = FP32, low_bytes: int | None = None) -> Dtypes:
+        """Bytes per element of every tensor under autocast's rules (kept per precision): an op of
+        :data:`HALF_OPS` runs in ``low_bytes``, one of :data:`FP32_OPS` in fp32, each on a copy of
+        any input of another dtype; :data:`FP32_RESULT_OPS` return fp32; :data:`PROMOTE_OPS` take
+        the widest input; other ops (and fused chains) follow their first input. So an fp32
+        residual stream (the image, an embedding table's rows, a LayerNorm's output) stays fp32
+        through its Adds while the GEMMs between run in half. ``low_bytes`` None (no autocast):
+        every tensor at ``act_bytes``.
+
+        Args:
+            act_bytes: bytes per element of the data input and of ops outside autocast's lists.
+            low_bytes: autocast's lower precision (2) or None without autocast.
+        """
+        key = ("dtypes", act_bytes, low_bytes)
+        if key in self.laid:
+            return self.laid[key]
+        n, ops, preds, fused = self.num_nodes, self.ops, self.preds, self.fused
+        dt = [float(act_bytes)] * (n + 1)
+        target: list[float | None] = [None] * n
+        casts = np.zeros(n)
+        if low_bytes is not None:
+            for i in range(n):
+                op, ps = ops[i], preds[i]
+                if fused[i]:
+                    dt[i] = dt[ps[0]] if ps else act_bytes
+                elif op in HALF_OPS:
+                    target[i] = dt[i] = low_bytes
+                elif op in FP32_OPS:
+                    target[i] = dt[i] = FP32
+                elif op in FP32_RESULT_OPS:
+                    dt[i] = FP32
+                else:
+                    dt[i] = max((dt[p] for p in ps), default=act_bytes) if (
+                        op in PROMOTE_OPS) else (dt[ps[0]] if ps else act_bytes)
+                if target[i] is not None:  # each call copies its input: autocast caches only weights
+                    casts[i] = sum(self.elems[p] * (dt[p] + dt[i]) for p in ps if self.real[p] and dt[p] != dt[i])
+        found = Dtypes(np.array(dt), target, casts)
+        found.bytes.flags.writeable = found.casts.flags.writeable = False
+        self.laid[key] = found
+        return found
 
     def intervals(self, act_bytes: int = FP32, low_bytes: int | None = None,
                   on_chip: np.ndarray | None = None) -> Intervals:
@@ -125,7 +182,8 @@ class Walk:
         real, elems, dep, req = real_mask.tolist(), self.elems.tolist(), self.dep.tolist(), self.req.tolist()
         fused, folded, save_cond = self.fused.tolist(), self.folded.tolist(), self.save_cond.tolist()
         bwd = 2 * n  # backward of node i runs at step bwd - i
-        dt = [act_bytes] * (n + 1)
+        typed = self.dtypes(act_bytes, low_bytes)
+        dt, targets = typed.bytes.tolist(), typed.target
         last = list(range(n + 1))
         last[n] = 2 * n + 2
         saver = [n + 1] * (n + 1)  # smallest index of a node that saves the tensor
@@ -135,22 +193,7 @@ class Walk:
             if not real[i] and not fused[i] and not preds[i]:
                 continue
             op, ps = ops[i], preds[i]
-            if low_bytes is not None:
-                if fused[i]:
-                    target = None
-                    dt[i] = dt[ps[0]] if ps else act_bytes
-                elif op in HALF_OPS:
-                    target = dt[i] = low_bytes
-                elif op in FP32_OPS:
-                    target = dt[i] = FP32
-                elif op in FP32_RESULT_OPS:
-                    target, dt[i] = None, FP32
-                else:
-                    target = None
-                    dt[i] = max((dt[p] for p in ps), default=act_bytes) if (
-                        op in PROMOTE_OPS) else (dt[ps[0]] if ps else act_bytes)
-            else:
-                target = None
+            target = targets[i]
             in_place = op in INPLACE_RESULT and len(ps) == 1 and ps[0] < n and folded[ps[0]]
             saves_in = not in_place and (fused[i] or op in SAVE_IN or (
                 op in SAVE_IF_TENSOR and (len(ps) > 1 or save_cond[i])))

@@ -28,9 +28,15 @@ Counting rules (per node, forward pass); every choice errs low, as a floor must:
   CVPR 2016): 4x fewer multiplies, so its FLOPs count a quarter. Which unit runs a node is
   :mod:`trappm_ray.physics.units`' answer: a Gemm/MatMul with an odd inner or output dimension
   gets the vector peak in every precision (``units.misaligned``).
-* Bytes: data inputs + outputs at the activation size (4 B at fp32/tf32, 2 B at fp16/bf16 and
-  under autocast, except ops autocast runs in fp32) plus weights (autocast: the fp32 master read
-  and, for the matmul class, a half copy written and read: 8 B per parameter). Tensors follow the
+* Bytes: data inputs + outputs at the activation size (4 B at fp32/tf32, 2 B at fp16/bf16)
+  plus weights (autocast: the fp32 master read and, for the matmul class, a half copy written
+  and read: 8 B per parameter). Under autocast each tensor has the dtype autocast's rules give
+  it (``graph_walk.Walk.dtypes``: the image, embedding rows, LayerNorm outputs and the residual
+  Adds they feed stay fp32, GEMM outputs are half), and every cast of an input to its op's dtype
+  is a copy kernel of its own (read, then written at the new size) that a floor counts; counted
+  all at 2 B, the step model read the H200 campaign's amp-bf16 training steps at their largest
+  batch at 0.53x of the measured time for BERT-base, 0.36x for Swin-T and 0.69x for ViT-B/16
+  (now 0.65x, 0.48x, 0.87x; GPT-2 1.0x -> 1.04-1.15x). Tensors follow the
   memory model's walk (``graph_walk.walk``): views move nothing, a pointwise chain with one data
   input (an exported GELU) is one kernel, a bias Add after a weighted MatMul is the GEMM's
   epilogue; attention scores of fused attention stay on chip (``units.attention_scores``); under
@@ -49,7 +55,7 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.physics.folded_norm import guess_folded_norm
-from trappm_ray.physics.graph_walk import FP32_OPS, FP32_RESULT_OPS, kept, walk
+from trappm_ray.physics.graph_walk import FP32, FP32_OPS, FP32_RESULT_OPS, kept, walk
 from trappm_ray.physics.units import (FREE, MATMUL_OPS, SOFTMAX, TENSOR, VECTOR, attends, attention_scores,
                                       misaligned, node_classes)
 
@@ -82,7 +88,8 @@ class RooflineEstimate:
     Attributes:
         node_class: per node FREE (0), VECTOR (1) or TENSOR (2).
         flops, bytes, compute_ms, memory_ms, node_ms: per node forward FLOPs, bytes and times
-            (``node_ms``: their maximum, plus a restored BatchNorm's time).
+            (``node_ms``: their maximum, plus a restored BatchNorm's and autocast's copies' times).
+        cast_ms: per node the time of autocast's copies of its inputs (memory-bound kernels).
         forward_ms, backward_ms, optimizer_ms, total_ms: totals; ``total_ms`` (their sum) is the
             floor of one step in ``mode`` (backward and optimizer are 0 for inference).
         compute_bound_share: share of ``forward_ms`` spent in compute-bound nodes.
@@ -105,14 +112,15 @@ class RooflineEstimate:
     peak_tensor: float
     peak_vector: float
     bandwidth: float
+    mode: str
+    precision: str
+    device: str
+    cast_ms: np.ndarray
 
     @property
     def kernels(self) -> int:
         """The graph's kernels: nodes that do work (views and shape arithmetic launch none)."""
         return int(((self.node_class > 0) & (self.bytes + self.flops > 0)).sum())
-    mode: str
-    precision: str
-    device: str
 
 
 def precision_refusal(spec: devices.DeviceSpec, precision: str) -> str | None:
@@ -171,9 +179,14 @@ def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fu
     flops = np.where(cls == TENSOR, 2.0 * macs, macs)
     flops[cls == FREE] = 0.0
     out_elems = np.asarray(graph.out_elems, np.float64)
-    elem_bytes = np.full(n + 1, float(act))  # index n: the data input
-    if act == 2:  # autocast (and pure half) keep these ops' results in fp32
-        elem_bytes[[i for i, op in enumerate(graph.ops) if op in FP32_OPS or op in FP32_RESULT_OPS]] = 4.0
+    casts = np.zeros(n)
+    if precision.startswith("amp"):  # autocast's dtypes: fp32 streams between half GEMMs, and copies
+        typed = tensors.dtypes(FP32, act)
+        elem_bytes, casts = typed.bytes.copy(), (typed.casts * (not compiled))
+    else:
+        elem_bytes = np.full(n + 1, float(act))  # index n: the data input
+        if act == 2:  # pure half: these ops' results in fp32
+            elem_bytes[[i for i, op in enumerate(graph.ops) if op in FP32_OPS or op in FP32_RESULT_OPS]] = 4.0
     on_chip = attention_scores(graph, tensors, cls) if fused_attention else np.zeros(n, bool)
     softmax = on_chip & np.array([op == "Softmax" for op in graph.ops], bool)
     if fused_attention == SOFTMAX:  # the scores stored, the scale and masks fused into the softmax
@@ -194,8 +207,8 @@ def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fu
         flops[on_chip], moved[on_chip] = 0.0, 0.0  # those and writes them with a mask byte each
         moved[softmax] = (4 * act + 1) * out_elems[softmax]
     bn_flops = folded * out_elems * BN_FLOPS_PER_ELEM
-    bn_bytes = folded * out_elems * 2 * act * (not compiled)  # read conv output, write result
-    return flops, moved, np.stack([bn_flops, bn_bytes])
+    bn_bytes = folded * out_elems * 2 * elem_bytes[:n] * (not compiled)  # read conv output, write result
+    return flops, moved, np.stack([bn_flops, bn_bytes, casts])
 
 
 def _work(graph, precision: str, restore_folded_bn: bool, folded_norm: np.ndarray | None,
@@ -248,7 +261,7 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
     if optimizer not in OPTIMIZER_BYTES:
         raise ValueError(f"unknown optimizer {optimizer!r}; expected one of {sorted(OPTIMIZER_BYTES)}")
     tensor, vector, bw = device_rates(spec, precision)
-    cls, flops, moved, (bn_flops, bn_bytes) = _work(graph, precision, restore_folded_bn, folded_norm,
+    cls, flops, moved, (bn_flops, bn_bytes, cast_bytes) = _work(graph, precision, restore_folded_bn, folded_norm,
                                                     fused_attention, compiled)
     if tensor == vector and precision != "fp64":  # off the tensor cores cuDNN may pick Winograd
         attrs = np.asarray(graph.attrs).reshape(-1, 3)
@@ -261,7 +274,8 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
     memory_ms = moved / bw * 1e3
     # A restored BatchNorm is its own (memory-bound) kernel after the Conv: its time adds.
     bn_ms = np.maximum(bn_flops / vector, bn_bytes / bw) * 1e3
-    node_ms = np.maximum(compute_ms, memory_ms) + bn_ms
+    cast_ms = cast_bytes / bw * 1e3  # so are autocast's copies of the node's inputs, before it
+    node_ms = np.maximum(compute_ms, memory_ms) + bn_ms + cast_ms
     forward = float(node_ms.sum())
     backward = optimizer_ms = 0.0
     if mode == "train":
@@ -272,7 +286,7 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
     share = float(node_ms[bound & (flops > 0)].sum() / forward) if forward > 0 else 0.0
     return RooflineEstimate(cls, flops, moved, compute_ms, memory_ms, node_ms, forward, backward,
                             optimizer_ms, forward + backward + optimizer_ms, share, peak, tensor, vector,
-                            bw, mode, precision, spec.slug)
+                            bw, mode, precision, spec.slug, cast_ms)
 
 
 def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",

@@ -208,9 +208,11 @@ def queue_ms(host_us: np.ndarray, device_us: np.ndarray) -> float:
 
 
 def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
-               fused_attention: bool | str = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
+               fused_attention: bool | str = True
+               ) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray, np.ndarray]:
     """Per graph node of the forward pass: whether it launches a kernel, its compute time at its
-    fill of the SMs, its memory time, a restored BatchNorm's memory time (us), and its fill."""
+    fill of the SMs, its memory time, a restored BatchNorm's memory time, the memory time of
+    autocast's copies of its inputs (us), and its fill."""
     est = roofline(graph, spec, precision, "infer", fused_attention=fused_attention)
     # a kernel per op eager PyTorch runs: a node the memory walk finds allocating a tensor, not a
     # view, nor a member of a fused pointwise chain (an exported GELU's five nodes are one op),
@@ -225,36 +227,42 @@ def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency 
     # weights) streams at the achievable bandwidth whatever its output size
     compute = est.compute_ms * 1e3 / peak_share / share
     memory = est.memory_ms * 1e3 / eff.bandwidth
-    bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms)) * 1e3 / eff.bandwidth  # restored BatchNorms
-    return work, compute, memory, bn, share
+    cast = est.cast_ms * 1e3 / eff.bandwidth
+    bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms) - est.cast_ms) * 1e3 / eff.bandwidth
+    return work, compute, memory, bn, cast, share
 
 
 def forward_kernels(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
-                    fused_attention: bool | str = True) -> tuple[np.ndarray, np.ndarray, float]:
-    """Per forward kernel of ``graph`` (restored BatchNorms as kernels of their own), its compute
-    time at its fill of the SMs and its memory time (us; the kernel takes the larger, at least
-    ``eff.kernel_us``), and the kernels' device-time-weighted mean fill."""
-    work, compute, memory, bn, share = node_terms(graph, spec, precision, eff, fused_attention)
-    compute, memory, bn = compute[work], memory[work], bn[work]
-    bn_us = bn[bn > 0]
+                    fused_attention: bool | str = True) -> tuple[np.ndarray, np.ndarray, np.ndarray, float]:
+    """Per forward kernel of ``graph`` (restored BatchNorms and autocast's copies as kernels of
+    their own), its compute time at its fill of the SMs and its memory time (us; the kernel
+    takes the larger, at least ``eff.kernel_us``), whether the host issues it at its per-kernel
+    rate (an autocast copy is dispatched inside its op's call, in C++: no host time of its own),
+    and the kernels' device-time-weighted mean fill."""
+    work, compute, memory, bn, cast, share = node_terms(graph, spec, precision, eff, fused_attention)
+    compute, memory, bn, cast = compute[work], memory[work], bn[work], cast[work]
+    bn_us, cast_us = bn[bn > 0], cast[cast > 0]
     node = np.maximum(np.maximum(compute, memory), eff.kernel_us)
     mean_fill = float(np.average(share[work], weights=node)) if node.sum() > 0 else 1.0
-    return (np.concatenate([compute, np.zeros(len(bn_us))]), np.concatenate([memory, bn_us]), mean_fill)
+    issued = np.concatenate([np.ones(len(compute) + len(bn_us)), np.zeros(len(cast_us))])
+    return (np.concatenate([compute, np.zeros(len(bn_us) + len(cast_us))]),
+            np.concatenate([memory, bn_us, cast_us]), issued, mean_fill)
 
 
 def launches(graph, spec: devices.DeviceSpec, precision: str) -> int:
-    """Kernels the forward pass of ``graph`` launches as the step model counts them (the host's
-    issue time is per such kernel): what a measured time per kernel is measured against."""
-    return len(forward_kernels(graph, spec, precision)[0])
+    """Kernels the forward pass of ``graph`` issues from Python as the step model counts them
+    (the host's issue time is per such kernel): what a measured time per kernel is measured against."""
+    return int(forward_kernels(graph, spec, precision)[2].sum())
 
 
 def node_device_us(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency = Efficiency(),
                    fused_attention: bool | str = True) -> np.ndarray:
     """Per graph node, the device time of its forward kernel (us; 0 for a node that launches none,
     a restored BatchNorm's kernel added to its Conv's): what a per-layer breakdown sums."""
-    work, compute, memory, bn, _ = node_terms(graph, spec, precision, eff, fused_attention)
+    work, compute, memory, bn, cast, _ = node_terms(graph, spec, precision, eff, fused_attention)
     own = np.maximum(np.maximum(compute, memory), eff.kernel_us)
-    return np.where(work, own + np.where(bn > 0, np.maximum(bn, eff.kernel_us), 0.0), 0.0)
+    extra = sum(np.where(t > 0, np.maximum(t, eff.kernel_us), 0.0) for t in (bn, cast))
+    return np.where(work, own + extra, 0.0)
 
 
 def optimizer_kernels(params: float, tensors: int, setting: Setting, bandwidth: float,
@@ -310,20 +318,20 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
 
 def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dict[str, float], eff: Efficiency,
                fused_attention: bool | str) -> StepEstimate:
-    f_comp, f_mem, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
-    f_host, f_least = np.full(len(f_comp), host["forward"]), np.full(len(f_comp), eff.kernel_us)
+    f_comp, f_mem, issued, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
+    f_host, f_least = host["forward"] * issued, np.full(len(f_comp), eff.kernel_us)
     if mode == "infer":
         return StepEstimate.of(f_host, f_comp, f_mem, f_least, (len(f_comp), 0, 0), mean_fill)
     if mode != "train":
         raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
     # backward: input and weight gradients, each about the forward's work, in reverse order
     b_comp, b_mem = f_comp[::-1] * BACKWARD_FACTOR, f_mem[::-1] * BACKWARD_FACTOR
-    b_host, b_least = np.full(len(b_comp), host["backward"]), f_least * BACKWARD_FACTOR
+    b_host, b_least = host["backward"] * issued[::-1], f_least * BACKWARD_FACTOR
     if s.recompute:  # each checkpointed segment runs its forward again inside the backward,
         # issued from the autograd engine at the backward's host rate, recording its graph anew
         # (the H200 campaign's host-bound steps: +1.9-2.5x with every block checkpointed)
         b_comp, b_mem, b_host, b_least = (np.concatenate([f, b]) for f, b in (
-            (f_comp, b_comp), (f_mem, b_mem), (np.full(len(f_host), host["backward"]), b_host), (f_least, b_least)))
+            (f_comp, b_comp), (f_mem, b_mem), (host["backward"] * issued, b_host), (f_least, b_least)))
     params = float(graph.static.get("params", np.sum(graph.params)))
     tensors = TENSORS_PER_WEIGHTED_NODE * int(np.count_nonzero(np.asarray(graph.params) > 0))
     o_host, o_mem = optimizer_kernels(params, tensors, s, bandwidth_of(spec), eff)
