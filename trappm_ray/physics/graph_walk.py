@@ -13,21 +13,11 @@ from typing import Callable, Hashable, TypeVar
 
 import numpy as np
 
+from trappm_ray.physics.autocast import FP32, HALF_OPS, Dtypes, dtypes
+
 T = TypeVar("T")
 
-FP32, HALF = 4, 2
 DEFAULT_ACT_BYTES = FP32
-# autocast (torch.amp, CUDA) runs these in the lower precision ...
-HALF_OPS = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "LSTM", "GRU", "RNN"}
-# ... these in fp32 on an fp32 copy of their inputs (its "fp32" list) ...
-FP32_OPS = {"LayerNormalization", "GroupNormalization", "Pow", "Exp", "Log", "Softplus",
-            "Reciprocal", "ReduceLogSumExp"}
-# ... and these with an fp32 result but no copy of the input (its "fp32_set_opt_dtype" and
-# "fp32_append_dtype" lists: softmax, sums, norms get ``dtype=float32``). Pointwise ops follow
-# their inputs.
-FP32_RESULT_OPS = {"Softmax", "LogSoftmax", "ReduceSum", "ReduceProd", "ReduceL1", "ReduceL2",
-                   "ReduceSumSquare", "CumSum"}
-PROMOTE_OPS = {"Add", "Sub", "Mul", "Div", "Concat", "Where", "Max", "Min", "Sum", "Mean"}
 # What autograd saves (PyTorch derivatives.yaml): the inputs ...
 SAVE_IN = {"Conv", "ConvTranspose", "Gemm", "MatMul", "Einsum", "BatchNormalization",
            "LayerNormalization", "GroupNormalization", "InstanceNormalization",
@@ -78,22 +68,6 @@ class Intervals:
 
 
 @dataclass
-class Dtypes:
-    """Autocast's dtypes of one walk (:meth:`Walk.dtypes`).
-
-    Attributes:
-        bytes: bytes per element of every tensor (index ``num_nodes``: the data input).
-        target: per node, the dtype (bytes) autocast casts its inputs to, None where it casts none.
-        casts: per node, the bytes its casts move (each input of another dtype read and its
-            copy written, at every call).
-    """
-
-    bytes: np.ndarray
-    target: list
-    casts: np.ndarray
-
-
-@dataclass
 class Walk:
     """Precision-independent structure of a graph for the memory model (see :func:`walk`).
 
@@ -114,45 +88,11 @@ class Walk:
     laid: dict = field(default_factory=dict, repr=False, compare=False)  # intervals, dtypes per precision
 
     def dtypes(self, act_bytes: int = FP32, low_bytes: int | None = None) -> Dtypes:
-        """Bytes per element of every tensor under autocast's rules (kept per precision): an op of
-        :data:`HALF_OPS` runs in ``low_bytes``, one of :data:`FP32_OPS` in fp32, each on a copy of
-        any input of another dtype; :data:`FP32_RESULT_OPS` return fp32; :data:`PROMOTE_OPS` take
-        the widest input; other ops (and fused chains) follow their first input. So an fp32
-        residual stream (the image, an embedding table's rows, a LayerNorm's output) stays fp32
-        through its Adds while the GEMMs between run in half. ``low_bytes`` None (no autocast):
-        every tensor at ``act_bytes``.
-
-        Args:
-            act_bytes: bytes per element of the data input and of ops outside autocast's lists.
-            low_bytes: autocast's lower precision (2) or None without autocast.
-        """
+        """Every tensor's dtype under autocast (:func:`trappm_ray.physics.autocast.dtypes`), kept per precision."""
         key = ("dtypes", act_bytes, low_bytes)
-        if key in self.laid:
-            return self.laid[key]
-        n, ops, preds, fused = self.num_nodes, self.ops, self.preds, self.fused
-        dt = [float(act_bytes)] * (n + 1)
-        target: list[float | None] = [None] * n
-        casts = np.zeros(n)
-        if low_bytes is not None:
-            for i in range(n):
-                op, ps = ops[i], preds[i]
-                if fused[i]:
-                    dt[i] = dt[ps[0]] if ps else act_bytes
-                elif op in HALF_OPS:
-                    target[i] = dt[i] = low_bytes
-                elif op in FP32_OPS:
-                    target[i] = dt[i] = FP32
-                elif op in FP32_RESULT_OPS:
-                    dt[i] = FP32
-                else:
-                    dt[i] = max((dt[p] for p in ps), default=act_bytes) if (
-                        op in PROMOTE_OPS) else (dt[ps[0]] if ps else act_bytes)
-                if target[i] is not None:  # each call copies its input: autocast caches only weights
-                    casts[i] = sum(self.elems[p] * (dt[p] + dt[i]) for p in ps if self.real[p] and dt[p] != dt[i])
-        found = Dtypes(np.array(dt), target, casts)
-        found.bytes.flags.writeable = found.casts.flags.writeable = False
-        self.laid[key] = found
-        return found
+        if key not in self.laid:
+            self.laid[key] = dtypes(self.ops, self.preds, self.fused, self.elems, self.real, act_bytes, low_bytes)
+        return self.laid[key]
 
     def intervals(self, act_bytes: int = FP32, low_bytes: int | None = None,
                   on_chip: np.ndarray | None = None) -> Intervals:

@@ -20,10 +20,9 @@ from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from trappm_ray.physics.autocast import FP32, HALF
 from trappm_ray.physics.graph_walk import (
     DEFAULT_ACT_BYTES,
-    FP32,
-    HALF,
     Walk,
     checkpoint_segments,
     kept,

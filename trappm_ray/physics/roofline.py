@@ -55,7 +55,8 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.physics.folded_norm import guess_folded_norm
-from trappm_ray.physics.graph_walk import FP32, FP32_OPS, FP32_RESULT_OPS, kept, walk
+from trappm_ray.physics.autocast import FP32, FP32_OPS, FP32_RESULT_OPS
+from trappm_ray.physics.graph_walk import kept, walk
 from trappm_ray.physics.units import (FREE, MATMUL_OPS, SOFTMAX, TENSOR, VECTOR, attends, attention_scores,
                                       misaligned, node_classes)
 

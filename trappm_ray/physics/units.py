@@ -15,7 +15,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trappm_ray.physics.graph_walk import HALF_OPS, POINTWISE, VIEW_OPS, kept, walk
+from trappm_ray.physics.autocast import HALF_OPS
+from trappm_ray.physics.graph_walk import POINTWISE, VIEW_OPS, kept, walk
 
 FREE, VECTOR, TENSOR = 0, 1, 2  # node classes: no work, CUDA/vector cores, tensor/matrix cores
 # Ops that only re-label or index tensors in a training framework: besides the memory model's
