@@ -82,6 +82,18 @@ kill_daemons() {
     log "warning: could not kill pids ${pids[*]}"
 }
 
+# A mon still settling its first maps can answer a command with EAGAIN (a CI start failed
+# once on crush add); try again, keeping each refusal in the log.
+retry() {
+    local i
+    for ((i = 1; i <= 5; i++)); do
+        "$@" >>"$DIR/log/commands.log" 2>&1 && return 0
+        echo "attempt $i of '$*' failed" >>"$DIR/log/commands.log"
+        sleep $i
+    done
+    return 1
+}
+
 dump_logs() {
     log "---- ceph -s ----"
     timeout 15 ceph --connect-timeout 10 -s >&2 2>&1 || true
@@ -180,8 +192,7 @@ start() {
     ceph-osd -i 0 --mkfs --osd-uuid "$osd_uuid" 2>>"$DIR/log/daemons.err" \
         || fail "ceph-osd --mkfs failed"
     # chooseleaf type 0 lets the OSD sit right under the root, no host bucket.
-    ceph_ osd crush add osd.0 1.0 root=default >/dev/null 2>&1 \
-        || fail "ceph osd crush add failed"
+    retry ceph_ osd crush add osd.0 1.0 root=default || fail "ceph osd crush add failed"
     ceph-osd -i 0 2>>"$DIR/log/daemons.err" || fail "ceph-osd did not start"
     radosgw -n client.rgw.a 2>>"$DIR/log/daemons.err" || fail "radosgw did not start"
 
