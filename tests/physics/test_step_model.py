@@ -8,6 +8,7 @@ from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics import step_model as S
 from trappm_ray.physics.roofline import roofline
+from tests import onnx_builders as ob
 
 SAMPLE = "data/sample/onnx/resnet10t@64.onnx"
 
@@ -68,3 +69,17 @@ def test_device_scale_solves_for_a_measured_step_within_its_bounds():
     assert est.with_device_scale(c) == pytest.approx(1.7 * est.total_ms, rel=1e-6)
     assert S.device_scale(est, 100 * est.total_ms, (0.25, 4.0)) == 4.0
     assert S.device_scale(est, 0.0, (0.25, 4.0)) == 0.25
+
+
+@pytest.mark.parametrize("d, batch", [(32, 64), (100, 3), (1024, 37)])
+def test_autocast_copies_add_no_batchnorm_kernels(d, batch):
+    # a BatchNorm kernel is the roofline's restored BatchNorm, never what is left after
+    # subtracting the other terms of a node's time (float residues once counted as launches)
+    g = featurize(ob.residual_chain(blocks=4, d=d, norm=True), batch_size=batch)
+    for precision in ("amp-fp16", "fp32"):
+        work, _, _, bn, cast, _ = S.node_terms(g, devices.get("rtx3090"), precision)
+        assert not bn.any() and S.launches(g, devices.get("rtx3090"), precision) == work.sum()
+        assert cast[work].any() == precision.startswith("amp")
+    cnn = featurize(SAMPLE, 8)  # its eval-mode export folded BatchNorms into the Convs
+    work, _, _, bn, _, _ = S.node_terms(cnn, devices.get("rtx3090"), "amp-fp16")
+    assert S.launches(cnn, devices.get("rtx3090"), "amp-fp16") == work.sum() + (bn[work] > 0).sum() > work.sum()

@@ -91,6 +91,7 @@ class RooflineEstimate:
         flops, bytes, compute_ms, memory_ms, node_ms: per node forward FLOPs, bytes and times
             (``node_ms``: their maximum, plus a restored BatchNorm's and autocast's copies' times).
         cast_ms: per node the time of autocast's copies of its inputs (memory-bound kernels).
+        bn_ms: per node the time of a restored BatchNorm after it (a memory-bound kernel).
         forward_ms, backward_ms, optimizer_ms, total_ms: totals; ``total_ms`` (their sum) is the
             floor of one step in ``mode`` (backward and optimizer are 0 for inference).
         compute_bound_share: share of ``forward_ms`` spent in compute-bound nodes.
@@ -117,6 +118,7 @@ class RooflineEstimate:
     precision: str
     device: str
     cast_ms: np.ndarray
+    bn_ms: np.ndarray
 
     @property
     def kernels(self) -> int:
@@ -287,7 +289,7 @@ def roofline(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16", mode:
     share = float(node_ms[bound & (flops > 0)].sum() / forward) if forward > 0 else 0.0
     return RooflineEstimate(cls, flops, moved, compute_ms, memory_ms, node_ms, forward, backward,
                             optimizer_ms, forward + backward + optimizer_ms, share, peak, tensor, vector,
-                            bw, mode, precision, spec.slug, cast_ms)
+                            bw, mode, precision, spec.slug, cast_ms, bn_ms)
 
 
 def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",

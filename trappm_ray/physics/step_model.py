@@ -228,7 +228,7 @@ def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency 
     compute = est.compute_ms * 1e3 / peak_share / share
     memory = est.memory_ms * 1e3 / eff.bandwidth
     cast = est.cast_ms * 1e3 / eff.bandwidth
-    bn = (est.node_ms - np.maximum(est.compute_ms, est.memory_ms) - est.cast_ms) * 1e3 / eff.bandwidth
+    bn = est.bn_ms * 1e3 / eff.bandwidth
     return work, compute, memory, bn, cast, share
 
 
