@@ -16,9 +16,7 @@ from pathlib import Path
 import trappm_ray
 from trappm_ray.config_cli import parse_config
 from trappm_ray.corpus.text_models import config_dict
-from trappm_ray import devices
-from trappm_ray.evaluate.campaign import (campaign_rows, evaluate, evaluate_moves, host_left_out, host_rows,
-                                         joined_graphs, report)
+from trappm_ray.evaluate.campaign import evaluate, evaluate_moves, report
 from trappm_ray.labels.campaign_import import is_campaign_device
 from trappm_ray.labels.store import device_slugs
 from trappm_ray.serving.model_input import model_bytes
@@ -69,10 +67,7 @@ if __name__ == "__main__":
     cfg = parse_config(CampaignEvalConfig, description=__doc__)
     product = product_answer if cfg.product else None
     slugs = [slug for slug in device_slugs(cfg.labels) if is_campaign_device(cfg.labels, slug)]
-    # the step model's host figures per architecture, solved from the other architectures' rows
-    host = {gpu: host_left_out(host_rows(rows, joined_graphs(cfg.labels, rows), devices.get(gpu)))
-            for gpu, rows in campaign_rows(cfg.labels, slugs).items()}
-    evaluations = [evaluate(cfg.labels, slug, product=product, host=host) for slug in slugs]
+    evaluations = [evaluate(cfg.labels, slug, product=product) for slug in slugs]
     moves = evaluate_moves(cfg.labels, slugs)
     if not evaluations:
         print(f"no GPU campaign rows under {cfg.labels}: nothing to evaluate")

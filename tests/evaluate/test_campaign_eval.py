@@ -6,14 +6,14 @@ import pytest
 
 import onnx_builders as B
 from trappm_ray import devices, storage
-from trappm_ray.evaluate.campaign import evaluate, host_left_out, host_rows, report
+from trappm_ray.evaluate.campaign import evaluate, report
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import GRAPHS_FILE, graph_to_row
 from trappm_ray.labels import store
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.power import PowerModel, step_power
-from trappm_ray.physics.step_model import REFERENCE_HOST_US, Setting, step_time
+from trappm_ray.physics.step_model import Setting, step_time
 
 SLUG, SPEC = "h100-sxm5-80gb-amp", "h100-sxm5-80gb"
 SETTING = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw"}
@@ -72,20 +72,3 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
     text = report([ev])
     assert "CUDA memory model `reserved`" in text and "batch scaling of `train_step_ms`" in text
     assert "spec-based answer refuses: amp-fp16/sgd-momentum/nchw/recompute-full 3" in text
-
-
-def test_each_architecture_is_answered_with_host_figures_solved_from_the_others():
-    spec, g = devices.get(SPEC), featurize(B.cnn_model(), batch_size=1)
-    key = {"resolution": int(g.static["resolution"]), "batch_size": 1, **SETTING}
-    ref = step_time(g, spec, Setting(), "train", REFERENCE_HOST_US)
-    rows = [{"arch": a, **key, "recompute": "none", "grad_accum": 1, "train_step_ms": ref.total_ms * s}
-            for a, s in (("a", 0.5), ("b", 1.0), ("c", 1.5))]
-    rows.append({**rows[0], "recompute": "full"})  # a checkpointed step: no host figure of its own
-    graphs = {(a, key["resolution"], 1): g for a in "abc"}
-    found = host_rows(rows, graphs, spec)
-    assert [(r["arch"], r["target"]) for r in found] == [("a", "train_step_ms"), ("b", "train_step_ms"),
-                                                         ("c", "train_step_ms")]
-    assert found[0]["modelled"] == pytest.approx(ref.total_ms) and found[0]["device"] == pytest.approx(ref.device_ms)
-    total = {a: h["forward"] + h["backward"] for a, h in host_left_out(found).items()}
-    whole = sum(REFERENCE_HOST_US.values())
-    assert total == pytest.approx({"a": whole * 1.25, "b": whole * 1.0, "c": whole * 0.75})  # medians of the others

@@ -53,23 +53,3 @@ def test_step_host_us_splits_the_profiles_training_figure_into_forward_and_backw
     assert launch.step_host_us({"train_step_ms": {"host_us_per_kernel": 120.0},
                                 "inference_ms": {"host_us_per_kernel": 20.0}}) == {"forward": 20.0, "backward": 100.0}
     assert launch.step_host_us({}) == launch.HOST_US
-
-
-def test_fit_host_us_scales_the_reference_by_each_architectures_host_bound_rows():
-    def row(arch, target, measured, modelled, device):
-        return {"arch": arch, "target": target, "measured": measured, "modelled": modelled, "device": device}
-    # "a" swept at many batches must not outvote "b" and "c"; device-bound rows are left out
-    rows = [row("a", "inference_ms", 6.0, 10.0, 1.0) for _ in range(9)]
-    rows += [row("b", "inference_ms", 8.0, 10.0, 1.0), row("c", "inference_ms", 9.0, 10.0, 2.0),
-             row("c", "inference_ms", 30.0, 10.0, 20.0)]  # the GPU bound this one: not a host figure
-    rows += [row(a, "train_step_ms", 40.0 * s, 40.0, 4.0) for a, s in (("a", 0.5), ("b", 0.75), ("c", 1.0))]
-    fit = launch.fit_host_us(rows)
-    ref = launch.REFERENCE_HOST_US
-    assert fit["scale"] == {"inference_ms": 0.8, "train_step_ms": 0.75}
-    assert fit["host_us"]["forward"] == pytest.approx(ref["forward"] * 0.8)
-    assert fit["host_us"]["forward"] + fit["host_us"]["backward"] == pytest.approx(
-        (ref["forward"] + ref["backward"]) * 0.75)
-    assert fit["rows"] == {"inference_ms": 11, "train_step_ms": 3}
-    # nothing host-bound: the reference
-    assert launch.fit_host_us([row("a", "inference_ms", 30.0, 10.0, 20.0)])["host_us"] == {
-        "forward": ref["forward"], "backward": ref["backward"]}

@@ -1,8 +1,6 @@
 """How the answers hold on the GPU campaign's rows (``docs/gpu-campaign.md``).
 
-Checks on rows no predictor was fitted to, on a GPU none has labels of (the step model's default
-host figures are solved from these rows' host-bound steps: here it answers each architecture with
-the figures solved from the others, :func:`host_left_out`):
+Checks on rows no part of any answer was fitted to, on a GPU none has labels of:
 
 * the CUDA memory model (:func:`trappm_ray.physics.memory.training_memory`, whose constants are
   assumptions, not fits) against the measured peaks: ``reserved`` against
@@ -32,12 +30,11 @@ from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.campaign_import import mean_train_power_w
 from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import ok_labels
-from trappm_ray.model.launch import fit_host_us
 from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.power import PowerModel, step_power
-from trappm_ray.physics.step_model import MODES, REFERENCE_HOST_US, Setting, step_time
+from trappm_ray.physics.step_model import MODES, Setting, step_time
 from trappm_ray.train.gpu_examples import graph_index
 
 # the memory model's precision for a campaign precision (TF32 keeps fp32 tensors)
@@ -148,56 +145,16 @@ def row_setting(row: dict) -> Setting:
                    recompute=(row.get("recompute") or "none") != "none", grad_accum=int(row.get("grad_accum") or 1))
 
 
-def campaign_rows(labels_dir: str, slugs: list[str]) -> dict[str, list[dict]]:
-    """The campaign's ok rows of every folder of ``slugs``, per GPU (one folder per precision)."""
-    by_gpu: dict[str, list[dict]] = defaultdict(list)
-    for slug in slugs:
-        for r in ok_labels(labels_dir, slug).to_pylist():
-            if r.get("campaign_item"):
-                by_gpu[r["device_spec"]].append(r)
-    return dict(by_gpu)
-
-
-def host_rows(rows: list[dict], graphs: dict[tuple, Graph], spec: devices.DeviceSpec) -> list[dict]:
-    """The rows :func:`trappm_ray.model.launch.fit_host_us` solves the host's time per kernel
-    from: each plain step's (no checkpointing, no accumulation) measured time beside the step
-    model's total and device times at :data:`~trappm_ray.physics.step_model.REFERENCE_HOST_US`."""
-    out = []
-    for r in rows:
-        graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
-        s = row_setting(r)
-        if graph is None or s.recompute or s.grad_accum > 1:
-            continue
-        for target, mode in MODES.items():
-            if r.get(target):
-                try:
-                    est = step_time(graph, spec, s, mode, REFERENCE_HOST_US)
-                except ValueError:  # a precision the device has no sourced peak for
-                    continue
-                out.append({"arch": r["arch"], "target": target, "measured": float(r[target]),
-                            "modelled": est.total_ms, "device": est.device_ms})
-    return out
-
-
-def host_left_out(rows: list[dict]) -> dict[str, dict[str, float]]:
-    """Per architecture, the host figures solved from the :func:`host_rows` of all the others:
-    what the step model answers its rows with, so that no row's own time sets its host."""
-    return {arch: fit_host_us([r for r in rows if r["arch"] != arch])["host_us"]
-            for arch in sorted({r["arch"] for r in rows})}
-
-
-def step_model_answer(spec: devices.DeviceSpec, host_by_arch: dict[str, dict[str, float]] | None = None) -> Answer:
-    """The step model alone (:mod:`trappm_ray.physics.step_model`) on the device's specs: its host
-    figures those of ``host_by_arch`` for the row's architecture (:func:`host_left_out`; else its
-    defaults), nothing of it fitted to the row; its power from the power model
-    (:mod:`trappm_ray.physics.power`, fitted on other GPUs)."""
+def step_model_answer(spec: devices.DeviceSpec) -> Answer:
+    """The step model alone (:mod:`trappm_ray.physics.step_model`) on the device's specs, with
+    its default host figures: nothing of it was fitted to a GPU's times; its power from the
+    power model (:mod:`trappm_ray.physics.power`, fitted on other GPUs)."""
     power = PowerModel.load()
 
     def answer(row: dict, graph: Graph) -> dict[str, float] | None:
         s = row_setting(row)
-        host = (host_by_arch or {}).get(row["arch"])
         try:
-            steps = {t: step_time(graph, spec, s, mode, host) for t, mode in MODES.items()}
+            steps = {t: step_time(graph, spec, s, mode) for t, mode in MODES.items()}
         except ValueError:  # a precision the device has no sourced peak for
             return None
         return {**{t: e.total_ms for t, e in steps.items()},
@@ -281,8 +238,7 @@ def setting_move_errors(rows: list[dict], graphs: dict[tuple, Graph], spec: devi
 
 
 def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None,
-             product: Answer | None = None,
-             host: dict[str, dict[str, dict[str, float]]] | None = None) -> CampaignEvaluation:
+             product: Answer | None = None) -> CampaignEvaluation:
     """The memory and step-time checks on the ok rows of the campaign device folder ``slug``.
 
     Args:
@@ -290,8 +246,6 @@ def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None,
         slug: a campaign folder (``h100-sxm5-80gb-amp-bf16``).
         spec_model: the spec-based model (None: the shipped one).
         product: what ``trappm-ray predict`` answers for a row (the job passes it; None: not checked).
-        host: per GPU the step model's host figures per architecture (:func:`host_left_out`;
-            None: its defaults).
     """
     rows = [r for r in ok_labels(labels_dir, slug).to_pylist() if r.get("campaign_item")]
     graphs = joined_graphs(labels_dir, rows)
@@ -300,7 +254,7 @@ def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None,
     if not rows:
         return out
     spec = devices.get(rows[0]["device_spec"])
-    answers = {"step model": step_model_answer(spec, (host or {}).get(spec.slug)),
+    answers = {"step model": step_model_answer(spec),
                "spec-based": spec_answer(SpecPredictor(spec_model or SpecModel.load(), spec))}
     if product is not None:
         answers["product"] = product
@@ -312,8 +266,13 @@ def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None,
 def evaluate_moves(labels_dir: str, slugs: list[str]) -> dict[str, dict[str, dict[str, ErrorSummary]]]:
     """:func:`setting_move_errors` per GPU over every campaign folder of it in ``slugs`` (one
     folder per precision, so the pairs span folders)."""
+    by_gpu: dict[str, list[dict]] = defaultdict(list)
+    for slug in slugs:
+        for r in ok_labels(labels_dir, slug).to_pylist():
+            if r.get("campaign_item"):
+                by_gpu[r["device_spec"]].append(r)
     return {gpu: setting_move_errors(rows, joined_graphs(labels_dir, rows), devices.get(gpu))
-            for gpu, rows in sorted(campaign_rows(labels_dir, slugs).items())}
+            for gpu, rows in sorted(by_gpu.items())}
 
 
 def report(evaluations: list[CampaignEvaluation],
@@ -322,9 +281,7 @@ def report(evaluations: list[CampaignEvaluation],
     lines = ["# The GPU campaign's rows against the answers", "",
              "Generated by `python jobs/evaluate_campaign.py` (`trappm_ray/evaluate/campaign.py`). Errors are "
              "predicted / measured - 1, in %; |e| median and p90, the median signed error (bias) and the worst row. "
-             "No predictor was fitted to these rows; the GPU is one none has labels of. The step model's default host "
-             "figures are solved from these rows' host-bound steps (`jobs/fit_host.py`): the step model alone answers "
-             "each architecture with the figures solved from the other architectures' rows.", "",
+             "No answer below was fitted to these rows; the GPU is one no predictor has labels of.", "",
              "In short, the median |error| of every row (and of the rows at batch >= "
              f"{BUSY_BATCH}, where the GPU, not the host, sets the step):", "",
              "| folder | ok rows | memory (reserved) | product, training step | product, inference | "
@@ -378,5 +335,5 @@ def report(evaluations: list[CampaignEvaluation],
 
 
 __all__ = ["row_setting", "MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
-           "joined_graphs", "campaign_rows", "host_rows", "host_left_out", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
+           "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
            "setting_move_errors", "REFERENCE", "evaluate", "evaluate_moves", "report"]

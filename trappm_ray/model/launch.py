@@ -32,7 +32,7 @@ from __future__ import annotations
 import numpy as np
 
 from trappm_ray.model.device_features import SETTING_COLS
-from trappm_ray.physics.step_model import HOST_US, REFERENCE_HOST_US
+from trappm_ray.physics.step_model import HOST_US
 
 EDGE_QUANTILE = 0.05
 # A typical eager PyTorch host's time per roofline graph kernel (the roofline's node count, which
@@ -99,47 +99,6 @@ def step_host_us(profiles: dict) -> dict[str, float]:
     if train:
         out["backward"] = max(float(train) - out["forward"], 0.0)
     return out
-
-
-# A row is host-bound where the step model's device time at the reference host figures is at most
-# this share of its measured time: the step is then the host's issue time plus a short tail.
-HOST_BOUND_SHARE = 0.25
-
-
-def fit_host_us(rows: list[dict]) -> dict:
-    """The host's time per kernel, solved from measured steps the host bound.
-
-    Each host-bound row reads ``measured / modelled``: how much faster or slower its host issues
-    kernels than :data:`~trappm_ray.physics.step_model.REFERENCE_HOST_US`. Its median over each
-    architecture's rows, then over architectures (one model swept at many batches must not
-    outvote the others), scales the reference: inference rows the forward figure, training rows
-    forward + backward.
-
-    Args:
-        rows: ``{"arch", "target": "train_step_ms" | "inference_ms", "measured": ms,
-            "modelled": ms, "device": ms}``, the step model's total and device times at the
-            reference figures.
-
-    Returns:
-        ``host_us`` (``{"forward": us, "backward": us}``), per target the ``scale`` and the
-        ``per_arch`` medians it was taken over, and ``rows``; the reference figures (scale 1)
-        for a target without host-bound rows.
-    """
-    bound = [r for r in rows if r["device"] <= HOST_BOUND_SHARE * r["measured"]]
-    scales: dict[str, dict[str, float]] = {}
-    for target in ("inference_ms", "train_step_ms"):
-        by_arch: dict[str, list[float]] = {}
-        for r in bound:
-            if r["target"] == target:
-                by_arch.setdefault(r["arch"], []).append(r["measured"] / r["modelled"])
-        scales[target] = {a: float(np.median(v)) for a, v in sorted(by_arch.items())}
-    scale = {t: float(np.median(list(v.values()))) if v else 1.0 for t, v in scales.items()}
-    forward = REFERENCE_HOST_US["forward"] * scale["inference_ms"]
-    train = (REFERENCE_HOST_US["forward"] + REFERENCE_HOST_US["backward"]) * scale["train_step_ms"]
-    return {"host_us": {"forward": round(forward, 2), "backward": round(max(train - forward, 0.0), 2)},
-            "scale": {t: round(v, 4) for t, v in scale.items()},
-            "per_arch": {t: {a: round(x, 4) for a, x in v.items()} for t, v in scales.items()},
-            "rows": {t: sum(r["target"] == t for r in bound) for t in scales}}
 
 
 ENVELOPE_QUANTILE = 0.25

@@ -12,8 +12,8 @@ spec sheet alone, so that the answer holds at every batch and in every setting:
   ``blocks / (waves x slots)``; its memory time is its bytes at the achievable bandwidth; its
   device time the larger, never less than the least time of any kernel.
 * **Host.** The host spends a roughly fixed time per kernel (Python, dispatch, autograd, launch:
-  :data:`HOST_US`, solved from the host-bound rows of this project's GPU campaign; the RTX 3090's
-  batch-1 rows read 168 us per kernel for an AMP training step, 40 us for inference, on timm's host). A kernel is an op eager PyTorch runs: views, scalar
+  :data:`HOST_US`, of the order measured on the RTX 3090's batch-1 rows: 168 us per kernel for an
+  AMP training step, 40 us for inference). A kernel is an op eager PyTorch runs: views, scalar
   arithmetic on shapes and the members of a fused pointwise chain (an exported GELU) launch none.
   It issues kernel ``k`` at ``issue_k``; the GPU starts it when it is issued and the previous
   one has finished. The step ends at ``max_k(issue_k + device time of kernels k..n)``: the larger of host and device time where one
@@ -29,10 +29,8 @@ host time stays; so no term more than doubles.
 """
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
@@ -43,25 +41,10 @@ from trappm_ray.physics.units import FREE, TENSOR
 
 # Host time per forward kernel of eager PyTorch (:func:`launches`), in us: forward (dispatch and
 # launch through the module tree) and backward (autograd's node, input and weight gradients).
-# The RTX 3090's labels at batch 1 (timm's host, its least time per kernel, efficientnet_cc_b1_8e:
-# 168 us per kernel for an AMP training step, 40 for inference) are the reference the measured
-# host figures are solved against; a predictor measured on its own host passes its figures
-# (its manifest's ``launch``).
-REFERENCE_HOST_US = {"forward": 40.0, "backward": 130.0}
-# The default: this project's own GPU campaign's host (torch 2.x on a current server), solved from
-# its host-bound rows by ``python jobs/fit_host.py`` (:func:`trappm_ray.model.launch.fit_host_us`).
-HOST_MODEL = Path(__file__).resolve().parents[1] / "data" / "host_model.json"
-
-
-def load_host_us(path: Path = HOST_MODEL) -> dict[str, float]:
-    """The fitted default host figures (``{"forward": us, "backward": us}``); the reference
-    figures where none is shipped."""
-    if not path.exists():
-        return dict(REFERENCE_HOST_US)
-    return {k: float(v) for k, v in json.loads(path.read_text())["host_us"].items()}
-
-
-HOST_US = load_host_us()
+# Training 40 + 130 = 170 us per kernel, inference 40: the RTX 3090's labels at batch 1 (168 / 40
+# us, timm's efficientnet_cc_b1_8e, its least time per kernel). A predictor measured on its own
+# host passes its figures instead (its manifest's ``launch``).
+HOST_US = {"forward": 40.0, "backward": 130.0}
 # Per foreach list op of the optimizer: a fixed dispatch plus building the tensor lists (us).
 FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
 # torch.optim's foreach implementations (torch 2.x, CUDA default): (list ops, fp32 tensor passes
@@ -360,5 +343,5 @@ def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dic
                            (accum * len(f_comp), accum * len(b_comp), len(o_mem)), mean_fill)
 
 
-__all__ = ["HOST_US", "REFERENCE_HOST_US", "load_host_us", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
+__all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
            "device_scale", "fill", "launches", "node_terms", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
