@@ -315,5 +315,5 @@ def state_floor_bytes(params: float, precision: str = "fp32", optimizer: str = "
     return params * width * (2 + OPTIMIZERS.get(optimizer, OPTIMIZERS["adam"])[0])
 
 
-__all__ = ["CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "FP32", "HALF", "OPTIMIZERS", "PRECISIONS",
+__all__ = ["CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "OPTIMIZERS", "PRECISIONS",
            "MemoryEstimate", "fitting_batch", "state_floor_bytes", "training_memory"]

@@ -67,10 +67,10 @@ FUSED_ATTENTION = SOFTMAX
 
 def megatron_setting(precision: str, optimizer: str, recompute: bool) -> Setting:
     """A step's setting as Megatron-LM runs it: mixed precision as a module cast to half (its
-    Float16Module, fp32 master weights in the optimizer), not autocast's
-    fp32 residual stream and per-GEMM copies (counted as autocast, vTrain's one-node rows read
-    9.8% instead of 8.1%); Adam and AdamW as apex's fused kernel (one pass over the weights,
-    gradients and both moments), not torch.optim's foreach list ops."""
+    Float16Module, fp32 master weights in the optimizer), not autocast's fp32 residual stream and
+    per-GEMM copies (counted as autocast, vTrain's one-node rows read 9.8% instead of 8.1%); Adam
+    and AdamW as apex's fused kernel (one pass over the weights, gradients and both moments), not
+    torch.optim's foreach list ops."""
     return Setting(precision=precision.removeprefix("amp-"), optimizer=optimizer,
                    fused_optimizer=optimizer in FUSED_OPTIMIZER_PASSES, recompute=recompute)
 
