@@ -10,12 +10,13 @@ import json
 import logging
 import pickle
 import time
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from pathlib import Path
 
 import trappm_ray
 from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate import unseen
+from trappm_ray.evaluate.report import command
 from trappm_ray.evaluate.unseen_report import markdown
 from trappm_ray.model.intervals import quantile_offsets
 from trappm_ray.model.stored import read_manifest
@@ -65,7 +66,7 @@ if __name__ == "__main__":
                                  "families": unseen.per_family(a, *answers["shipped: learned held within the class bounds"][:3])}
     if cfg.target == unseen.TARGET:
         report["constructed"] = unseen.constructed(cfg.predictor, lambda onnx, b: trappm_ray.predict(onnx, b, "rtx3090"))
-    text = markdown(report, "python jobs/evaluate_unseen.py", time.time() - start)
+    text = markdown(report, command(asdict(cfg), "jobs/evaluate_unseen.py", UnseenEvalConfig), time.time() - start)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(report, indent=1))
     print(text)
