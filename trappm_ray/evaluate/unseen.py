@@ -1,4 +1,5 @@
-"""Families nobody measured: the RTX 3090's training step with whole families held out.
+"""Families nobody measured: the RTX 3090's training step (or inference pass) with whole
+families held out.
 
 A user's model is new by definition, so the predictor is judged on families it never saw, each
 answer beside the physics it rests on (:mod:`trappm_ray.model.correction`):
