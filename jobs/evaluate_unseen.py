@@ -26,7 +26,6 @@ from trappm_ray.train.gpu_examples import examples
 @dataclass
 class UnseenEvalConfig:
     labels: str = "data/labels"
-    corpus: str = "artifacts/corpus-gpu"
     predictor: str = "trappm_ray/predictors/rtx3090-amp"  # its host figures; its bounds for the built nets
     cache: str = "artifacts/unseen"  # examples and fold answers, made once
     target: str = "train_step_ms"  # or inference_ms
@@ -48,7 +47,7 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(UnseenEvalConfig, description=__doc__)
     start, cache = time.time(), Path(cfg.cache)
-    every = cached(cache / "examples.pkl", lambda: examples(cfg.labels, [cfg.corpus], (unseen.DEVICE,))[0])
+    every = cached(cache / "examples.pkl", lambda: examples(cfg.labels, (), (unseen.DEVICE,))[0])  # the labels' own graphs
     ex = [e for e in every if e["slug"] == unseen.DEVICE and e["target"] == cfg.target]
     aux = [e for e in every if e["slug"] == unseen.DEVICE and e["target"] != cfg.target]
     manifest = read_manifest(cfg.predictor)
