@@ -33,7 +33,7 @@ from trappm_ray.corpus import multires_models
 from trappm_ray.evaluate.gpu import ensemble, family_groups, fit_predict, val_by_family
 from trappm_ray.evaluate.gpu_gnn import GnnModel
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.model.correction import FLAG, CorrectionBounds
+from trappm_ray.model.correction import FLAG, CorrectionBounds, out_of_domain
 from trappm_ray.model.intervals import weighted_quantiles
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.stored import read_manifest
@@ -152,7 +152,7 @@ def candidates(a: Answers, band: tuple[float, float] | None = None,
     architectures of seen families), which the shipped answer carries instead of the fold's own;
     ``flag_at``: the learned / physics factor (log) beyond which an answer is out of domain."""
     held = np.clip(a.learned, a.low, a.high)
-    flag = (held != a.learned) | (np.abs(np.log(a.learned / a.physics)) > flag_at)  # as model.correction.hold flags
+    flag = out_of_domain(a.learned, a.physics, held, a.learned, flag_at)
     lo, hi = (a.lo / a.learned, a.hi / a.learned) if band is None else (math.exp(band[0]), math.exp(band[1]))
     shipped = (held, np.where(flag, np.minimum(held * lo, a.low), held * lo),
                np.where(flag, np.maximum(held * hi, a.high), held * hi), flag)

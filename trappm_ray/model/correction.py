@@ -92,6 +92,13 @@ class CorrectionBounds:
                    (float(d["quantiles"][0]), float(d["quantiles"][1])), int(d.get("rows", 0)))
 
 
+def out_of_domain(learned, physics, answer, blended, flag: float = FLAG):
+    """Whether an answer is out of domain: the learned answer stands more than ``flag`` (log)
+    from the physics answer, or the bound moved the ``blended`` one to ``answer`` (scalars or
+    arrays alike)."""
+    return (np.abs(np.log(np.asarray(learned) / np.asarray(physics))) > flag) | (np.asarray(answer) != np.asarray(blended))
+
+
 def make_up(shares: np.ndarray, top: int = 3) -> str:
     """The largest classes' shares in words: ``conv 71%, pointwise 22%, reduction 5%``."""
     order = np.argsort(-np.asarray(shares))[:top]
@@ -119,7 +126,7 @@ def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray,
     how = (f"{target}{f' at batch {batch}' if batch else ''}: {after:.4g} ms, the learned answer"
            + (f" ({learned:.4g} ms) blended with {basis}, the learned share {bounds.share:g}" if bounds.share < 1
               else f"{'' if after == learned else f' {learned:.4g} ms held to the bound'}; {basis}"))
-    if abs(math.log(learned / physics)) <= bounds.flag and after == blended:
+    if not out_of_domain(learned, physics, after, blended, bounds.flag):
         return how
     row[f"{target}_low"] = min(row.get(f"{target}_low", after), lo * step_ms)
     row[f"{target}_high"] = max(row.get(f"{target}_high", after), hi * step_ms)
@@ -143,4 +150,4 @@ def held(row: dict[str, float], graph, manifest: Manifest, spec: devices.DeviceS
     return notes
 
 
-__all__ = ["QUANTILES", "SHARE", "FLAG", "CorrectionBounds", "held", "hold", "make_up"]
+__all__ = ["QUANTILES", "SHARE", "FLAG", "CorrectionBounds", "held", "hold", "make_up", "out_of_domain"]
