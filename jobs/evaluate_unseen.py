@@ -4,6 +4,8 @@ docs/results-unseen.md and .json.
 
     .venv/bin/python jobs/evaluate_unseen.py        (boosters ~8 min; the GNN folds ~60 min on 2 cores)
     ... --target inference_ms --gnn-groups 0 --out docs/results-unseen-inference
+``--calibrate gnn`` (or ``boosters``) also stores the residuals of those folds' shipped answers
+as the predictor's interval of the target (:func:`trappm_ray.evaluate.unseen.family_out_quantiles`).
 Fold answers are cached under ``--cache`` (delete to refit).
 """
 import json
@@ -13,13 +15,14 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+import numpy as np
+
 import trappm_ray
 from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate import unseen
 from trappm_ray.evaluate.report import command
 from trappm_ray.evaluate.unseen_report import markdown
-from trappm_ray.model.intervals import quantile_offsets
-from trappm_ray.model.stored import read_manifest
+from trappm_ray.model.stored import read_manifest, rewrite_manifest
 from trappm_ray.train.gpu_examples import examples
 
 
@@ -32,6 +35,7 @@ class UnseenEvalConfig:
     gnn_groups: int = 5  # 0: no GNN folds
     gnn_seeds: int = 1
     out: str = "docs/results-unseen"  # .md and .json are written
+    calibrate: str = ""  # "gnn" or "boosters": the predictor's interval of the target from these folds
 
 
 def cached(path: Path, build):
@@ -52,20 +56,29 @@ if __name__ == "__main__":
     aux = [e for e in every if e["slug"] == unseen.DEVICE and e["target"] != cfg.target]
     manifest = read_manifest(cfg.predictor)
     step, shares = cached(cache / f"physics-{cfg.target}.pkl", lambda: unseen.physics_rows(ex, cfg.labels, manifest.launch))
-    band = quantile_offsets(manifest.residual_quantiles, cfg.target, 1.96)  # the shipped 95% band
     runs = {"boosters": (None, lambda: unseen.booster_folds(ex))}
     if cfg.gnn_groups:
         runs["gnn"] = (cfg.gnn_groups, lambda: unseen.gnn_folds(ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds))
-    report = {"target": cfg.target, "rows": len(ex), "families": len({e["family"] for e in ex}), "splits": {}}
-    for key, (groups, build) in runs.items():
-        a = unseen.answers(ex, cached(cache / f"folds-{cfg.target}-{key}-{groups or 0}.pkl", build), step, shares)
-        answers = unseen.candidates(a, band)
-        report["splits"][key] = {"groups": groups,
+    cmd = command(asdict(cfg), "jobs/evaluate_unseen.py", UnseenEvalConfig)
+    folds = {key: unseen.answers(ex, cached(cache / f"folds-{cfg.target}-{key}-{groups or 0}.pkl", build), step, shares)
+             for key, (groups, build) in runs.items()}
+    if cfg.calibrate:  # the shipped interval: the residuals of these folds' answers, families held out
+        held, flag = unseen.held_answer(folds[cfg.calibrate])
+        measured = folds[cfg.calibrate].measured
+        quantiles = {**manifest.residual_quantiles, cfg.target: {
+            **unseen.family_out_quantiles(np.log(measured / held), flag), "folds": cfg.calibrate, "command": cmd}}
+        manifest = rewrite_manifest(cfg.predictor, manifest.replace(residual_quantiles=quantiles, intervals=unseen.INTERVALS))
+        logging.info("%s: the %s interval now from families held out (%s folds)", cfg.predictor, cfg.target, cfg.calibrate)
+    report = {"target": cfg.target, "rows": len(ex), "families": len({e["family"] for e in ex}),
+              "interval": manifest.residual_quantiles[cfg.target].get("folds", "held-out architectures"), "splits": {}}
+    for key, a in folds.items():
+        answers = unseen.candidates(a, manifest.residual_quantiles[cfg.target])
+        report["splits"][key] = {"groups": runs[key][0],
                                  "answers": {name: unseen.summary(a, *v) for name, v in answers.items()},
                                  "families": unseen.per_family(a, *answers["shipped: learned held within the class bounds"][:3])}
     if cfg.target == unseen.TARGET:
         report["constructed"] = unseen.constructed(cfg.predictor, lambda onnx, b: trappm_ray.predict(onnx, b, "rtx3090"))
-    text = markdown(report, command(asdict(cfg), "jobs/evaluate_unseen.py", UnseenEvalConfig), time.time() - start)
+    text = markdown(report, cmd, time.time() - start)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(report, indent=1))
     print(text)

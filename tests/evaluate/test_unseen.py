@@ -4,7 +4,11 @@ import math
 
 import numpy as np
 
-from trappm_ray.evaluate.unseen import Answers, candidates, family_conformal, per_family, summary
+from trappm_ray.evaluate.unseen import (Answers, candidates, family_conformal, family_out_interval, family_out_quantiles,
+                                        per_family, shipped_interval, summary)
+from trappm_ray.model.intervals import LEVELS
+
+EXACT = {"levels": list(LEVELS), "values": [0.0] * len(LEVELS)}  # a stored band of no width
 
 
 def _answers(measured, family, fold, learned, physics, low, high) -> Answers:
@@ -33,7 +37,7 @@ def test_family_conformal_reads_only_the_other_folds_with_families_weighted_alik
 def test_shipped_answer_is_held_within_the_bounds_and_flagged():
     a = _answers([100.0, 100.0], ["f", "g"], [0, 1], learned=[400.0, 105.0], physics=[100.0, 100.0],
                  low=[80.0, 80.0], high=[150.0, 150.0])
-    pred, lo, hi, flag = candidates(a)["shipped: learned held within the class bounds"]
+    pred, lo, hi, flag = candidates(a, EXACT)["shipped: learned held within the class bounds"]
     assert pred.tolist() == [150.0, 105.0]
     assert flag.tolist() == [True, False]
     assert lo[0] <= 80.0 and hi[0] >= 150.0  # a held answer's interval spans the bounds
@@ -48,3 +52,29 @@ def test_summary_counts_large_errors_and_family_coverage():
     assert s["flag_recall"] == 100.0 and s["flag_false_alarms"] == 0.0
     assert s["coverage"] == 75.0 and s["families_covered_90"] == 50.0
     assert per_family(a, pred, pred * 0.9, pred * 1.1)[0]["family"] == "g"
+
+
+def test_family_out_quantiles_keep_the_flagged_answers_apart():
+    r = np.r_[np.zeros(90), np.log(np.full(10, 3.0))]  # the flagged tenth stood 3x off
+    flag = np.r_[np.zeros(90, bool), np.ones(10, bool)]
+    q = family_out_quantiles(r, flag)
+    assert q["rows"] == 90 and q["flagged_rows"] == 10
+    assert max(map(abs, q["values"])) == 0.0 and min(q["flagged_values"]) == np.log(3.0)
+
+
+def test_a_flagged_answers_interval_spans_its_own_band_and_the_bounds():
+    a = _answers([100.0, 100.0], ["f", "g"], [0, 1], learned=[100.0, 100.0], physics=[100.0, 100.0],
+                 low=[90.0, 90.0], high=[110.0, 110.0])
+    q = {**EXACT, "flagged_values": [np.log(0.5)] * 8 + [0.0] + [np.log(2.0)] * 8}
+    lo, hi = shipped_interval(a, np.array([100.0, 100.0]), np.array([True, False]), q)
+    assert lo.tolist() == [50.0, 100.0] and hi.tolist() == [200.0, 100.0]
+
+
+def test_family_out_interval_bands_each_fold_from_the_other_folds_only():
+    # fold 0 (one family) read 2x short, folds 1 and 2 exact: fold 0's band has no room for its own miss
+    measured = np.r_[2.0, np.ones(20), np.ones(20)]
+    fold = np.r_[0, [1] * 20, [2] * 20]
+    n = len(measured)
+    a = _answers(measured, fold.astype(str), fold, np.ones(n), np.ones(n), np.ones(n), np.ones(n))
+    lo, hi = family_out_interval(a, np.ones(n), np.zeros(n, bool))
+    assert hi[0] == 1.0 and hi[1] > 1.0  # fold 1's band holds fold 0's 2x miss (one row of 21)

@@ -83,6 +83,24 @@ def test_an_answer_is_blended_with_physics_and_one_far_from_it_is_flagged():
     assert "no work" in C.hold(none, "t", 0.0, conv, bounds) and none == {"t": 0.01}  # a graph of no kernels
 
 
+def test_a_flagged_answer_spans_the_flagged_answers_band_as_well_as_the_bounds():
+    bounds = fit_bounds(*synthetic())
+    conv = np.eye(len(K.CLASSES))[CONV]
+    lo, hi = bounds.factors(conv)
+    wide = (np.log(0.2), np.log(5.0))  # flagged answers on families held out stood up to 5x off
+    far = {"t": 700.0, "t_low": 600.0, "t_high": 800.0}
+    note = C.hold(far, "t", 100.0, conv, bounds, flagged_band=wide)
+    assert far["t"] == pytest.approx(100 * hi)
+    assert far["t_low"] == pytest.approx(far["t"] * 0.2) and far["t_high"] == pytest.approx(far["t"] * 5.0)
+    assert "may be off by up to 5 x" in note
+    near = {"t": 105.0, "t_low": 90.0, "t_high": 120.0}  # not flagged: its band stands
+    C.hold(near, "t", 100.0, conv, bounds, flagged_band=wide)
+    assert near == {"t": 105.0, "t_low": 90.0, "t_high": 120.0}
+    narrow = {"t": 700.0, "t_low": 600.0, "t_high": 800.0}  # a flagged band inside the bounds widens nothing more
+    C.hold(narrow, "t", 100.0, conv, bounds, flagged_band=(-0.01, 0.01))
+    assert narrow["t_low"] <= 100 * lo and narrow["t_high"] == pytest.approx(max(800.0 * 100 * hi / 700.0, 100 * hi))
+
+
 def test_as_shipped_the_learned_answer_stands_within_the_bounds_and_physics_is_named():
     bounds = fit_bounds(*synthetic())
     conv = np.eye(len(K.CLASSES))[CONV]

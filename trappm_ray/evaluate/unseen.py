@@ -34,7 +34,7 @@ from trappm_ray.evaluate.gpu import ensemble, family_groups, fit_predict, val_by
 from trappm_ray.evaluate.gpu_gnn import GnnModel
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.correction import FLAG, CorrectionBounds, out_of_domain
-from trappm_ray.model.intervals import weighted_quantiles
+from trappm_ray.model.intervals import LEVELS, has_flagged, quantile_offsets, weighted_quantiles
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.stored import read_manifest
 from trappm_ray.physics.kernel_classes import device_shares
@@ -46,6 +46,10 @@ DEVICE, TARGET = "rtx3090-amp", "train_step_ms"
 MEMBERS = ("xgboost", "xgboost-rel")
 LARGE = 0.5  # an error the flag has to catch
 BLENDS = (0.7, 0.5, 0.3)  # the held learned answer's share of a candidate's geometric blend with physics
+INTERVALS = ("split-conformal on the residuals of the shipped answers on families held out where a target's "
+             "quantiles name their 'folds' (jobs/evaluate_unseen.py --calibrate; the out-of-domain answers' own "
+             "quantiles, 'flagged_values', widen a flagged answer's interval), else on held-out-architecture "
+             "residuals pooled over seeds")
 
 
 def physics_rows(ex: list[dict], labels: str, profiles: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -145,20 +149,64 @@ def family_conformal(a: Answers, pred: np.ndarray, coverage: float = 0.95) -> tu
     return lo, hi
 
 
-def candidates(a: Answers, band: tuple[float, float] | None = None,
-               flag_at: float = FLAG) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]:
-    """Name -> (answer, interval low, high, flag or None) for every answer compared. ``band``:
-    the shipped predictor's 95% log offsets (its manifest's residual quantiles, fitted on held-out
-    architectures of seen families), which the shipped answer carries instead of the fold's own;
-    ``flag_at``: the learned / physics factor (log) beyond which an answer is out of domain."""
+def shipped_interval(a: Answers, held: np.ndarray, flag: np.ndarray, quantiles: dict, z: float = 1.96
+                     ) -> tuple[np.ndarray, np.ndarray]:
+    """The 95% interval the product gives each answer from residual ``quantiles`` of one target
+    (a manifest's ``residual_quantiles[target]``): the band around the answer and, where the flag
+    is raised, the class bounds and the flagged answers' own band too
+    (:func:`trappm_ray.model.correction.hold`)."""
+    store = {"t": quantiles}
+    lo, hi = quantile_offsets(store, "t", z)
+    low, high = held * math.exp(lo), held * math.exp(hi)
+    if has_flagged(store, "t"):
+        flo, fhi = quantile_offsets(store, "t", z, flagged=True)
+        low, high = np.where(flag, np.minimum(low, held * math.exp(flo)), low), np.where(flag, np.maximum(high, held * math.exp(fhi)), high)
+    return np.where(flag, np.minimum(low, a.low), low), np.where(flag, np.maximum(high, a.high), high)
+
+
+def family_out_quantiles(r: np.ndarray, flag: np.ndarray) -> dict:
+    """Residual quantiles (:data:`~trappm_ray.model.intervals.LEVELS`) of answers on families held
+    out, log(measured / answer), every row alike: ``values`` of the answers the flag let pass,
+    ``flagged_values`` of those it raised (Mondrian split-conformal: each group its own quantiles;
+    weighting families alike instead widened the band to 5.8x for 95.5% coverage). A group without
+    rows: ``values`` from every row, no ``flagged_values``."""
+    out = {"levels": list(LEVELS), "values": weighted_quantiles(r[~flag] if (~flag).any() else r),
+           "rows": int((~flag).sum())}
+    if flag.any():
+        out.update(flagged_values=weighted_quantiles(r[flag]), flagged_rows=int(flag.sum()))
+    return out
+
+
+def family_out_interval(a: Answers, held: np.ndarray, flag: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """What calibrating the product's interval on families held out (:func:`family_out_quantiles`)
+    does on a family it was not calibrated on: each fold's rows banded from the other folds'."""
+    r = np.log(a.measured / held)
+    lo, hi = np.empty(len(r)), np.empty(len(r))
+    for k in np.unique(a.fold):
+        this = a.fold == k
+        q = family_out_quantiles(r[~this], flag[~this])
+        lo_k, hi_k = shipped_interval(a, held, flag, q)
+        lo[this], hi[this] = lo_k[this], hi_k[this]
+    return lo, hi
+
+
+def held_answer(a: Answers, flag_at: float = FLAG) -> tuple[np.ndarray, np.ndarray]:
+    """The shipped answer (the learned one held within the class bounds) and its flag."""
     held = np.clip(a.learned, a.low, a.high)
-    flag = out_of_domain(a.learned, a.physics, held, a.learned, flag_at)
-    lo, hi = (a.lo / a.learned, a.hi / a.learned) if band is None else (math.exp(band[0]), math.exp(band[1]))
-    shipped = (held, np.where(flag, np.minimum(held * lo, a.low), held * lo),
-               np.where(flag, np.maximum(held * hi, a.high), held * hi), flag)
+    return held, out_of_domain(a.learned, a.physics, held, a.learned, flag_at)
+
+
+def candidates(a: Answers, quantiles: dict, flag_at: float = FLAG
+               ) -> dict[str, tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray | None]]:
+    """Name -> (answer, interval low, high, flag or None) for every answer compared.
+    ``quantiles``: the shipped predictor's residual quantiles of the target (its manifest's),
+    which the shipped answer's interval is read from; ``flag_at``: the learned / physics factor
+    (log) beyond which an answer is out of domain."""
+    held, flag = held_answer(a, flag_at)
     out = {"learned alone, its own band": (a.learned, a.lo, a.hi, None),
            "physics alone, family-conformal": (a.physics, *family_conformal(a, a.physics), None),
-           "shipped: learned held within the class bounds": shipped,
+           "shipped: learned held within the class bounds": (held, *shipped_interval(a, held, flag, quantiles), flag),
+           "shipped, family-out interval (other folds' residuals)": (held, *family_out_interval(a, held, flag), flag),
            "shipped, family-conformal interval": (held, *family_conformal(a, held), flag)}
     for w in BLENDS:
         pred = np.exp(w * np.log(held) + (1 - w) * np.log(a.physics))
@@ -231,5 +279,6 @@ def constructed(uri: str, answer, batch: int = 256) -> list[dict]:
     return out
 
 
-__all__ = ["constructed", "DEVICE", "TARGET", "LARGE", "BLENDS", "Answers", "physics_rows", "booster_folds", "gnn_folds", "answers",
-           "family_conformal", "candidates", "summary", "per_family"]
+__all__ = ["constructed", "DEVICE", "TARGET", "LARGE", "BLENDS", "INTERVALS", "Answers", "physics_rows", "booster_folds", "gnn_folds", "answers",
+           "family_conformal", "family_out_interval", "family_out_quantiles", "held_answer", "shipped_interval",
+           "candidates", "summary", "per_family"]

@@ -19,7 +19,8 @@ graph's factor is the time-weighted mix of its classes':
 The answer is the learned one (its share :attr:`CorrectionBounds.share` of a geometric blend
 with the physics answer: 1 as shipped) held within the bounds. Where the two disagree by more
 than :attr:`CorrectionBounds.flag`, or the bound holds the answer, the answer says it is out of
-domain and its interval spans the bounds.
+domain and its interval spans the bounds and, where the predictor's intervals were calibrated on
+families held out, the band of the flagged answers there (:func:`trappm_ray.evaluate.unseen.family_out_quantiles`).
 
 Measured on the RTX 3090's training steps with families held out (``jobs/evaluate_unseen.py``,
 ``docs/results-unseen.md``): the shipped GNN recipe on five folds of families 15.6% MAPE, held
@@ -36,6 +37,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from trappm_ray import devices
+from trappm_ray.model.intervals import has_flagged, quantile_offsets
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.manifest import Manifest
 from trappm_ray.physics.kernel_classes import CLASSES, device_shares
@@ -106,11 +108,12 @@ def make_up(shares: np.ndarray, top: int = 3) -> str:
 
 
 def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray, bounds: CorrectionBounds,
-         batch: int | None = None) -> str:
+         batch: int | None = None, flagged_band: tuple[float, float] | None = None) -> str:
     """Blend ``row[target]`` (a learned answer, with ``_std``/``_low``/``_high``) with the physics
     answer for a graph of these class ``shares`` and hold it within the ``bounds`` on the step
-    model (``step_ms``); out of domain, the interval spans the bounds. Returns the note saying how
-    the answer (at ``batch``, where named) was derived."""
+    model (``step_ms``); out of domain, the interval spans the bounds and ``flagged_band`` (log
+    offsets around the answer: the residuals of flagged answers on families held out). Returns
+    the note saying how the answer (at ``batch``, where named) was derived."""
     lo, hi = bounds.factors(shares)
     learned, physics = row[target], step_ms * bounds.physics(shares)
     if learned <= 0 or step_ms <= 0:  # a graph of views and constants: no kernel to bound
@@ -128,12 +131,14 @@ def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray,
               else f"{'' if after == learned else f' {learned:.4g} ms held to the bound'}; {basis}"))
     if not out_of_domain(learned, physics, after, blended, bounds.flag):
         return how
-    row[f"{target}_low"] = min(row.get(f"{target}_low", after), lo * step_ms)
-    row[f"{target}_high"] = max(row.get(f"{target}_high", after), hi * step_ms)
+    band = flagged_band or (0.0, 0.0)
+    low, high = min(lo * step_ms, after * math.exp(band[0])), max(hi * step_ms, after * math.exp(band[1]))
+    low = row[f"{target}_low"] = min(row.get(f"{target}_low", after), low)
+    high = row[f"{target}_high"] = max(row.get(f"{target}_high", after), high)
     return (f"{how}; out of domain: the learned answer is {learned / physics:.3g} x physics, and no label row "
             f"made of these kernels stood that far from it (they stood at {lo:.2g}-{hi:.2g} x the step model): "
-            f"the answer rests on physics and may be off by up to {hi / lo:.2g} x (the interval widened to hold "
-            f"{lo * step_ms:.4g}-{hi * step_ms:.4g} ms)")
+            f"the answer rests on physics and may be off by up to {max(high / after, after / low):.2g} x "
+            f"(the interval widened to {low:.4g}-{high:.4g} ms)")
 
 
 def held(row: dict[str, float], graph, manifest: Manifest, spec: devices.DeviceSpec | None, setting: dict) -> list[str]:
@@ -141,12 +146,15 @@ def held(row: dict[str, float], graph, manifest: Manifest, spec: devices.DeviceS
     ``graph`` in the resolved ``setting`` on ``spec``) by the ``manifest``'s bounds; one note per
     target, how it was derived. A predictor without bounds (fitted before them) answers unchanged."""
     notes = []
+    z = float(setting.get("interval_z", 1.96))
     for t, d in manifest.correction.items():
         if spec is None or t not in row or t not in MODES:
             continue
         step = step_time(graph, spec, setting, MODES[t], step_host_us(manifest.launch)).total_ms
+        band = (quantile_offsets(manifest.residual_quantiles, t, z, flagged=True)
+                if has_flagged(manifest.residual_quantiles, t) else None)
         notes.append(hold(row, t, step, device_shares(graph, spec, setting["precision"]), CorrectionBounds.from_dict(d),
-                          int(graph.static["batch_size"])))
+                          int(graph.static["batch_size"]), band))
     return notes
 
 

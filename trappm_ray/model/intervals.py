@@ -2,10 +2,13 @@
 
 A predictor fitted by a device-aware recipe keeps, in its manifest, quantiles of the log
 residuals log(measured / predicted) on rows it did not fit (held-out devices for the spec-based
-predictor, held-out architectures for the shipped GPU predictors). An interval at any coverage is
-then read off those quantiles (split-conformal prediction; Vovk et al., "Algorithmic Learning in
-a Random World", 2005): it describes the error on data like the held-out rows, not the spread of
-an ensemble.
+predictor, held-out architectures for the shipped GPU predictors, or whole families held out
+where a predictor was calibrated on them: :mod:`trappm_ray.evaluate.unseen`). An interval at any
+coverage is then read off those quantiles (split-conformal prediction; Vovk et al., "Algorithmic
+Learning in a Random World", 2005): it describes the error on data like the held-out rows, not the
+spread of an ensemble. Calibrated on families held out, a target may keep a second set,
+``flagged_values``, of the answers its out-of-domain flag raised on (Mondrian conformal: each
+group gets the quantiles of its own residuals), which a flagged answer's interval also spans.
 """
 from __future__ import annotations
 
@@ -28,14 +31,20 @@ def weighted_quantiles(r: np.ndarray, w: np.ndarray | None = None, levels=LEVELS
     return [float(v) for v in np.interp(levels, cdf, r)]
 
 
-def quantile_offsets(quantiles: dict, target: str, z: float) -> tuple[float, float]:
+def quantile_offsets(quantiles: dict, target: str, z: float, flagged: bool = False) -> tuple[float, float]:
     """Log offsets of the central interval with the coverage of ``+-z`` normal sd (1.96: 95%),
-    interpolated in a manifest's ``residual_quantiles`` (``quantiles``) of ``target``."""
+    interpolated in a manifest's ``residual_quantiles`` (``quantiles``) of ``target``; with
+    ``flagged``, those of the out-of-domain answers (:func:`has_flagged` says whether it keeps them)."""
     q = quantiles[target]
     coverage = math.erf(z / math.sqrt(2))
-    levels, values = np.asarray(q["levels"]), np.asarray(q["values"])
+    levels, values = np.asarray(q["levels"]), np.asarray(q["flagged_values" if flagged else "values"])
     return (float(np.interp((1 - coverage) / 2, levels, values)),
             float(np.interp((1 + coverage) / 2, levels, values)))
 
 
-__all__ = ["LEVELS", "weighted_quantiles", "quantile_offsets"]
+def has_flagged(quantiles: dict, target: str) -> bool:
+    """Whether ``target``'s residual quantiles keep a set of their own for out-of-domain answers."""
+    return "flagged_values" in quantiles.get(target, {})
+
+
+__all__ = ["LEVELS", "has_flagged", "weighted_quantiles", "quantile_offsets"]

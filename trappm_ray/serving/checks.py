@@ -19,8 +19,11 @@ BEYOND_DEVICES = 10.0  # memory above 10x the largest device's is not a job anyo
 
 
 def domain_of(manifest: Manifest, graph: Graph) -> dict:
-    """How far ``graph`` is from the predictor's training graphs (see ``model.domain.assess``)."""
-    return assess(manifest.domain, features.static_features(graph, manifest.feature_set))
+    """How far ``graph`` is from the predictor's training graphs (see ``model.domain.assess``);
+    not widening the intervals of a predictor whose every target's were calibrated on families
+    held out (their residual quantiles name the ``folds``)."""
+    calibrated = all("folds" in manifest.residual_quantiles.get(t, {}) for t in manifest.targets)
+    return assess(manifest.domain, features.static_features(graph, manifest.feature_set), calibrated)
 
 
 def absurdities(train_step_ms: float | None, train_memory_mb: float | None,
