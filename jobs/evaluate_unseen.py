@@ -4,6 +4,8 @@ docs/results-unseen.md and .json.
 
     .venv/bin/python jobs/evaluate_unseen.py        (boosters ~8 min; the GNN folds ~60 min on 2 cores)
     ... --target inference_ms --gnn-groups 0 --out docs/results-unseen-inference
+``--gnn-encoder trappm_ray/predictors/default``: the same GNN folds once more with the networks
+reading that predictor's pretrained encoder too (another hour).
 ``--calibrate gnn`` (or ``boosters``) also stores the residuals of those folds' shipped answers
 as the predictor's interval of the target (:func:`trappm_ray.evaluate.unseen.family_out_quantiles`).
 Fold answers are cached under ``--cache`` (delete to refit).
@@ -22,6 +24,7 @@ from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate import unseen
 from trappm_ray.evaluate.report import command
 from trappm_ray.evaluate.unseen_report import markdown
+from trappm_ray.model.predictor import Predictor
 from trappm_ray.model.stored import read_manifest, rewrite_manifest
 from trappm_ray.train.gpu_examples import examples
 
@@ -36,6 +39,7 @@ class UnseenEvalConfig:
     gnn_seeds: int = 1
     out: str = "docs/results-unseen"  # .md and .json are written
     calibrate: str = ""  # "gnn" or "boosters": the predictor's interval of the target from these folds
+    gnn_encoder: str = ""  # a predictor whose pretrained encoder a second set of GNN folds reads (issue 43 item 5)
 
 
 def cached(path: Path, build):
@@ -59,6 +63,9 @@ if __name__ == "__main__":
     runs = {"boosters": (None, lambda: unseen.booster_folds(ex))}
     if cfg.gnn_groups:
         runs["gnn"] = (cfg.gnn_groups, lambda: unseen.gnn_folds(ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds))
+    if cfg.gnn_groups and cfg.gnn_encoder:
+        runs["gnn-pretrained"] = (cfg.gnn_groups, lambda: unseen.gnn_folds(
+            ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds, encoder=Predictor.load(cfg.gnn_encoder).encoder))
     cmd = command(asdict(cfg), "jobs/evaluate_unseen.py", UnseenEvalConfig)
     folds = {key: unseen.answers(ex, cached(cache / f"folds-{cfg.target}-{key}-{groups or 0}.pkl", build), step, shares)
              for key, (groups, build) in runs.items()}

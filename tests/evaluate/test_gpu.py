@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import numpy as np
+import torch
 import pytest
 
 from trappm_ray.evaluate.gpu import evaluate_lodo, evaluate_task, fit_predict, floor_check
@@ -119,6 +120,24 @@ def test_gnn_at_share_one_is_the_networks_alone(ray_session):
     run = GnnModel(ex, index, max_epochs=2, seeds=1, share=1.0)
     idx = np.arange(len(ex))
     assert np.allclose(run(ex, idx[::2], idx[1::2], idx, 0), run.alone(ex, idx[::2], idx[1::2], idx, 0))
+
+
+def test_gnn_reading_a_pretrained_encoder_embeds_each_graph_once_and_answers(ray_session):
+    from trappm_ray.evaluate.gpu_gnn import GnnModel, graph_embeddings
+    from trappm_ray.graph import features
+    from trappm_ray.model.networks import GraphEncoder
+
+    ex, index = _tiny_gnn_examples()
+    torch.manual_seed(0)
+    encoder = GraphEncoder(features.get("v2").node_dim, (16, 8), 0.0).eval()
+    emb = graph_embeddings(encoder, ex + ex[:3], index)
+    assert emb.shape == (len(ex) + 3, 8) and torch.equal(emb[0], emb[len(ex)])  # same graph, same row
+    assert not torch.equal(emb[0], emb[1])  # another batch size, another graph
+    run = GnnModel(ex, index, max_epochs=2, seeds=1, encoder=encoder)
+    assert run.recipe.embedding == "pretrained"
+    idx = np.arange(len(ex))
+    out = run(ex, idx[::2], idx[1::2], idx, 0)
+    assert out.shape == (len(ex),) and np.all(np.isfinite(out)) and np.all(out > 0)
 
 
 def test_gnn_auxiliary_rows_of_held_architectures_stay_out():

@@ -49,16 +49,22 @@ class GnnModel:
             (:func:`~trappm_ray.train.gpu_predictor.auxiliary_rows`: never of an architecture
             among the validation or test rows).
         share: the GNN's share of the blend (the shipped predictors': :data:`~trappm_ray.model.static_mlp.GNN_SHARE`).
+        encoder: a pretrained graph encoder (a shipped predictor's): the networks also read its
+            frozen, sum-pooled embedding of each graph's v2 features (the TraPPM recipe's input)
+            beside the node classes and roofline features; None: the shipped recipe, unpretrained.
     """
 
     def __init__(self, ex: list[dict], index: dict, max_epochs: int = 60, seeds: int = 3,
-                 auxiliary: list[dict] | None = None, share: float = GNN_SHARE):
+                 auxiliary: list[dict] | None = None, share: float = GNN_SHARE, encoder=None):
         self.ex, self.aux, self.seeds, self.share = ex, list(auxiliary or []), seeds, share
         self.data = gnn_inputs(ex + self.aux, index)
         self.ratio = np.array([e["measured"] / e["floor"] for e in ex + self.aux])
         self.floor = np.array([e["floor"] for e in ex])
         self.static = np.stack([e["x"] for e in ex]).astype(np.float64)
         self.recipe = gnn_recipe(max_epochs)
+        self.emb = None if encoder is None else graph_embeddings(encoder, ex + self.aux, index)
+        if encoder is not None:
+            self.recipe = replace(self.recipe, embedding="pretrained")
         self.done: dict[tuple, dict[str, np.ndarray]] = {}
         self.weights: list[tuple[str, float]] = []  # (label, the share chosen on validation) per split
         log.info("gnn: %d examples + %d auxiliary", len(ex), len(self.aux))
@@ -80,7 +86,8 @@ class GnnModel:
 
         ensure_ray(None)
         data_ref, _ = share_graphs(self.data, None)
-        calls = {(j, k): (fit_task, (data_ref, self.ratio, None, self.training_rows(train, val, idx), val, idx,
+        # the embeddings are small ([rows, d]): passed by value to every task
+        calls = {(j, k): (fit_task, (data_ref, self.ratio, self.emb, self.training_rows(train, val, idx), val, idx,
                                      self.recipe, seed + k), {})
                  for j, (train, val, idx, seed) in enumerate(jobs) for k in range(self.seeds)}
         out = fan_out(calls, "GPU evaluation GNN")
@@ -119,6 +126,17 @@ class GnnModel:
         return self._answer("alone", train, val, idx, seed)
 
 
+def graph_embeddings(encoder, ex: list[dict], index: dict) -> torch.Tensor:
+    """``[len(ex), d]``: each example's graph (v2 features) under the frozen ``encoder``, sum-pooled;
+    a graph shared by several examples is embedded once."""
+    keys = [tuple(e["rkey"][:3]) for e in ex]
+    unique = list(dict.fromkeys(keys))
+    emb = embed(encoder, prepare([graph_data(row_to_graph(index[k]), "v2") for k in unique]))
+    assert emb is not None
+    at = {k: i for i, k in enumerate(unique)}
+    return emb[[at[k] for k in keys]]
+
+
 def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):
     """A model function for :func:`trappm_ray.evaluate.gpu.fit_predict` (``extra``): the CPU
     predictor's recipe (``trappm-ray``, frozen ``encoder``) fitted on ``ex``'s train rows of
@@ -149,4 +167,4 @@ def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_
     return run
 
 
-__all__ = ["GnnModel", "encoder_recipe_model"]
+__all__ = ["GnnModel", "encoder_recipe_model", "graph_embeddings"]

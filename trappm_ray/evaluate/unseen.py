@@ -79,10 +79,13 @@ def booster_folds(ex: list[dict], seed: int = 1337) -> list[dict]:
     return out
 
 
-def gnn_folds(ex: list[dict], aux: list[dict], labels: str, groups: int, seeds: int, seed: int = 1337) -> list[dict]:
+def gnn_folds(ex: list[dict], aux: list[dict], labels: str, groups: int, seeds: int, seed: int = 1337,
+              encoder=None) -> list[dict]:
     """The shipped recipe's answers on ``groups`` folds of families held out together
-    (:func:`~trappm_ray.evaluate.gpu.family_groups`); ``aux``: the device's rows of its other target."""
-    gnn = GnnModel(ex, graph_index(labels, ()), 60, seeds, aux)
+    (:func:`~trappm_ray.evaluate.gpu.family_groups`); ``aux``: the device's rows of its other target;
+    ``encoder``: a pretrained graph encoder whose embedding the networks read too (does pretraining
+    help where it matters, on families nobody labeled?)."""
+    gnn = GnnModel(ex, graph_index(labels, ()), 60, seeds, aux, encoder=encoder)
     jobs = []
     for held in family_groups(ex, groups):
         rest = np.array([i for i, e in enumerate(ex) if e["family"] not in held])
