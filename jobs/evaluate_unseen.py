@@ -26,6 +26,7 @@ from trappm_ray.evaluate.report import command
 from trappm_ray.evaluate.unseen_report import markdown
 from trappm_ray.model.predictor import Predictor
 from trappm_ray.model.stored import read_manifest, rewrite_manifest
+from trappm_ray.ray_init import ensure_ray
 from trappm_ray.train.gpu_examples import examples
 
 
@@ -40,6 +41,7 @@ class UnseenEvalConfig:
     out: str = "docs/results-unseen"  # .md and .json are written
     calibrate: str = ""  # "gnn" or "boosters": the predictor's interval of the target from these folds
     gnn_encoder: str = ""  # a predictor whose pretrained encoder a second set of GNN folds reads (issue 43 item 5)
+    ray_cpus: int = 1  # GNN fits at once (two beside this process's examples overran 24 GB: Ray's OOM kill)
 
 
 def cached(path: Path, build):
@@ -55,6 +57,8 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.INFO, format="%(levelname)s %(name)s: %(message)s")
     cfg = parse_config(UnseenEvalConfig, description=__doc__)
     start, cache = time.time(), Path(cfg.cache)
+    if cfg.gnn_groups:  # the GNN folds fit on Ray
+        ensure_ray(None, cfg.ray_cpus or None)
     every = cached(cache / "examples.pkl", lambda: examples(cfg.labels, (), (unseen.DEVICE,))[0])  # the labels' own graphs
     ex = [e for e in every if e["slug"] == unseen.DEVICE and e["target"] == cfg.target]
     aux = [e for e in every if e["slug"] == unseen.DEVICE and e["target"] != cfg.target]
