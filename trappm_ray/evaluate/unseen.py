@@ -33,7 +33,7 @@ from trappm_ray.corpus import multires_models
 from trappm_ray.evaluate.gpu import ensemble, family_groups, fit_predict, val_by_family
 from trappm_ray.evaluate.gpu_gnn import GnnModel
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.model.correction import FLAG, CorrectionBounds, out_of_domain
+from trappm_ray.model.correction import FLAG, CorrectionBounds, out_of_domain, widened
 from trappm_ray.model.intervals import LEVELS, has_flagged, quantile_offsets, weighted_quantiles
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.stored import read_manifest
@@ -161,10 +161,9 @@ def shipped_interval(a: Answers, held: np.ndarray, flag: np.ndarray, quantiles: 
     store = {"t": quantiles}
     lo, hi = quantile_offsets(store, "t", z)
     low, high = held * math.exp(lo), held * math.exp(hi)
-    if has_flagged(store, "t"):
-        flo, fhi = quantile_offsets(store, "t", z, flagged=True)
-        low, high = np.where(flag, np.minimum(low, held * math.exp(flo)), low), np.where(flag, np.maximum(high, held * math.exp(fhi)), high)
-    return np.where(flag, np.minimum(low, a.low), low), np.where(flag, np.maximum(high, a.high), high)
+    band = quantile_offsets(store, "t", z, flagged=True) if has_flagged(store, "t") else None
+    wide_low, wide_high = widened(held, low, high, a.low, a.high, band)
+    return np.where(flag, wide_low, low), np.where(flag, wide_high, high)
 
 
 def family_out_quantiles(r: np.ndarray, flag: np.ndarray) -> dict:

@@ -101,6 +101,15 @@ def out_of_domain(learned, physics, answer, blended, flag: float = FLAG):
     return (np.abs(np.log(np.asarray(learned) / np.asarray(physics))) > flag) | (np.asarray(answer) != np.asarray(blended))
 
 
+def widened(answer, low, high, bound_low, bound_high, band: tuple[float, float] | None = None):
+    """The interval of an out-of-domain ``answer``: its own (``low``, ``high``), the class bounds
+    and ``band`` (log offsets: the flagged answers' residuals on families held out) around it
+    (scalars or arrays alike)."""
+    lo, hi = band or (0.0, 0.0)
+    return (np.minimum(np.minimum(low, bound_low), np.asarray(answer) * math.exp(lo)),
+            np.maximum(np.maximum(high, bound_high), np.asarray(answer) * math.exp(hi)))
+
+
 def make_up(shares: np.ndarray, top: int = 3) -> str:
     """The largest classes' shares in words: ``conv 71%, pointwise 22%, reduction 5%``."""
     order = np.argsort(-np.asarray(shares))[:top]
@@ -131,10 +140,9 @@ def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray,
               else f"{'' if after == learned else f' {learned:.4g} ms held to the bound'}; {basis}"))
     if not out_of_domain(learned, physics, after, blended, bounds.flag):
         return how
-    band = flagged_band or (0.0, 0.0)
-    low, high = min(lo * step_ms, after * math.exp(band[0])), max(hi * step_ms, after * math.exp(band[1]))
-    low = row[f"{target}_low"] = min(row.get(f"{target}_low", after), low)
-    high = row[f"{target}_high"] = max(row.get(f"{target}_high", after), high)
+    low, high = (float(v) for v in widened(after, row.get(f"{target}_low", after), row.get(f"{target}_high", after),
+                                          lo * step_ms, hi * step_ms, flagged_band))
+    row[f"{target}_low"], row[f"{target}_high"] = low, high
     return (f"{how}; out of domain: the learned answer is {learned / physics:.3g} x physics, and no label row "
             f"made of these kernels stood that far from it (they stood at {lo:.2g}-{hi:.2g} x the step model): "
             f"the answer rests on physics and may be off by up to {max(high / after, after / low):.2g} x "
@@ -158,4 +166,4 @@ def held(row: dict[str, float], graph, manifest: Manifest, spec: devices.DeviceS
     return notes
 
 
-__all__ = ["QUANTILES", "SHARE", "FLAG", "CorrectionBounds", "held", "hold", "make_up", "out_of_domain"]
+__all__ = ["QUANTILES", "SHARE", "FLAG", "CorrectionBounds", "held", "hold", "make_up", "out_of_domain", "widened"]
