@@ -65,11 +65,16 @@ if __name__ == "__main__":
     manifest = read_manifest(cfg.predictor)
     step, shares = cached(cache / f"physics-{cfg.target}.pkl", lambda: unseen.physics_rows(ex, cfg.labels, manifest.launch))
     runs = {"boosters": (None, lambda: unseen.booster_folds(ex))}
+
+    def fold_store(key: str):  # each GNN fold kept as it finishes: a stopped run resumes
+        return lambda k, fit: cached(cache / f"folds-{cfg.target}-{key}-{cfg.gnn_groups}-fold{k}.pkl", fit)
     if cfg.gnn_groups:
-        runs["gnn"] = (cfg.gnn_groups, lambda: unseen.gnn_folds(ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds))
+        runs["gnn"] = (cfg.gnn_groups, lambda: unseen.gnn_folds(ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds,
+                                                                kept=fold_store("gnn")))
     if cfg.gnn_groups and cfg.gnn_encoder:
         runs["gnn-pretrained"] = (cfg.gnn_groups, lambda: unseen.gnn_folds(
-            ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds, encoder=Predictor.load(cfg.gnn_encoder).encoder))
+            ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds, encoder=Predictor.load(cfg.gnn_encoder).encoder,
+            kept=fold_store("gnn-pretrained")))
     cmd = command(asdict(cfg), "jobs/evaluate_unseen.py", UnseenEvalConfig)
     folds = {key: unseen.answers(ex, cached(cache / f"folds-{cfg.target}-{key}-{groups or 0}.pkl", build), step, shares)
              for key, (groups, build) in runs.items()}

@@ -78,3 +78,35 @@ def test_family_out_interval_bands_each_fold_from_the_other_folds_only():
     a = _answers(measured, fold.astype(str), fold, np.ones(n), np.ones(n), np.ones(n), np.ones(n))
     lo, hi = family_out_interval(a, np.ones(n), np.zeros(n, bool))
     assert hi[0] == 1.0 and hi[1] > 1.0  # fold 1's band holds fold 0's 2x miss (one row of 21)
+
+
+def test_gnn_folds_keep_each_fold_and_a_rerun_resumes_after_the_kept_ones(monkeypatch):
+    from trappm_ray.evaluate import unseen
+
+    fitted = []
+
+    class Stub:  # the GNN's place: ms for the rows asked, counting its fits
+        def __init__(self, ex, *args, **kwargs):
+            self.ex = ex
+
+        def __call__(self, ex, train, val, idx, seed):
+            fitted.append(len(idx))
+            return np.array([ex[i]["floor"] * 2 for i in idx])
+
+    monkeypatch.setattr(unseen, "GnnModel", Stub)
+    monkeypatch.setattr(unseen, "graph_index", lambda labels, slugs: {})
+    ex = [{"family": f, "arch": f"{f}{i}", "floor": 1.0 + i, "measured": 2.0 + 2 * i}
+          for f in ("a", "b", "c") for i in range(4)]
+    store: dict = {}
+
+    def kept(k, fit):
+        if k not in store:
+            store[k] = fit()
+        return store[k]
+
+    folds = unseen.gnn_folds(ex, [], "labels", 3, 1, kept=kept)
+    assert len(folds) == 3 and sorted(store) == [0, 1, 2] and len(fitted) == 3
+    assert all(np.allclose(f["pred"], [2 * ex[i]["floor"] for i in f["test"]]) for f in folds)
+    del store[2]  # a run stopped during its last fold
+    again = unseen.gnn_folds(ex, [], "labels", 3, 1, kept=kept)
+    assert len(fitted) == 4 and all(np.array_equal(a["test"], b["test"]) for a, b in zip(folds, again))

@@ -23,6 +23,7 @@ pooled and within each held-out family.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -80,19 +81,29 @@ def booster_folds(ex: list[dict], seed: int = 1337) -> list[dict]:
 
 
 def gnn_folds(ex: list[dict], aux: list[dict], labels: str, groups: int, seeds: int, seed: int = 1337,
-              encoder=None) -> list[dict]:
+              encoder=None, kept: Callable[[int, Callable[[], dict]], dict] | None = None) -> list[dict]:
     """The shipped recipe's answers on ``groups`` folds of families held out together
     (:func:`~trappm_ray.evaluate.gpu.family_groups`); ``aux``: the device's rows of its other target;
     ``encoder``: a pretrained graph encoder whose embedding the networks read too (does pretraining
-    help where it matters, on families nobody labeled?)."""
+    help where it matters, on families nobody labeled?); ``kept(k, fit)``: fold ``k``'s answers,
+    from a store where an earlier run left them, else ``fit()`` stored (a run stopped after a fold
+    of about 15 minutes resumes after it)."""
     gnn = GnnModel(ex, graph_index(labels, ()), 60, seeds, aux, encoder=encoder)
-    jobs = []
-    for held in family_groups(ex, groups):
+    keep = kept or _fit_now
+    out = []
+    for k, held in enumerate(family_groups(ex, groups)):
         rest = np.array([i for i, e in enumerate(ex) if e["family"] not in held])
         train, val = val_by_family(ex, rest, seed)
-        jobs.append((train, val, np.array([i for i, e in enumerate(ex) if e["family"] in held]), seed))
-    gnn.prefit(jobs)
-    return [_fold(ex, train, val, test, s, {"gnn": gnn}) for train, val, test, s in jobs]
+        test = np.array([i for i, e in enumerate(ex) if e["family"] in held])
+
+        def fit(train=train, val=val, test=test) -> dict:
+            return _fold(ex, train, val, test, seed, {"gnn": gnn})
+        out.append(keep(k, fit))
+    return out
+
+
+def _fit_now(_k: int, fit: Callable[[], dict]) -> dict:
+    return fit()
 
 
 @dataclass
