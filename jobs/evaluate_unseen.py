@@ -2,10 +2,10 @@
 learned, physics and shipped answers, the out-of-domain flag and per-family interval coverage:
 docs/results-unseen.md and .json.
 
-    .venv/bin/python jobs/evaluate_unseen.py        (boosters ~8 min; the GNN folds ~60 min on 2 cores)
+    .venv/bin/python jobs/evaluate_unseen.py        (boosters ~8 min; the GNN folds ~25 min on 2 cores)
     ... --target inference_ms --gnn-groups 0 --out docs/results-unseen-inference
 ``--gnn-encoder trappm_ray/predictors/default``: the same GNN folds once more with the networks
-reading that predictor's pretrained encoder too (another hour).
+reading that predictor's pretrained encoder too (another ~25 min).
 ``--calibrate gnn`` (or ``boosters``) also stores the residuals of those folds' shipped answers
 as the predictor's interval of the target (:func:`trappm_ray.evaluate.unseen.family_out_quantiles`).
 Fold answers are cached under ``--cache`` (delete to refit).
