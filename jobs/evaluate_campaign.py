@@ -51,8 +51,9 @@ def product_answer(row: dict, graph) -> dict | None:
     except ValueError as e:  # an option or batch the product refuses
         log.info("no product answer for %s b%s: %s", row["arch"], row["batch_size"], e)
         return None
-    return {"train_step_ms": p.train_step_ms.value, "inference_ms": p.inference_ms.value,
-            "train_power_w": p.train_power_w.value, "inference_power_w": p.power["inference_power_w"]}
+    times = {f"{t}{e}": getattr(getattr(p, t), k) for t in ("train_step_ms", "inference_ms")
+             for e, k in (("", "value"), ("_low", "low"), ("_high", "high"))}
+    return {**times, "train_power_w": p.train_power_w.value, "inference_power_w": p.power["inference_power_w"]}
 
 
 @dataclass

@@ -45,7 +45,7 @@ def test_anchor_is_the_largest_power_of_two_that_fits_and_the_labels_measured():
     profiles = {"train_step_ms": {"batch_max": 512}, "inference_ms": {"batch_max": 1024}}
     assert launch.anchor_batch(1, 300, profiles) == 256
     assert launch.anchor_batch(8, 4096, profiles) == 512  # never beyond the labeled batches
-    assert launch.anchor_batch(64, 40, profiles) == 64  # not above the batch asked: no anchor
+    assert launch.anchor_batch(64, 40, profiles) == 32  # 64 does not fit: moved up from 32
     assert launch.anchor_batch(1, 0, profiles) == 1  # batch 1 does not fit: the answer as predicted
 
 

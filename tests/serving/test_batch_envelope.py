@@ -76,12 +76,29 @@ def test_moved_scales_the_gpus_kernels_to_the_anchors_answer_and_keeps_the_host(
     assert empty == {"train_step_ms": 0.02, "train_step_ms_std": 0.0} and "no work" in notes[0]
 
 
-def test_shipped_gpu_answers_never_get_cheaper_with_batch():
+def test_moved_above_the_anchor_never_falls_below_it_nor_grows_beyond_the_batch():
+    steps = {64: _step(500.0, [2000.0] * 10), 128: _step(500.0, [4000.0] * 10), 256: _step(500.0, [3000.0] * 10)}
+    anchor = {"train_step_ms": 40.0, "train_step_ms_low": 32.0, "train_step_ms_high": 80.0}
+    row, notes = E.moved(anchor, 128, 64, lambda b, t: steps[b], {})
+    # the kernels' doubled time at the anchor's correction (~2x): twice the anchor's answer
+    assert row["train_step_ms"] == pytest.approx(80.0, rel=0.02) and "batch 64" in notes[0]
+    assert row["train_step_ms_high"] / row["train_step_ms"] == pytest.approx(2.0)  # the band moves along
+    # a step model reading less at a larger batch (an odd kernel choice): held at the anchor's answer
+    assert E.moved(anchor, 256, 64, lambda b, t: steps[b], {})[0]["train_step_ms"] == pytest.approx(40.0 * 1.5, rel=0.02)
+    less = {64: steps[64], 256: _step(500.0, [100.0] * 10)}
+    assert E.moved(anchor, 256, 64, lambda b, t: less[b], {})[0]["train_step_ms"] == 40.0
+    more = {64: steps[64], 128: _step(500.0, [9000.0] * 10)}
+    assert E.moved(anchor, 128, 64, lambda b, t: more[b], {})[0]["train_step_ms"] == 80.0  # at most in proportion
+
+
+@pytest.mark.parametrize("device", ["rtx3090", "h100-sxm5-80gb", "l4"])
+def test_shipped_gpu_answers_never_get_cheaper_with_batch(device):
     """The raw RTX 3090 predictor falls with batch on this model (experiments/batch_consistency.py);
-    the API's answers must not, from batch 1 into the labeled batches."""
-    predictor = api.load_predictor(None, "rtx3090", None)
+    the API's answers must not, from batch 1 into the labeled batches and beyond them, on a GPU
+    with labels or answered from its specs."""
+    predictor = api.load_predictor(None, device, None)
     data, label = api.model_bytes(SAMPLE)
-    batches = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+    batches = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 2048)  # 1024, 2048: beyond the labels' batches
     answers = api.predict_many([(data, api.PredictOptions(b), label) for b in batches], predictor)
     for t in ("train_step_ms", "inference_ms"):
         series = [getattr(a, t).value for a in answers]

@@ -55,13 +55,21 @@ class ErrorSummary:
     worst_pct: float
     worst_row: str
     mean_abs_pct: float = 0.0  # MAPE: what vTrain, NeuSight and Calculon report
+    covered_pct: float | None = None  # rows whose measurement lies in the answer's interval
+    band_x: float | None = None  # the intervals' median width, high / low
 
     @classmethod
-    def of(cls, errors: list[tuple[float, str]]) -> ErrorSummary:
+    def of(cls, errors: list[tuple[float, str]], bands: list[tuple[bool, float]] | None = None) -> ErrorSummary:
+        """Summary of ``(predicted / measured - 1, row)`` pairs; with ``bands`` (per row: whether
+        the interval held the measurement, and its high / low) also the interval's coverage."""
         e = np.array([x for x, _ in errors])
         worst = int(np.argmax(np.abs(e)))
-        return cls(len(e), float(np.median(np.abs(e)) * 100), float(np.percentile(np.abs(e), 90) * 100),
-                   float(np.median(e) * 100), float(e[worst] * 100), errors[worst][1], float(np.abs(e).mean() * 100))
+        out = cls(len(e), float(np.median(np.abs(e)) * 100), float(np.percentile(np.abs(e), 90) * 100),
+                  float(np.median(e) * 100), float(e[worst] * 100), errors[worst][1], float(np.abs(e).mean() * 100))
+        if bands:
+            out.covered_pct = float(np.mean([c for c, _ in bands]) * 100)
+            out.band_x = float(np.median([w for _, w in bands]))
+        return out
 
 
 # a step-time answer for one row and its graph: {target: ms}, None where it refuses the row
@@ -182,6 +190,7 @@ def time_errors(rows: list[dict], graphs: dict[tuple, Graph], answer: Answer
     and the rows ``answer`` refuses per setting."""
     refused: dict[str, int] = defaultdict(int)
     absolute: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
+    bands: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))  # where the answer has an interval
     ratio: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     sweeps: dict[tuple, list] = defaultdict(list)
     for r in rows:
@@ -196,8 +205,11 @@ def time_errors(rows: list[dict], graphs: dict[tuple, Graph], answer: Answer
             measured = measured_value(r, t)
             if measured and np.isfinite(got.get(t, np.nan)):
                 busy = [f"all, batch >= {BUSY_BATCH}"] if r["batch_size"] >= BUSY_BATCH else []
+                low, high = got.get(f"{t}_low"), got.get(f"{t}_high")
                 for group in (setting_name(r), "all", *busy):
                     absolute[t][group].append((got[t] / measured - 1, f"{r['arch']}@{r['resolution']} b{r['batch_size']}"))
+                    if low and high:
+                        bands[t][group].append((low <= measured <= high, high / low))
                 if t in MODES:  # batch scaling of times (a power is no sum over the batch)
                     sweeps[(t, r["arch"], r["resolution"], setting_name(r))].append((r["batch_size"], got[t], measured))
     for (t, arch, res, setting), points in sweeps.items():
@@ -209,7 +221,8 @@ def time_errors(rows: list[dict], graphs: dict[tuple, Graph], answer: Answer
                     ratio[t][group].append((err, f"{arch}@{res} b{b} vs b{top[0]}"))
 
     def summarize(found: dict[str, dict[str, list]]) -> dict[str, dict[str, ErrorSummary]]:
-        return {t: {g: ErrorSummary.of(e) for g, e in sorted(groups.items())} for t, groups in found.items()}
+        return {t: {g: ErrorSummary.of(e, bands[t].get(g) if found is absolute else None) for g, e in sorted(groups.items())}
+                for t, groups in found.items()}
     return summarize(absolute), summarize(ratio), dict(refused)
 
 
@@ -304,10 +317,14 @@ def report(evaluations: list[CampaignEvaluation],
               f"{POWER_WINDOW_S:g} s.", ""]
 
     def table(title: str, groups: dict[str, ErrorSummary]) -> list[str]:
-        out = [f"### {title}", "", "| setting | rows | median abs % | p90 abs % | bias % | worst % | worst row |",
-               "|---|---|---|---|---|---|---|"]
+        banded = any(s.covered_pct is not None for s in groups.values())
+        extra = (" 95% interval covers | its width (high / low) |", "---|---|") if banded else ("", "")
+        out = [f"### {title}", "", f"| setting | rows | median abs % | p90 abs % | bias % | worst % | worst row |{extra[0]}",
+               f"|---|---|---|---|---|---|---|{extra[1]}"]
         out += [f"| {g} | {s.rows} | {s.median_abs_pct:.1f} | {s.p90_abs_pct:.1f} | {s.median_signed_pct:+.1f} | "
-                f"{s.worst_pct:+.1f} | {s.worst_row} |" for g, s in groups.items()]
+                f"{s.worst_pct:+.1f} | {s.worst_row} |"
+                + (f" {s.covered_pct:.0f}% | x{s.band_x:.2f} |" if s.covered_pct is not None else " - | - |" if banded else "")
+                for g, s in groups.items()]
         return out + [""]
 
     for ev in evaluations:

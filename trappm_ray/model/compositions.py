@@ -19,7 +19,8 @@ from trappm_ray import devices, errors
 from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, STEP_FIELDS, step_fields, trained_options
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.roofline import precision_refusal, roofline
-from trappm_ray.physics.step_model import MODES, step_time
+from trappm_ray.model.launch import step_host_us
+from trappm_ray.physics.step_model import MODES, device_scale, step_time
 
 # For a value no label holds, the values to move from, nearest first: the same arithmetic
 # (autocast to another half type, the same optimizer without decoupled decay), then the nearest
@@ -34,6 +35,9 @@ NEAREST = {
     "none": ("sgd", "sgd-momentum", "adam", "adamw"),
 }
 MOVED = ("precision", "optimizer", *STEP_FIELDS)  # the fields the step model moves
+# The kernel-time scales a setting move reads off an answer: wide, since it only carries the
+# answer's own level across settings; further out a plain ratio of the step model's times does.
+SCALE_RANGE = (1e-3, 1e3)
 
 
 class _WithSpecModel:
@@ -97,9 +101,9 @@ class SettingRatio(_WithSpecModel):
 
 class SettingMove:
     """A GPU predictor answering a precision or optimizer none of its labels hold: its answer in
-    the nearest setting they do hold (:data:`NEAREST`), times the ratio of the physics step model
-    (:func:`trappm_ray.physics.step_model.step_time`) between the requested and that setting on
-    this GPU. Physics carries the move (peaks and bytes of the precision, the optimizer's passes
+    the nearest setting they do hold (:data:`NEAREST`), moved to the requested one by the physics
+    step model (:func:`trappm_ray.physics.step_model.step_time`) on this GPU, its kernel times
+    scaled to read the answer in the held setting (the host's issue time stays as it is). Physics carries the move (peaks and bytes of the precision, the optimizer's passes
     over the parameters); the learned answer keeps its level and its interval's width.
 
     A precision the GPU cannot run is refused with the reason (bf16 without bf16 units).
@@ -161,8 +165,7 @@ class SettingMove:
         for row, graph, asked, base in zip(rows, graphs, settings_list, bases):
             if all(asked.get(f) == base.get(f) for f in MOVED):
                 continue
-            ratios = {t: step_time(graph, self.spec, asked, mode).total_ms / step_time(graph, self.spec, base, mode).total_ms
-                      for t, mode in MODES.items() if t in row}
+            ratios = {t: self._time_ratio(graph, asked, base, mode, row[t]) for t, mode in MODES.items() if t in row}
             if "train_memory_mb" in row:  # measured memory, moved by the CUDA memory model
                 ratios["train_memory_mb"] = _memory_mb(graph, asked) / _memory_mb(graph, base)
             for t, ratio in ratios.items():
@@ -171,6 +174,21 @@ class SettingMove:
                 if f"{t}_floor" in row:
                     row[f"{t}_floor"] *= _roofline_ms(graph, self.spec, asked, mode) / _roofline_ms(graph, self.spec, base, mode)
         return rows
+
+
+    def _time_ratio(self, graph, asked: dict, base: dict, mode: str, answer_ms: float) -> float:
+        """How much ``answer_ms`` (the base setting's) moves to ``asked``: the GPU's kernel times
+        are scaled so the step model reads the answer in the base setting, and that scale is kept
+        in the asked one. The host's issue time does not change with the setting, so a plain
+        ratio of step times would move it too (TF32 vs fp32 at a batch where the host still
+        shows: the ratio there is not the ratio at a batch where the GPU is busy)."""
+        host = step_host_us(self.inner.manifest.launch)
+        was, now = (step_time(graph, self.spec, s, mode, host) for s in (base, asked))
+        if answer_ms <= 0 or was.total_ms <= 0:
+            return now.total_ms / was.total_ms if was.total_ms > 0 else 1.0
+        scale = device_scale(was, answer_ms, SCALE_RANGE)
+        # at the range's edge: the two settings' ratio at that scale
+        return now.with_device_scale(scale) / was.with_device_scale(scale)
 
 
 def _roofline_ms(graph, spec: devices.DeviceSpec, setting: dict, mode: str) -> float:

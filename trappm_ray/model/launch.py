@@ -118,10 +118,10 @@ def anchor_batch(batch: int, fit: int, profiles: dict) -> int:
     """The batch whose learned answer another batch is moved from: the largest power of two that
     fits the GPU's memory (``fit``) and the labels' batches (``batch_max`` of the ``profiles``).
     That is where timm's labels measure every model (its largest batch that fits), so the learned
-    correction is read where it was fitted; ``batch`` itself when the anchor is not above it."""
+    correction is read where it was fitted, and the step model carries it down or up to ``batch``
+    (a batch above it is one no label measured this model at, or one that does not fit)."""
     cap = min([fit, *(p["batch_max"] for p in profiles.values() if p.get("batch_max"))])
-    top = 1 << (int(cap).bit_length() - 1) if cap >= 1 else 1
-    return max(top, batch)
+    return 1 << (int(cap).bit_length() - 1) if cap >= 1 else 1
 
 
 __all__ = ["EDGE_QUANTILE", "ENVELOPE_QUANTILE", "HOST_US_PER_KERNEL", "envelope_top", "host_base_ms", "profile", "profiles", "step_host_us",

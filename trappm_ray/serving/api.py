@@ -269,7 +269,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
                 anchor = launch.anchor_batch(batch, fit, profiles)
             try:  # the batches whose answers hold the answer at this one
                 above = [cached((*at, b), lambda b=b: graph_at(proto, opts, b, graph)) for b in
-                         ([anchor] if anchor > batch else [] if anchor else
+                         ([anchor] if anchor and anchor != batch else [] if anchor else
                           batch_envelope.ladder(batch, chosen.manifest.envelope_top))]
             except errors.ModelError:  # a batch that cannot be re-bound: the answer as predicted
                 above = []
@@ -278,9 +278,9 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             continue
         setting = {**setting, "interval_z": opts.interval_z}
         items, slots = passes.setdefault(id(chosen), (chosen, [], {}))[1:]
-        # below the anchor physics answers from the anchor's row: the network runs at the batch
-        # asked only for a target the step model does not carry
-        moved = anchor > batch and set(chosen.targets) <= set(STEP_MODES)
+        # away from the anchor physics answers from the anchor's row: the network runs at the
+        # batch asked only for a target the step model does not carry
+        moved = bool(anchor) and anchor != batch and set(chosen.targets) <= set(STEP_MODES)
         asked = (*above,) if moved else (graph, *above)
         keys = [(id(g), json.dumps(setting, sort_keys=True)) for g in asked]
         for g, key in zip(asked, keys):
