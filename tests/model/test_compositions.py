@@ -6,7 +6,7 @@ from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.compositions import SettingMove
 from trappm_ray.model.manifest import Device, Manifest
-from trappm_ray.physics.step_model import device_scale, step_time
+from trappm_ray.physics.step_model import device_scale, moved_ratio, step_time
 
 H100 = devices.get("h100-sxm5-80gb")
 
@@ -47,3 +47,4 @@ def test_a_setting_move_keeps_the_answers_kernel_scale_and_leaves_the_host_alone
         assert row["train_step_ms"] / answer == pytest.approx(plain, rel=0.01) and plain < 0.25
     else:
         assert row["train_step_ms"] / answer < plain - 0.2
+    assert moved_ratio(was, was, answer) == pytest.approx(1.0)  # no move, no change

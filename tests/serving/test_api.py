@@ -262,7 +262,7 @@ def test_checkpointing_and_gradient_accumulation_on_a_gpu():
 
 
 def test_a_faster_setting_is_not_held_at_the_slower_settings_floor():
-    """TF32 moved from an fp32 answer keeps the step model's ratio: the floor it is checked
+    """TF32 moved from an fp32 answer keeps the step model's ratio where the GPU is busy: the floor it is checked
     against is TF32's roofline, not fp32's (a GEMM-bound graph: 4.8x faster on TF32 units)."""
     deep = B.residual_chain(blocks=8, d=1024)
     fp32, tf32 = (P.predict(deep, 4096, device="h100", precision=p, optimizer="adamw") for p in ("fp32", "tf32"))

@@ -5,7 +5,7 @@
   spec model was trained on that device's rows in the setting);
 * :class:`SettingMove`: a setting no label of the device holds (AdamW, bf16, TF32, recompute on
   an RTX 3090 whose labels are AMP fp16 + SGD): the answer in the nearest setting the labels
-  hold, times the physics step model's ratio between the two settings;
+  hold, moved to the requested one by the physics step model at the answer's kernel scale;
 * :class:`TargetFill`: targets the device has no labels of (the RTX 4090: inference only), from
   the spec model of the same device.
 
@@ -16,11 +16,11 @@ from __future__ import annotations
 from dataclasses import replace
 
 from trappm_ray import devices, errors
+from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, STEP_FIELDS, step_fields, trained_options
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.roofline import precision_refusal, roofline
-from trappm_ray.model.launch import step_host_us
-from trappm_ray.physics.step_model import MODES, device_scale, step_time
+from trappm_ray.physics.step_model import MODES, moved_ratio, step_time
 
 # For a value no label holds, the values to move from, nearest first: the same arithmetic
 # (autocast to another half type, the same optimizer without decoupled decay), then the nearest
@@ -35,9 +35,6 @@ NEAREST = {
     "none": ("sgd", "sgd-momentum", "adam", "adamw"),
 }
 MOVED = ("precision", "optimizer", *STEP_FIELDS)  # the fields the step model moves
-# The kernel-time scales a setting move reads off an answer: wide, since it only carries the
-# answer's own level across settings; further out a plain ratio of the step model's times does.
-SCALE_RANGE = (1e-3, 1e3)
 
 
 class _WithSpecModel:
@@ -132,8 +129,8 @@ class SettingMove:
             return None
         asked = ", ".join(f"{f} {setting[f]}" for f in moved)
         held = ", ".join(f"{f} {base.get(f, STEP_FIELDS.get(f))}" for f in moved)
-        return (f"{asked}: {self.unheld}; the answer in {held} x the step model's ratio "
-                f"between the two settings (peaks and bytes of the precision, the optimizer's passes "
+        return (f"{asked}: {self.unheld}; the answer in {held} moved by the step model, its GPU "
+                f"kernel times scaled to read that answer (peaks and bytes of the precision, the optimizer's passes "
                 f"over the parameters, a second forward per checkpointed block, the passes per step; its "
                 f"error where measurements hold both: docs/results-step-model.md, docs/results-campaign.md)")
 
@@ -159,13 +156,17 @@ class SettingMove:
         self.inner.check(self.base(setting))
 
     def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
-        """The inner rows in the base settings, each target scaled by the step model's ratio."""
+        """The inner rows in the base settings, each target moved by the step model
+        (:func:`~trappm_ray.physics.step_model.moved_ratio`)."""
         bases = [self.base(s) for s in settings_list]
         rows = self.inner.predict_graphs(graphs, bases)
         for row, graph, asked, base in zip(rows, graphs, settings_list, bases):
             if all(asked.get(f) == base.get(f) for f in MOVED):
                 continue
-            ratios = {t: self._time_ratio(graph, asked, base, mode, row[t]) for t, mode in MODES.items() if t in row}
+            host = step_host_us(self.inner.manifest.launch)
+            ratios = {t: moved_ratio(step_time(graph, self.spec, base, mode, host),
+                                     step_time(graph, self.spec, asked, mode, host), row[t])
+                      for t, mode in MODES.items() if t in row}
             if "train_memory_mb" in row:  # measured memory, moved by the CUDA memory model
                 ratios["train_memory_mb"] = _memory_mb(graph, asked) / _memory_mb(graph, base)
             for t, ratio in ratios.items():
@@ -174,21 +175,6 @@ class SettingMove:
                 if f"{t}_floor" in row:
                     row[f"{t}_floor"] *= _roofline_ms(graph, self.spec, asked, mode) / _roofline_ms(graph, self.spec, base, mode)
         return rows
-
-
-    def _time_ratio(self, graph, asked: dict, base: dict, mode: str, answer_ms: float) -> float:
-        """How much ``answer_ms`` (the base setting's) moves to ``asked``: the GPU's kernel times
-        are scaled so the step model reads the answer in the base setting, and that scale is kept
-        in the asked one. The host's issue time does not change with the setting, so a plain
-        ratio of step times would move it too (TF32 vs fp32 at a batch where the host still
-        shows: the ratio there is not the ratio at a batch where the GPU is busy)."""
-        host = step_host_us(self.inner.manifest.launch)
-        was, now = (step_time(graph, self.spec, s, mode, host) for s in (base, asked))
-        if answer_ms <= 0 or was.total_ms <= 0:
-            return now.total_ms / was.total_ms if was.total_ms > 0 else 1.0
-        scale = device_scale(was, answer_ms, SCALE_RANGE)
-        # at the range's edge: the two settings' ratio at that scale
-        return now.with_device_scale(scale) / was.with_device_scale(scale)
 
 
 def _roofline_ms(graph, spec: devices.DeviceSpec, setting: dict, mode: str) -> float:
