@@ -83,7 +83,7 @@ def test_predict_with_spec_device_and_json(tiny, gpu_json):
     assert user.device["spec_source"] == "json" and user.to_dict()["notes"]
     adam = P.predict(B.cnn_model(), batch_size=8, device="h100-sxm5-80gb", optimizer="adamw")
     assert adam.options["optimizer"] == "adamw" and adam.train_step_ms.value >= p.train_step_ms.value
-    assert any("moved by the step model" in n for n in adam.notes)
+    assert any("step model's ratio" in n for n in adam.notes)
     assert P.predict(B.cnn_model(), device="h100-sxm5-80gb", gpus=8).distributed["gpus"] == 8  # data parallel
     with pytest.raises(errors.UnsupportedOption, match="gpus"):  # a CPU predictor: one "GPU" only
         P.predict(B.cnn_model(), device="i9-10940x", gpus=8)

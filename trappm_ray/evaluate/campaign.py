@@ -34,7 +34,7 @@ from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.power import PowerModel, step_power
-from trappm_ray.physics.step_model import MODES, Setting, moved_ratio, step_time
+from trappm_ray.physics.step_model import MODES, Setting, step_time
 from trappm_ray.train.gpu_examples import graph_index
 
 # the memory model's precision for a campaign precision (TF32 keeps fp32 tensors)
@@ -231,23 +231,19 @@ def setting_move_errors(rows: list[dict], graphs: dict[tuple, Graph], spec: devi
     """How the step model moves an answer between settings (what
     :class:`~trappm_ray.model.compositions.SettingMove` does): per target and setting, the error
     of its ratio ``t(setting) / t(REFERENCE)`` against the measured one, at equal model and batch.
-    ``REFERENCE`` is timm's setting, the one the shipped GPU predictors' labels hold. As the
-    product moves a learned answer, the step model's kernel times are scaled to read the
-    measured reference (an answer with no error of its own) and keep that scale in the setting."""
+    ``REFERENCE`` is timm's setting, the one the shipped GPU predictors' labels hold."""
     measured = {(r["arch"], r["resolution"], r["batch_size"], setting_name(r)): r for r in rows}
+    answer = step_model_answer(spec)
     found: dict[str, dict[str, list]] = defaultdict(lambda: defaultdict(list))
     for (arch, res, b, setting), r in measured.items():
         ref = measured.get((arch, res, b, REFERENCE))
         graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
         if setting == REFERENCE or ref is None or graph is None:
             continue
+        got, base = answer(r, graph), answer(ref, graph)
         for t in TARGETS[:2]:
-            if r.get(t) and ref.get(t):
-                try:
-                    base, got = (step_time(graph, spec, row_setting(x), MODES[t]) for x in (ref, r))
-                except ValueError:  # a precision the device has no sourced peak for
-                    continue
-                err = moved_ratio(base, got, ref[t]) / (r[t] / ref[t]) - 1
+            if got and base and r.get(t) and ref.get(t):
+                err = (got[t] / base[t]) / (r[t] / ref[t]) - 1
                 # small steps are host-bound: their times scatter by 20-30% from run to run
                 for group in (setting, "all", *([f"all, batch >= {BUSY_BATCH}"] if b >= BUSY_BATCH else [])):
                     found[t][group].append((err, f"{arch}@{res} b{b}"))
@@ -348,9 +344,8 @@ def report(evaluations: list[CampaignEvaluation],
     for gpu, targets in (moves or {}).items():
         lines += [f"## `{gpu}`: settings moved by the step model", "",
                   f"What `trappm-ray predict` does for a setting no label holds: the answer in {REFERENCE} "
-                  "(timm's setting, the shipped GPU predictors' labels) moved by the step model, its kernel times scaled "
-                  "to read that answer (here the measured one). Errors of the moved ratio against the measured one, "
-                  "same model and batch.", ""]
+                  "(timm's setting, the shipped GPU predictors' labels) times the step model's ratio. Errors "
+                  "of that ratio against the measured one, same model and batch.", ""]
         for t, groups in targets.items():
             lines += table(f"`{t}`", groups)
     return "\n".join(lines).rstrip() + "\n"

@@ -126,15 +126,22 @@ class GnnModel:
         return self._answer("alone", train, val, idx, seed)
 
 
+def _v2_graphs(ex: list[dict], index: dict) -> tuple[list, list[int]]:
+    """The examples' distinct graphs as v2 data (each built once), and each example's position
+    among them."""
+    keys = [tuple(e["rkey"][:3]) for e in ex]
+    unique = list(dict.fromkeys(keys))
+    at = {k: i for i, k in enumerate(unique)}
+    return prepare([graph_data(row_to_graph(index[k]), "v2") for k in unique]), [at[k] for k in keys]
+
+
 def graph_embeddings(encoder, ex: list[dict], index: dict) -> torch.Tensor:
     """``[len(ex), d]``: each example's graph (v2 features) under the frozen ``encoder``, sum-pooled;
     a graph shared by several examples is embedded once."""
-    keys = [tuple(e["rkey"][:3]) for e in ex]
-    unique = list(dict.fromkeys(keys))
-    emb = embed(encoder, prepare([graph_data(row_to_graph(index[k]), "v2") for k in unique]))
+    graphs, at = _v2_graphs(ex, index)
+    emb = embed(encoder, graphs)
     assert emb is not None
-    at = {k: i for i, k in enumerate(unique)}
-    return emb[[at[k] for k in keys]]
+    return emb[at]
 
 
 def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):
@@ -147,14 +154,10 @@ def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_
         encoder: the pretrained graph encoder (a shipped predictor's ``encoder``).
         target: ``train_step_ms`` or ``inference_ms`` (the recipe's output head follows it).
     """
-    graphs: dict = {}
-    data = []
-    for e in ex:
-        key = tuple(e["rkey"][:3])
-        if key not in graphs:
-            graphs[key] = prepare([graph_data(row_to_graph(index[key]), "v2")])[0]
-        data.append(graphs[key])
-    emb = embed(encoder, data)
+    graphs, at = _v2_graphs(ex, index)
+    data = [graphs[i] for i in at]
+    pooled = embed(encoder, graphs)  # each distinct graph once
+    emb = None if pooled is None else pooled[at]
     y = np.array([e["measured"] for e in ex])
     recipe = replace(for_target(RECIPES["trappm-ray"], target), max_epochs=max_epochs)
     log.info("encoder-recipe: %d examples", len(ex))

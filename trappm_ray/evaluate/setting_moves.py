@@ -1,11 +1,9 @@
 """How far the step model's move between settings is off, where labels measured both settings.
 
 A setting no label of a GPU holds (AdamW on the RTX 3090, bf16 anywhere) is answered as the
-answer in a held setting moved by the physics step model, its kernel times scaled to read that
-answer (:class:`trappm_ray.model.compositions.SettingMove`,
-:func:`~trappm_ray.physics.step_model.moved_ratio`; here the answer is the measured one). Its
-error is checked here on label pairs that measured one model on one GPU at one batch in two
-precisions (ryujaehun's fp32 / fp16 /
+answer in a held setting times the physics step model's ratio between the two
+(:class:`trappm_ray.model.compositions.SettingMove`). Its error is checked here on label pairs
+that measured one model on one GPU at one batch in two precisions (ryujaehun's fp32 / fp16 /
 fp64 runs of torchvision models on six GPUs): predicted ratio ``t(a) / t(b)`` against the
 measured one. No part of the step model was fitted to these rows.
 """
@@ -25,7 +23,7 @@ from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.physics.floors import time_floors_ms
 from trappm_ray.physics.roofline import OPTIMIZER_BYTES
-from trappm_ray.physics.step_model import MODES, moved_ratio, step_time
+from trappm_ray.physics.step_model import MODES, step_time
 from trappm_ray.train.gpu_examples import graph_index
 
 log = logging.getLogger(__name__)
@@ -86,12 +84,13 @@ def pairs(labels_dir: str, targets=tuple(MODES)) -> list[MoveError]:
                         continue
                     opt = by_precision[a].get("optimizer") or "sgd-momentum"
                     try:
-                        sa, sb = (step_time(graph, spec, {"precision": p, "optimizer": opt}, MODES[t]) for p in (a, b))
+                        pa = step_time(graph, spec, {"precision": a, "optimizer": opt}, MODES[t]).total_ms
+                        pb = step_time(graph, spec, {"precision": b, "optimizer": opt}, MODES[t]).total_ms
                         fa = time_floors_ms(graph, {}, a, opt, spec=spec)[t]
                         fb = time_floors_ms(graph, {}, b, opt, spec=spec)[t]
                     except (ValueError, KeyError):  # no sourced peak at one of the precisions
                         continue
-                    out.append(MoveError(key[0], key[1], int(key[3]), a, b, t, ma / mb, moved_ratio(sb, sa, mb), fa / fb))
+                    out.append(MoveError(key[0], key[1], int(key[3]), a, b, t, ma / mb, pa / pb, fa / fb))
     return out
 
 
@@ -125,11 +124,12 @@ def optimizer_pairs(rows: list[PowerRow], graphs: dict[tuple, Graph]) -> list[Mo
         key = (workload, batch)
         spec = devices.get(gpu)
         a, b = sorted(by)
-        ta, tb = (step_time(graphs[key], spec, {"precision": "fp32", "optimizer": o}) for o in (a, b))
+        ta = step_time(graphs[key], spec, {"precision": "fp32", "optimizer": a}).total_ms
+        tb = step_time(graphs[key], spec, {"precision": "fp32", "optimizer": b}).total_ms
         fa = time_floors_ms(graphs[key], {}, "fp32", a if a in OPTIMIZER_BYTES else "adam", spec=spec)["train_step_ms"]
         fb = time_floors_ms(graphs[key], {}, "fp32", b if b in OPTIMIZER_BYTES else "adam", spec=spec)["train_step_ms"]
         out.append(MoveError(gpu, workload, batch, a, b, "train_step_ms",
-                             by[a].step_ms / by[b].step_ms, moved_ratio(tb, ta, by[b].step_ms), fa / fb))
+                             by[a].step_ms / by[b].step_ms, ta / tb, fa / fb))
     return out
 
 

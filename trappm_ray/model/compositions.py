@@ -5,7 +5,7 @@
   spec model was trained on that device's rows in the setting);
 * :class:`SettingMove`: a setting no label of the device holds (AdamW, bf16, TF32, recompute on
   an RTX 3090 whose labels are AMP fp16 + SGD): the answer in the nearest setting the labels
-  hold, moved to the requested one by the physics step model at the answer's kernel scale;
+  hold, times the physics step model's ratio between the two settings;
 * :class:`TargetFill`: targets the device has no labels of (the RTX 4090: inference only), from
   the spec model of the same device.
 
@@ -20,7 +20,7 @@ from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.options import OPTIMIZERS, PRECISIONS, STEP_FIELDS, step_fields, trained_options
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.roofline import precision_refusal, roofline
-from trappm_ray.physics.step_model import MODES, moved_ratio, step_time
+from trappm_ray.physics.step_model import MODES, step_time
 
 # For a value no label holds, the values to move from, nearest first: the same arithmetic
 # (autocast to another half type, the same optimizer without decoupled decay), then the nearest
@@ -98,10 +98,11 @@ class SettingRatio(_WithSpecModel):
 
 class SettingMove:
     """A GPU predictor answering a precision or optimizer none of its labels hold: its answer in
-    the nearest setting they do hold (:data:`NEAREST`), moved to the requested one by the physics
-    step model (:func:`trappm_ray.physics.step_model.step_time`) on this GPU, its kernel times
-    scaled to read the answer in the held setting (the host's issue time stays as it is). Physics carries the move (peaks and bytes of the precision, the optimizer's passes
-    over the parameters); the learned answer keeps its level and its interval's width.
+    the nearest setting they do hold (:data:`NEAREST`), times the ratio of the physics step model
+    (:func:`trappm_ray.physics.step_model.step_time`) between the requested and that setting on
+    this GPU at the batch asked. Physics carries the move (peaks and bytes of the precision, the
+    optimizer's passes over the parameters); the learned answer keeps its level and its interval's
+    width.
 
     A precision the GPU cannot run is refused with the reason (bf16 without bf16 units).
 
@@ -129,8 +130,8 @@ class SettingMove:
             return None
         asked = ", ".join(f"{f} {setting[f]}" for f in moved)
         held = ", ".join(f"{f} {base.get(f, STEP_FIELDS.get(f))}" for f in moved)
-        return (f"{asked}: {self.unheld}; the answer in {held} moved by the step model, its GPU "
-                f"kernel times scaled to read that answer (peaks and bytes of the precision, the optimizer's passes "
+        return (f"{asked}: {self.unheld}; the answer in {held} x the step model's ratio "
+                f"between the two settings (peaks and bytes of the precision, the optimizer's passes "
                 f"over the parameters, a second forward per checkpointed block, the passes per step; its "
                 f"error where measurements hold both: docs/results-step-model.md, docs/results-campaign.md)")
 
@@ -156,25 +157,31 @@ class SettingMove:
         self.inner.check(self.base(setting))
 
     def predict_graphs(self, graphs, settings_list: list[dict]) -> list[dict[str, float]]:
-        """The inner rows in the base settings, each target moved by the step model
-        (:func:`~trappm_ray.physics.step_model.moved_ratio`)."""
+        """The inner rows in the base settings, each moved to the setting asked (:meth:`move`)."""
         bases = [self.base(s) for s in settings_list]
         rows = self.inner.predict_graphs(graphs, bases)
         for row, graph, asked, base in zip(rows, graphs, settings_list, bases):
-            if all(asked.get(f) == base.get(f) for f in MOVED):
-                continue
-            host = step_host_us(self.inner.manifest.launch)
-            ratios = {t: moved_ratio(step_time(graph, self.spec, base, mode, host),
-                                     step_time(graph, self.spec, asked, mode, host), row[t])
-                      for t, mode in MODES.items() if t in row}
-            if "train_memory_mb" in row:  # measured memory, moved by the CUDA memory model
-                ratios["train_memory_mb"] = _memory_mb(graph, asked) / _memory_mb(graph, base)
-            for t, ratio in ratios.items():
-                row.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
-            for t, mode in MODES.items():  # the floor of the asked setting, not the base's
-                if f"{t}_floor" in row:
-                    row[f"{t}_floor"] *= _roofline_ms(graph, self.spec, asked, mode) / _roofline_ms(graph, self.spec, base, mode)
+            self.move(row, graph, asked, base)
         return rows
+
+    def move(self, row: dict[str, float], graph, asked: dict, base: dict) -> None:
+        """Scale ``row`` (an answer for ``graph`` in ``base``) in place to ``asked``: each time by
+        the step model's ratio between the two settings at the graph's batch, the memory by the
+        CUDA memory model's, the floors to the asked setting's. The ratio is taken at the batch
+        asked: a learned answer moved to another batch first (:mod:`trappm_ray.serving.batch_envelope`)
+        moves in its own setting, so the host's share of the step is the one at that batch."""
+        if all(asked.get(f) == base.get(f) for f in MOVED):
+            return
+        host = step_host_us(self.inner.manifest.launch)
+        ratios = {t: step_time(graph, self.spec, asked, mode, host).total_ms / step_time(graph, self.spec, base, mode, host).total_ms
+                  for t, mode in MODES.items() if t in row}
+        if "train_memory_mb" in row:  # measured memory, moved by the CUDA memory model
+            ratios["train_memory_mb"] = _memory_mb(graph, asked) / _memory_mb(graph, base)
+        for t, ratio in ratios.items():
+            row.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
+        for t, mode in MODES.items():  # the floor of the asked setting, not the base's
+            if f"{t}_floor" in row:
+                row[f"{t}_floor"] *= _roofline_ms(graph, self.spec, asked, mode) / _roofline_ms(graph, self.spec, base, mode)
 
 
 def _roofline_ms(graph, spec: devices.DeviceSpec, setting: dict, mode: str) -> float:

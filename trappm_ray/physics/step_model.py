@@ -188,19 +188,6 @@ def device_scale(est: StepEstimate, measured_ms: float, bounds: tuple[float, flo
     return float(np.clip(np.min((measured_ms * 1e3 - issue[grows]) / after[grows]), lo, hi))
 
 
-def moved_ratio(was: StepEstimate, now: StepEstimate, answer_ms: float,
-                bounds: tuple[float, float] = (1e-3, 1e3)) -> float:
-    """How much an answer of ``answer_ms`` for the step ``was`` moves when the step becomes
-    ``now`` (another setting of the same graph on the same GPU): the device's kernel times scaled
-    to read the answer in ``was`` (:func:`device_scale`, within ``bounds``), that scale kept in
-    ``now``. The host's issue time, which no setting changes, is not scaled with the kernels: a
-    plain ratio of the two steps would move a host-bound answer as if the GPU set it."""
-    if answer_ms <= 0 or was.total_ms <= 0:
-        return now.total_ms / was.total_ms if was.total_ms > 0 else 1.0
-    scale = device_scale(was, answer_ms, bounds)
-    return now.with_device_scale(scale) / was.with_device_scale(scale)
-
-
 def fill(elements: np.ndarray, per_block: np.ndarray, blocks_per_sm: np.ndarray, sms: int | None) -> np.ndarray:
     """Share of the GPU's block slots a kernel's waves keep busy: ``blocks / (waves x slots)``."""
     if not sms:
@@ -356,5 +343,5 @@ def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dic
                            (accum * len(f_comp), accum * len(b_comp), len(o_mem)), mean_fill)
 
 
-__all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate", "moved_ratio",
+__all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
            "device_scale", "fill", "launches", "node_terms", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
