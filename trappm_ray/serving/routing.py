@@ -269,21 +269,33 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
     return from_reference(moved, setting), setting
 
 
+# Precisions of one arithmetic (16-bit tensor-core math): a spec-based answer in one of them that
+# its reference's labels do not hold moves from the one they do. fp32 and TF32 keep the spec
+# model's own answer: on the H200 campaign's fp32 rows it read 10.5% median, where a move from
+# the reference's AMP answer would add the step model's fp32 / AMP ratio error, 23.8% median, to
+# that answer's own 25% (docs/results-campaign.md).
+HALF = ("amp-fp16", "amp-bf16", "fp16", "bf16")
+
+
 def from_reference(chosen: Estimator, setting: dict) -> Estimator:
     """``chosen``, or where it is a spec-based predictor (or a setting move of one) whose
     reference transfer covers ``setting``'s base but for its optimizer (``none`` on an H100, which
-    the spec model's own rows hold), the reference's answer moved by the step model
-    (:class:`SettingMove`): settings next to each other rest on one level, and doing less work
-    never reads slower."""
+    the spec model's own rows hold) or its 16-bit precision (pure fp16, whose own rows on older
+    GPUs read an H100's ResNet-50 step 13% slower than AMP), the reference's answer moved by the
+    step model (:class:`SettingMove`): settings next to each other rest on one level, and doing
+    less work never reads slower."""
     inner = chosen.inner if isinstance(chosen, SettingMove) else chosen
     ref = getattr(inner, "reference", None)
     if not isinstance(inner, SpecPredictor) or ref is None:
         return chosen
     base = chosen.base(setting) if isinstance(chosen, SettingMove) else setting
-    held = list(ref.manifest.options.get("optimizer") or [])
-    if not held or base.get("optimizer") in held or not covers(ref.manifest, {**base, "optimizer": held[0]}, "train"):
+    options = ref.manifest.options
+    held = {"optimizer": list(options.get("optimizer") or []),
+            "precision": [p for p in options.get("precision") or [] if p in HALF] if base.get("precision") in HALF else []}
+    held = {f: values for f, values in held.items() if values and base.get(f) not in values}
+    if not held or not covers(ref.manifest, {**base, **{f: v[0] for f, v in held.items()}}, "train"):
         return chosen
-    return _composed("reference-move", inner, lambda: SettingMove(inner, inner.spec, held={"optimizer": held}))
+    return _composed(f"reference-move:{','.join(held)}", inner, lambda: SettingMove(inner, inner.spec, held=held))
 
 
 def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] | None:
