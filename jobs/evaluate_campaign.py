@@ -51,9 +51,9 @@ def product_answer(row: dict, graph) -> dict | None:
     except ValueError as e:  # an option or batch the product refuses
         log.info("no product answer for %s b%s: %s", row["arch"], row["batch_size"], e)
         return None
-    times = {f"{t}{e}": getattr(getattr(p, t), k) for t in ("train_step_ms", "inference_ms")
-             for e, k in (("", "value"), ("_low", "low"), ("_high", "high"))}
-    return {**times, "train_power_w": p.train_power_w.value, "inference_power_w": p.power["inference_power_w"]}
+    banded = {f"{t}{e}": getattr(getattr(p, t), k) for t in ("train_step_ms", "inference_ms", "train_power_w")
+              if getattr(p, t) is not None for e, k in (("", "value"), ("_low", "low"), ("_high", "high"))}
+    return {**banded, "inference_power_w": p.power["inference_power_w"]}
 
 
 @dataclass
