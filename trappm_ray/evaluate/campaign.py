@@ -314,11 +314,12 @@ def report(evaluations: list[CampaignEvaluation],
     lines += ["", "Power: training, the mean board power over a row's timed steps from NVML's energy counter "
               "(windows of 1 s and more; the sampled power reading is a trailing average of about a second and "
               "reads 1-2 s windows low); inference, the sampled readings' mean over windows of at least "
-              f"{POWER_WINDOW_S:g} s.", ""]
+              f"{POWER_WINDOW_S:g} s. Intervals: the product's 95% band for times, its 90% band for training "
+              "power (+-10%, the power model's leave-one-GPU-out p90 on Zeus's GPUs).", ""]
 
     def table(title: str, groups: dict[str, ErrorSummary]) -> list[str]:
         banded = any(s.covered_pct is not None for s in groups.values())
-        extra = (" 95% interval covers | its width (high / low) |", "---|---|") if banded else ("", "")
+        extra = (" interval covers | its width (high / low) |", "---|---|") if banded else ("", "")
         out = [f"### {title}", "", f"| setting | rows | median abs % | p90 abs % | bias % | worst % | worst row |{extra[0]}",
                f"|---|---|---|---|---|---|---|{extra[1]}"]
         out += [f"| {g} | {s.rows} | {s.median_abs_pct:.1f} | {s.p90_abs_pct:.1f} | {s.median_signed_pct:+.1f} | "
