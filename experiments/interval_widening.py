@@ -4,7 +4,8 @@
 
 The product widens a conformal band (the spec-based predictor's, calibrated leaving each device
 out) in log space by the domain check's ratio of distance to threshold
-(:mod:`trappm_ray.model.domain`): ``mean x (low / mean) ** widen``. Checked on rows no predictor
+(:mod:`trappm_ray.model.domain`): ``mean x (low / mean) ** widen`` (capped at 2 since this ran,
+``domain.WIDEN_MAX``, which these rows never reach). Checked on rows no predictor
 saw, the GPU campaign's (an H200: no labels of it anywhere), through ``trappm_ray.predict`` as a
 user asks: per row the answer, its band, the widening and the measurement (``rows.parquet``,
 written once and reused). Printed per rule of the exponent (none, as shipped, capped, logarithmic)
