@@ -231,12 +231,12 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
                 def step(b: int, t: str, at_batch=at_batch, s=learned_in, spec=spec, host=host) -> StepEstimate:
                     return step_time(at_batch[b], spec, s, STEP_MODES[t], host)
 
-                row_at, notes = batch_envelope.moved(above_rows[0], batch, batches[0], step,
-                                                     time_floors(graph, chosen, learned_in))
+                times = time_floors(graph, chosen, setting)
+                row_at, notes = batch_envelope.moved(above_rows[0], batch, batches[0], step, times
+                                                     if learned_in is setting else time_floors(graph, chosen, learned_in))
                 row.update(row_at)
                 if learned_in is not setting:  # then to the setting asked (SettingMove)
                     chosen.move(row, graph, setting, learned_in)
-                times = time_floors(graph, chosen, setting)
             else:
                 times = None
                 notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
