@@ -184,6 +184,21 @@ class SettingMove:
                 row[f"{t}_floor"] *= _roofline_ms(graph, self.spec, asked, mode) / _roofline_ms(graph, self.spec, base, mode)
 
 
+def held_at_fp32(row: dict[str, float], fp32: dict[str, float]) -> list[str]:
+    """Scale ``row`` (a TF32 answer) in place down to ``fp32`` (the same model's fp32 answer) per
+    time it exceeds: TF32 is fp32's work with the matrix products on faster units, so it is never
+    slower (two derivations, one from the AMP reference and one from the fp32 answer, may disagree
+    in level: an L4's ResNet-50 read 1.4x its fp32 step). Returns the note where it held."""
+    held = []
+    for t in MODES:
+        if t in row and t in fp32 and row[t] > fp32[t] > 0:
+            ratio = fp32[t] / row[t]
+            row.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
+            held.append(t)
+    return [f"{', '.join(held)}: held at this model's fp32 answer, which TF32 (fp32 with its matrix products on "
+            "tensor cores) is never slower than; the answer moved from AMP read slower"] if held else []
+
+
 def _roofline_ms(graph, spec: devices.DeviceSpec, setting: dict, mode: str) -> float:
     """The roofline floor of ``setting`` (recompute and accumulation add work; the floor of the
     plain step stays a floor of theirs)."""
@@ -228,4 +243,4 @@ class TargetFill(_WithSpecModel):
         return rows
 
 
-__all__ = ["NEAREST", "SettingRatio", "SettingMove", "TargetFill"]
+__all__ = ["NEAREST", "SettingRatio", "SettingMove", "TargetFill", "held_at_fp32"]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-from dataclasses import asdict
+from dataclasses import asdict, dataclass, replace
 
 import onnx
 
@@ -25,7 +25,7 @@ from trappm_ray import errors
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.model.options import resolve as resolve_options, step_fields
-from trappm_ray.model.compositions import SettingMove
+from trappm_ray.model.compositions import SettingMove, held_at_fp32
 from trappm_ray.model.estimator import Estimator, device_of, model_version
 from trappm_ray.model import correction, launch
 from trappm_ray.model.launch import step_host_us
@@ -155,11 +155,61 @@ def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
                memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
 
 
+@dataclass
+class Answered:
+    """One item's answer before the passes after the network (:func:`build_prediction`).
+
+    Attributes:
+        row: the predictor's row at the batch and setting asked (targets, bands, floors).
+        graph, proto, sha: the model's graph at the batch asked, its ONNX and its digest.
+        chosen: the estimator that answered.
+        times: the time floors the row was held at (None: :func:`build_prediction` computes them).
+        notes: how the row was moved (batch, anchor, held correction).
+        faster_than_fp32: a TF32 row moved from another precision's answer: it must not read
+            slower than the same model's fp32 answer (:func:`held_at_fp32`).
+    """
+
+    row: dict[str, float]
+    graph: Graph
+    proto: onnx.ModelProto
+    sha: str
+    chosen: Estimator
+    times: dict[str, float] | None
+    notes: list[str]
+    faster_than_fp32: bool
+
+
 def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator
                  ) -> list[Prediction | errors.ModelError]:
     """Predict ``(onnx bytes, options, label)`` items with one pass per predictor over all graphs
     (``predictor``, or the one an item's ``opts.device`` names). A bad model yields its
     :class:`errors.ModelError` in its slot; the others are unaffected."""
+    answers = answer_rows(models, predictor)
+    tf32 = [i for i, a in enumerate(answers) if isinstance(a, Answered) and a.faster_than_fp32]
+    if tf32:
+        fp32 = answer_rows([(models[i][0], replace(models[i][1], precision="fp32"), models[i][2]) for i in tf32], predictor)
+        for i, f in zip(tf32, fp32):
+            a = answers[i]
+            if isinstance(a, Answered) and isinstance(f, Answered):
+                a.notes += held_at_fp32(a.row, f.row)
+    out: list[Prediction | errors.ModelError] = []
+    for (data, opts, label), a in zip(models, answers):
+        if not isinstance(a, Answered):
+            out.append(a)
+            continue
+        p = build_prediction(a.row, a.graph, a.chosen, opts, label, a.sha, a.times)
+        p.notes += a.notes
+        if opts.memory_budget_mb is not None:
+            p.max_batch_size = largest_batch(
+                lambda b, a=a, opts=opts: memory_at(a.proto, opts, b, a.chosen, a.graph), opts.memory_budget_mb, opts.max_batch)
+        out.append(p)
+    return out
+
+
+def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator
+                ) -> list[Answered | errors.ModelError]:
+    """Each item's row at its batch and setting (:func:`predict_many`'s first half): one pass per
+    predictor over all graphs, each moved from its anchor batch and to the setting asked."""
     out: list = [None] * len(models)
     cache: dict[tuple, object] = {}  # a sweep reads its model and featurizes it once where it can
     known: dict[tuple, Graph] = {}  # per model, resolution and dims: a graph to re-batch
@@ -220,7 +270,6 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
         rows = chosen.predict_graphs([g for _, g, _ in slots.values()], [s for *_, s in slots.values()])
         spec, host = gpu_spec(chosen), step_host_us(chosen.manifest.launch)
         for i, proto, sha, graph, setting, learned_in, batches, on_gpu, keys in items:
-            data, opts, label = models[i]
             row, *above_rows = ({} if k is None else dict(rows[slots[k][0]]) for k in keys)
             batch = int(graph.static["batch_size"])
             learned = (above_rows[0], slots[keys[1]][1]) if on_gpu and batches else (row, graph)  # the network's
@@ -241,13 +290,11 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
                 times = None
                 notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
                                              batches[-1] if batches else 0)
-            p = build_prediction(row, graph, chosen, opts, label, sha, times)
-            p.notes += ([text_notes[i]] if i in text_notes else []) + held + notes
-            if opts.memory_budget_mb is not None:
-                p.max_batch_size = largest_batch(
-                    lambda b, proto=proto, opts=opts, chosen=chosen, graph=graph: memory_at(proto, opts, b, chosen, graph),
-                    opts.memory_budget_mb, opts.max_batch)
-            out[i] = p
+            # moved from another precision's answer (the AMP reference's): checked against fp32's
+            from_other = (isinstance(chosen, SettingMove) and setting["precision"] == "tf32"
+                          and chosen.base(setting).get("precision") not in ("tf32", "fp32"))
+            out[i] = Answered(row, graph, proto, sha, chosen, times,
+                              ([text_notes[i]] if i in text_notes else []) + held + notes, from_other)
     return out
 
 
@@ -327,5 +374,5 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
     return result
 
 
-__all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict", "predict_many", "load_predictor",
+__all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict", "predict_many", "answer_rows", "Answered", "load_predictor",
            "device_catalog", "model_bytes", "build_prediction", "model_version", "device_of"]

@@ -22,6 +22,7 @@ from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.floor_ratio import covers, image_only, keeps_own
 from trappm_ray.model.compositions import SettingMove, SettingRatio, TargetFill
+from trappm_ray.model.device_features import HALF
 
 _LOADED: dict[str, Any] = {}  # URI or key -> a loaded predictor, model or anchors
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
@@ -269,19 +270,21 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
     return from_reference(moved, setting), setting
 
 
-# Precisions of one arithmetic (16-bit tensor-core math): a spec-based answer in one of them that
-# its reference's labels do not hold moves from the one they do. fp32 and TF32 keep the spec
-# model's own answer: on the H200 campaign's fp32 rows it read 10.5% median, where a move from
-# the reference's AMP answer would add the step model's fp32 / AMP ratio error, 23.8% median, to
-# that answer's own 25% (docs/results-campaign.md).
-HALF = ("amp-fp16", "amp-bf16", "fp16", "bf16")
+# Precisions a spec-based answer moves from its reference's AMP answer where the reference's
+# labels do not hold them: the 16-bit ones (one arithmetic) and TF32 (the tensor cores at half
+# their 16-bit rate, activations in fp32). On the H200 campaign's 192 TF32 rows the move reads the
+# training step 19.4% off (median; 31.7% at batch >= 32) where the spec model's own TF32 answer read
+# 22.6% (42.1%), which took TF32 transformers for barely slower than AMP; inference 24.4% against
+# 31.3%. fp32 keeps the spec model's own answer, trained on many fp32 rows: 10.5% median on the
+# campaign's 49 fp32 rows, 10.8% moved (experiments/tf32_route.py).
+MOVED_FROM_AMP = (*HALF, "tf32")
 
 
 def from_reference(chosen: Estimator, setting: dict) -> Estimator:
     """``chosen``, or where it is a spec-based predictor (or a setting move of one) whose
     reference transfer covers ``setting``'s base but for its optimizer (``none`` on an H100, which
-    the spec model's own rows hold) or its 16-bit precision (pure fp16, whose own rows on older
-    GPUs read an H100's ResNet-50 step 13% slower than AMP), the reference's answer moved by the
+    the spec model's own rows hold) or its 16-bit or TF32 precision (:data:`MOVED_FROM_AMP`; pure
+    fp16's own rows on older GPUs read an H100's ResNet-50 step 13% slower than AMP), the reference's answer moved by the
     step model (:class:`SettingMove`): settings next to each other rest on one level, and doing
     less work never reads slower."""
     inner = chosen.inner if isinstance(chosen, SettingMove) else chosen
@@ -291,7 +294,8 @@ def from_reference(chosen: Estimator, setting: dict) -> Estimator:
     base = chosen.base(setting) if isinstance(chosen, SettingMove) else setting
     options = ref.manifest.options
     held = {"optimizer": list(options.get("optimizer") or []),
-            "precision": [p for p in options.get("precision") or [] if p in HALF] if base.get("precision") in HALF else []}
+            "precision": [p for p in options.get("precision") or [] if p in HALF]
+            if setting.get("precision") in MOVED_FROM_AMP else []}
     held = {f: values for f, values in held.items() if values and base.get(f) not in values}
     if not held or not covers(ref.manifest, {**base, **{f: v[0] for f, v in held.items()}}, "train"):
         return chosen
