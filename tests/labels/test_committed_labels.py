@@ -11,7 +11,7 @@ from trappm_ray.labels.label_join import UNJOINED_FILE
 from trappm_ray.labels import store
 from trappm_ray.labels.campaign_import import is_campaign_device
 from trappm_ray.graph.rows import GRAPHS_FILE
-from trappm_ray.labels.examples import GRAPH_KEY, load_examples
+from trappm_ray.labels.examples import GRAPH_KEY, load_examples, same_model
 from trappm_ray.labels.public import read_raw
 from trappm_ray.labels.store import compact_labels, device_slugs
 
@@ -80,3 +80,16 @@ def test_every_imported_ok_row_joins_or_is_listed_with_a_reason(slug):
 
 def test_unjoined_list_is_current():
     assert not set(_unjoined()) & _graph_keys()  # a listed key that has a graph is stale
+
+
+def test_a_row_does_not_join_the_graph_of_another_model_exported_under_its_name():
+    """timm builds ``resnext101_32x8d`` (89 M parameters) for ``ig_resnext101_32x48d`` (the row
+    states 828 M): that graph is not the model measured, so the examples leave the row out; a
+    graph that keeps buffers as initializers (more parameters than stated) still joins."""
+    graphs = {(g["arch"], g["resolution"], g["batch_size"]): g for g in
+              storage.read_table(storage.join(LABELS, GRAPHS_FILE), columns=[*GRAPH_KEY, "params"]).to_pylist()}
+    rows = {r["arch"]: r for r in compact_labels(LABELS, "rtx3090-amp").to_pylist()
+            if r["status"] == "ok" and r["arch"] in ("ig_resnext101_32x48d", "resnext101_32x8d", "nf_resnet50")}
+    joined = {a: same_model(r, graphs[tuple(r[k] for k in GRAPH_KEY)]) for a, r in rows.items()}
+    assert joined == {"ig_resnext101_32x48d": False, "resnext101_32x8d": True, "nf_resnet50": True}
+    assert same_model({"params": None}, {"params": 1.0}) and not same_model({"params": 100.0}, {"params": 89.0})

@@ -26,19 +26,34 @@ from trappm_ray.targets import TARGETS, label_column
 log = logging.getLogger(__name__)
 
 GRAPH_KEY = ("arch", "resolution", "batch_size")  # a label row joins the graph of this key
+# A graph holds every parameter of the model measured, and more where the export keeps buffers as
+# initializers (relative-position tables, weight-standardized copies: up to 4.7x); one with fewer
+# than this share of the row's stated parameters is another model exported under the row's name
+# (timm maps ``ig_resnext101_32x48d``, 828 M parameters, to ``resnext101_32x8d``, 89 M).
+LEAST_PARAMS_SHARE = 0.9
+
+
+def same_model(row: dict, graph: dict) -> bool:
+    """Whether ``graph`` (a graph row) can be the model label ``row`` measured: False where the
+    row states its parameter count and the graph holds fewer than :data:`LEAST_PARAMS_SHARE` of it."""
+    stated, held = row.get("params"), graph.get("params")
+    return not stated or held is None or held >= LEAST_PARAMS_SHARE * stated
 
 
 def join_graphs(labels_dir: str, corpus: str) -> dict:
     """Write ``<labels_dir>/graphs.parquet``: the corpus graph of every labeled key, any device.
 
     Returns:
-        Counts: labeled keys, keys joined, and the keys with no graph (listed).
+        Counts: labeled keys, keys joined, the keys with no graph and those whose graph is another
+        model (:func:`same_model`; listed).
     """
-    keys = set()
+    keys, stated = set(), {}
     for slug in device_slugs(labels_dir):
-        t = ok_labels(labels_dir, slug)
-        keys |= set(zip(*(t.column(k).to_pylist() for k in GRAPH_KEY)))
-    tables, missing = [], []
+        for r in ok_labels(labels_dir, slug).to_pylist():
+            key = tuple(r[k] for k in GRAPH_KEY)
+            keys.add(key)
+            stated[key] = max(stated.get(key) or 0, r.get("params") or 0)
+    tables, missing, other = [], [], []
     columns = ["arch", "family", "exporter", "graph_version", *GRAPH_COLUMNS]
     for arch, res in sorted({(a, r) for a, r, _ in keys}):
         uri = storage.join(corpus, "graphs", f"{task_name(arch, res)}.parquet")
@@ -49,12 +64,15 @@ def join_graphs(labels_dir: str, corpus: str) -> dict:
         t = storage.read_table(uri, columns=list(dict.fromkeys(columns)))
         t = t.filter(pc.is_in(t.column("batch_size"), pa.array(wanted, t.column("batch_size").type)))
         missing += [(arch, res, b) for b in sorted(set(wanted) - set(t.column("batch_size").to_pylist()))]
-        tables.append(t)
+        kept = [same_model({"params": stated[(arch, res, b)]}, {"params": p})
+                for b, p in zip(t.column("batch_size").to_pylist(), t.column("params").to_pylist())]
+        other += [(arch, res, b) for b, ok in zip(t.column("batch_size").to_pylist(), kept) if not ok]
+        tables.append(t.filter(pa.array(kept, pa.bool_())))
     joined = pa.concat_tables(tables, promote_options="permissive") if tables else None
     if joined is not None:
         storage.write_table(joined, storage.join(labels_dir, GRAPHS_FILE))
     return {"labeled_keys": len(keys), "joined": 0 if joined is None else joined.num_rows,
-            "missing": missing}
+            "missing": missing, "another_model": other}
 
 
 @dataclass
@@ -112,6 +130,7 @@ def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
     table = table.filter(pc.is_in(table.column("arch"), pa.array(sorted({r["arch"] for r in labels}),
                                                                   table.column("arch").type)))
     by_key = {key(g): g for g in table.to_pylist()}
+    labels = [r for r in labels if key(r) not in by_key or same_model(r, by_key[key(r)])]
     missing = [key(r) for r in labels if key(r) not in by_key]
     if missing and not skip_unjoined:
         raise ValueError(f"{len(missing)} label rows have no graph, e.g. {missing[:3]}: "
@@ -138,5 +157,5 @@ def load_examples(labels_dir: str, slug: str, feature_set: str = "v2",
     return Examples(rows, data, feature_set)
 
 
-__all__ = ["GRAPH_KEY", "join_graphs", "count_joined", "Examples",
+__all__ = ["GRAPH_KEY", "LEAST_PARAMS_SHARE", "same_model", "join_graphs", "count_joined", "Examples",
            "load_examples"]

@@ -14,7 +14,7 @@ import pyarrow.parquet as pq
 from trappm_ray import devices, storage
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.graph.rows import GRAPHS_FILE
-from trappm_ray.labels.examples import GRAPH_KEY
+from trappm_ray.labels.examples import GRAPH_KEY, same_model
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.model.device_features import (SETTING_COLS, feature_vector, optimizer_of, roofline_features,
                                               settings_of)
@@ -65,7 +65,7 @@ def examples(labels: str, corpora: tuple[str, ...] = (), slugs: tuple[str, ...] 
             for r in have:
                 r["precision"] = r.get("precision") or "fp32"
                 g = index.get((r["arch"], r["resolution"], r["batch_size"]))
-                if g is None:
+                if g is None or not same_model(r, g):
                     continue
                 s = settings_of(r, target)
                 key = (g["arch"], g["resolution"], g["batch_size"], spec.slug, r["precision"], mode,
