@@ -165,7 +165,7 @@ class Answered:
         chosen: the estimator that answered.
         times: the time floors the row was held at (None: :func:`build_prediction` computes them).
         notes: how the row was moved (batch, anchor, held correction).
-        faster_than_fp32: a TF32 row moved from another precision's answer: it must not read
+        checked_against_fp32: a TF32 row moved from another precision's answer: it must not read
             slower than the same model's fp32 answer (:func:`held_at_fp32`).
     """
 
@@ -176,7 +176,7 @@ class Answered:
     chosen: Estimator
     times: dict[str, float] | None
     notes: list[str]
-    faster_than_fp32: bool
+    checked_against_fp32: bool
 
 
 def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator
@@ -185,7 +185,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
     (``predictor``, or the one an item's ``opts.device`` names). A bad model yields its
     :class:`errors.ModelError` in its slot; the others are unaffected."""
     answers = answer_rows(models, predictor)
-    tf32 = [i for i, a in enumerate(answers) if isinstance(a, Answered) and a.faster_than_fp32]
+    tf32 = [i for i, a in enumerate(answers) if isinstance(a, Answered) and a.checked_against_fp32]
     if tf32:
         fp32 = answer_rows([(models[i][0], replace(models[i][1], precision="fp32"), models[i][2]) for i in tf32], predictor)
         for i, f in zip(tf32, fp32):
@@ -193,7 +193,7 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             if isinstance(a, Answered) and isinstance(f, Answered):
                 a.notes += held_at_fp32(a.row, f.row)
     out: list[Prediction | errors.ModelError] = []
-    for (data, opts, label), a in zip(models, answers):
+    for (_, opts, label), a in zip(models, answers):
         if not isinstance(a, Answered):
             out.append(a)
             continue
