@@ -331,13 +331,17 @@ def test_a_tf32_step_rests_on_the_reference_amp_answer():
     assert runs["amp-bf16"].train_step_ms.value < runs["tf32"].train_step_ms.value < runs["fp32"].train_step_ms.value
     assert any("precision tf32, optimizer adamw: its reference predictor's labels do not hold it; the answer in "
                "precision amp-fp16" in n for n in runs["tf32"].notes)
-    # where the AMP answer and the fp32 one disagree in level (an L4 on a GEMM chain: moved from
-    # AMP, TF32 read 1.8x fp32), TF32 is held at fp32's answer
-    deep = B.residual_chain(blocks=8, d=1024)
-    tf32, fp32 = (P.predict(deep, 4096, device="l4", precision=p, optimizer="adamw") for p in ("tf32", "fp32"))
-    assert tf32.train_step_ms.value == pytest.approx(fp32.train_step_ms.value, rel=1e-6)
-    assert tf32.train_step_ms.high <= fp32.train_step_ms.high * (1 + 1e-6)
-    assert any("held at this model's fp32 answer" in n for n in tf32.notes)
+    # where the AMP answer and the fp32 one disagree in level (on an L4, moved from AMP, TF32 read
+    # convnext_atto 1.6x and poolformerv2_s12 1.5x their fp32 step), TF32 is held at fp32's answer
+    held = 0
+    for name in ("convnext_atto", "poolformerv2_s12", "densenet121", "resnet10t"):
+        tf32, fp32 = (P.predict(f"data/sample/onnx/{name}@64.onnx", 256, device="l4", precision=p, optimizer="adamw")
+                      for p in ("tf32", "fp32"))
+        assert tf32.train_step_ms.value <= fp32.train_step_ms.value * (1 + 1e-6), name
+        if any("held at this model's fp32 answer" in n for n in tf32.notes):
+            held += 1
+            assert tf32.train_step_ms.value == pytest.approx(fp32.train_step_ms.value, rel=1e-6)
+    assert held
 
 
 def test_a_tf32_row_is_held_at_the_fp32_rows_times_only_where_it_reads_slower():
