@@ -188,7 +188,7 @@ def held_at_fp32(row: dict[str, float], fp32: dict[str, float]) -> list[str]:
     """Scale ``row`` (a TF32 answer) in place down to ``fp32`` (the same model's fp32 answer) per
     time it exceeds: TF32 is fp32's work with the matrix products on faster units, so it is never
     slower (two derivations, one from the AMP reference and one from the fp32 answer, may disagree
-    in level: an L4's ResNet-50 read 1.4x its fp32 step). Returns the note where it held."""
+    in level: an L4's EfficientNet-B0 read 1.9x its fp32 step). Returns the note where it held."""
     held = []
     for t in MODES:
         if t in row and t in fp32 and row[t] > fp32[t] > 0:
