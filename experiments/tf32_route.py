@@ -34,7 +34,7 @@ FOLDERS = ("h200-sxm-141gb-tf32", "h200-sxm-141gb-fp32")
 MODELS = ("resnet50", "vit_base_patch16_224", "convnext_tiny", "efficientnet_b0", "swin_tiny_patch4_window7_224",
           "data/sample/onnx/densenet121@64.onnx")
 GPUS = ("l4", "a10", "a100", "h100", "rtx4090", "rtx3090")
-TARGETS = {"train_step_ms": "train_step_ms", "inference_ms": "inference_ms"}
+TARGETS = ("train_step_ms", "inference_ms")
 
 
 def answers() -> pd.DataFrame:

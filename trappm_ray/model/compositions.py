@@ -50,6 +50,11 @@ class _WithSpecModel:
         self.spec_predictor.check(setting)
 
 
+def scaled(row: dict[str, float], t: str, ratio: float) -> dict[str, float]:
+    """Target ``t`` of ``row`` with its spread and band, each times ``ratio``."""
+    return {k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row}
+
+
 class SettingRatio(_WithSpecModel):
     """A shipped GPU predictor answering an option it was never trained on, through the spec-based
     predictor of the same device, which was trained on the device's rows in that option.
@@ -90,7 +95,7 @@ class SettingRatio(_WithSpecModel):
             moved = {}
             for t in self.targets:
                 ratio = a[t] / b[t]
-                moved.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
+                moved.update(scaled(row, t, ratio))
                 moved.update({k: a[k] for k in (f"{t}_floor", f"{t}_kernels") if k in a})  # the requested setting's
             out.append(moved)
         return out
@@ -178,7 +183,7 @@ class SettingMove:
         if "train_memory_mb" in row:  # measured memory, moved by the CUDA memory model
             ratios["train_memory_mb"] = _memory_mb(graph, asked) / _memory_mb(graph, base)
         for t, ratio in ratios.items():
-            row.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
+            row.update(scaled(row, t, ratio))
         for t, mode in MODES.items():  # the floor of the asked setting, not the base's
             if f"{t}_floor" in row:
                 row[f"{t}_floor"] *= _roofline_ms(graph, self.spec, asked, mode) / _roofline_ms(graph, self.spec, base, mode)
@@ -193,7 +198,7 @@ def held_at_fp32(row: dict[str, float], fp32: dict[str, float]) -> list[str]:
     for t in MODES:
         if t in row and t in fp32 and row[t] > fp32[t] > 0:
             ratio = fp32[t] / row[t]
-            row.update({k: row[k] * ratio for k in (t, f"{t}_std", f"{t}_low", f"{t}_high") if k in row})
+            row.update(scaled(row, t, ratio))
             held.append(t)
     return [f"{', '.join(held)}: held at this model's fp32 answer, which TF32 (fp32 with its matrix products on "
             "tensor cores) is never slower than; the answer moved from AMP read slower"] if held else []
@@ -243,4 +248,4 @@ class TargetFill(_WithSpecModel):
         return rows
 
 
-__all__ = ["NEAREST", "SettingRatio", "SettingMove", "TargetFill", "held_at_fp32"]
+__all__ = ["NEAREST", "SettingRatio", "SettingMove", "TargetFill", "held_at_fp32", "scaled"]

@@ -184,10 +184,12 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
     """Predict ``(onnx bytes, options, label)`` items with one pass per predictor over all graphs
     (``predictor``, or the one an item's ``opts.device`` names). A bad model yields its
     :class:`errors.ModelError` in its slot; the others are unaffected."""
-    answers = answer_rows(models, predictor)
+    cache: dict[tuple, object] = {}  # the fp32 pass below reuses the models read and featurized
+    answers = answer_rows(models, predictor, cache)
     tf32 = [i for i, a in enumerate(answers) if isinstance(a, Answered) and a.checked_against_fp32]
     if tf32:
-        fp32 = answer_rows([(models[i][0], replace(models[i][1], precision="fp32"), models[i][2]) for i in tf32], predictor)
+        fp32 = answer_rows([(models[i][0], replace(models[i][1], precision="fp32"), models[i][2]) for i in tf32],
+                           predictor, cache)
         for i, f in zip(tf32, fp32):
             a = answers[i]
             if isinstance(a, Answered) and isinstance(f, Answered):
@@ -206,12 +208,14 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
     return out
 
 
-def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator
-                ) -> list[Answered | errors.ModelError]:
+def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator,
+                cache: dict[tuple, object] | None = None) -> list[Answered | errors.ModelError]:
     """Each item's row at its batch and setting (:func:`predict_many`'s first half): one pass per
-    predictor over all graphs, each moved from its anchor batch and to the setting asked."""
+    predictor over all graphs, each moved from its anchor batch and to the setting asked.
+    ``cache``: models read and graphs featurized, by digest, resolution, dims and batch (shared
+    between calls)."""
     out: list = [None] * len(models)
-    cache: dict[tuple, object] = {}  # a sweep reads its model and featurizes it once where it can
+    cache = {} if cache is None else cache  # a sweep reads its model and featurizes it once where it can
     known: dict[tuple, Graph] = {}  # per model, resolution and dims: a graph to re-batch
     passes: dict[int, tuple] = {}  # per predictor: its items, and each (graph, setting) once
     text_notes: dict[int, str] = {}
