@@ -73,7 +73,8 @@ def test_the_shipped_weights_carry_their_provenance_and_error(tmp_path):
     shipped = json.loads(W.FITTED.read_text())
     assert "zeus" in shipped["source"] and shipped["command"] == "python jobs/evaluate_power.py"
     model = W.PowerModel.load()
-    assert model.error_p90 == shipped["error_p90"] and model.w_per_tflop == shipped["w_per_tflop"] > 0
+    assert list(model.band) == shipped["band"] and model.w_per_tflop == shipped["w_per_tflop"] > 0
+    assert model.band[0] < 1 < model.band[1]
     assert W.PowerModel.load(tmp_path / "none.json") == W.PowerModel()
 
 

@@ -315,7 +315,8 @@ def report(evaluations: list[CampaignEvaluation],
               "(windows of 1 s and more; the sampled power reading is a trailing average of about a second and "
               "reads 1-2 s windows low); inference, the sampled readings' mean over windows of at least "
               f"{POWER_WINDOW_S:g} s. Intervals: the product's 95% band for times, its 90% band for training "
-              "power (+-10%, the power model's leave-one-GPU-out p90 on Zeus's GPUs).", ""]
+              "power (`docs/results-power.md`: set on these rows and Zeus's GPUs together, so its coverage "
+              "here is not a held-out figure; that table gives the band set without this GPU).", ""]
 
     def table(title: str, groups: dict[str, ErrorSummary]) -> list[str]:
         banded = any(s.covered_pct is not None for s in groups.values())

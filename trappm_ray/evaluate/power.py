@@ -44,6 +44,7 @@ UNCAPPED = 0.97  # a row whose power is below this share of its limit ran at ful
 # ShuffleNetV2 on 32-px CIFAR images waits on it (0.1-0.5), which no graph shows.
 GPU_BOUND = ("torchvision_resnet50", "bert_base_cls", "bert_base_qa")
 BUSY_FOR_FLOOR = 0.9  # the measured busy share of the rows the voltage floor is fitted on
+BAND_COVERAGE = 0.9  # a power answer's interval: 90% of a held-out GPU's rows
 
 
 @dataclass(frozen=True)
@@ -178,13 +179,15 @@ def summary(found: list[dict]) -> dict[str, dict]:
     return out
 
 
-def campaign(labels_dir: str, model: PowerModel) -> dict[str, dict]:
+def campaign(labels_dir: str, model: PowerModel) -> tuple[dict[str, dict], dict[str, np.ndarray]]:
     """The GPU campaign's training rows with a measured mean power (NVML's energy counter over the
     timed steps, :func:`~trappm_ray.labels.campaign_import.mean_train_power_w`) as a GPU none of
     ``model`` was fitted on: per precision, per model, every row and those at batch >= ``BUSY_BATCH``, the
     error of the answer as the product makes it (the step model's busy share), and with the
-    measured step time as the busy share (what is left when the time is right)."""
+    measured step time as the busy share (what is left when the time is right); and per GPU
+    every row's measured / answered power (:func:`band`)."""
     found: dict[str, list] = defaultdict(list)
+    ratios: dict[str, list[float]] = defaultdict(list)
     for slug in device_slugs(labels_dir):
         if not is_campaign_device(labels_dir, slug):
             continue
@@ -200,12 +203,33 @@ def campaign(labels_dir: str, model: PowerModel) -> dict[str, dict]:
             row = (step_power(step, spec, model).power_w / watts - 1,
                    step_power(step, spec, model, busy=busy).power_w / watts - 1,
                    f"{r['arch']}@{r['resolution']} b{r['batch_size']}")
+            ratios[spec.slug].append(1 / (1 + row[0]))
             for group in (r["precision"], "all", *(["all, batch >= 32"] if r["batch_size"] >= BUSY_BATCH else []),
                           f"model {r['arch']}"):
                 found[f"{spec.slug} {group}"].append(row)
-    return {group: {**asdict(ErrorSummary.of([(e[0], e[2]) for e in errs])),
-                    "timed_mape": float(np.mean([abs(e[1]) for e in errs]) * 100)}
-            for group, errs in sorted(found.items())}
+    return ({group: {**asdict(ErrorSummary.of([(e[0], e[2]) for e in errs])),
+                     "timed_mape": float(np.mean([abs(e[1]) for e in errs]) * 100)}
+             for group, errs in sorted(found.items())}, {g: np.array(v) for g, v in ratios.items()})
+
+
+def band(ratios: dict[str, np.ndarray], coverage: float = BAND_COVERAGE) -> tuple[float, float]:
+    """(low, high) measured / answered power: the lowest of the GPUs' lower and the highest of
+    their upper quantiles holding ``coverage`` of each GPU's held-out rows (half the miss on either
+    side). A GPU's answers share a bias of their own (the H200's memory-bound steps draw less than
+    a busy Volta's): the band must hold for the GPU that needed the widest, not for rows pooled."""
+    tail = (1 - coverage) / 2
+    return (float(min(np.quantile(v, tail) for v in ratios.values())),
+            float(max(np.quantile(v, 1 - tail) for v in ratios.values())))
+
+
+def band_checks(ratios: dict[str, np.ndarray]) -> dict[str, dict]:
+    """Per GPU, the band from the other GPUs' rows and the share of its own rows inside it:
+    whether an interval set without a GPU holds on it."""
+    out = {}
+    for gpu, own in ratios.items():
+        lo, hi = band({g: v for g, v in ratios.items() if g != gpu})
+        out[gpu] = {"rows": len(own), "band": [lo, hi], "coverage": float(np.mean((own >= lo) & (own <= hi)) * 100)}
+    return out
 
 
 def run(power_labels: str = LABELS, labels_dir: str | None = None) -> dict:
@@ -218,13 +242,16 @@ def run(power_labels: str = LABELS, labels_dir: str | None = None) -> dict:
     out: dict[str, dict] = {by: {"summary": summary(found := held_out(rows, stepped, by)), "rows": found}
                             for by in ("gpu", "workload")}
     model = fitted(rows, stepped)
-    errors = np.abs(_errors([f for f in out["gpu"]["rows"] if f["workload"] in GPU_BOUND]))
-    out["fitted"] = {"w_per_tflop": model.w_per_tflop, "voltage_floor": model.voltage_floor, "error_p90": float(np.quantile(errors, 0.9)),
+    ratios = {g: 1 / (1 + _errors([f for f in out["gpu"]["rows"] if f["workload"] in GPU_BOUND and f["gpu"] == g]))
+              for g in sorted({r.gpu for r in rows})}
+    if labels_dir:
+        out["campaign"], campaign_ratios = campaign(labels_dir, model)
+        ratios.update(campaign_ratios)
+    out["band"] = band_checks(ratios)
+    out["fitted"] = {"w_per_tflop": model.w_per_tflop, "voltage_floor": model.voltage_floor, "band": list(band(ratios)),
                      "source": "ml-energy/zeus @ 75a8b93 (Apache-2.0), summary_power_{p100,rtx6000,v100}.csv: "
                                f"{sum(r.power_w < UNCAPPED * r.limit_w for r in rows)} rows below their power limit",
                      "command": "python jobs/evaluate_power.py"}
-    if labels_dir:
-        out["campaign"] = campaign(labels_dir, model)
     return out
 
 
@@ -281,8 +308,14 @@ def markdown(result: dict, seconds: float) -> str:
               f"limit, and a voltage floor of {f['voltage_floor']:.2f} of the full-clock voltage, fitted on the "
               "slowdowns of the rows whose GPU was busy for at least "
               f"{100 * BUSY_FOR_FLOOR:.0f}% of the measured iteration (`trappm_ray/data/power_model.json`). A power "
-              f"answer's interval is +-{100 * f['error_p90']:.0f}%, the 90th percentile of the leave-one-GPU-out "
-              "error on the GPU-bound workloads.", "",
+              f"answer's 90% interval is {f['band'][0]:.2f}-{f['band'][1]:.2f}x the answer (never below idle nor above "
+              "the limit): measured / answered power on the rows of GPUs the weight was not fitted on (Zeus's "
+              "GPU-bound workloads, each GPU left out; the campaign's rows), from the lowest of their 5th to the "
+              "highest of their 95th percentiles: a GPU's answers share a bias of its own, so the band is the one "
+              "the widest GPU needed, not a pooled one. Whether such a band holds on a GPU it was not set on:", "",
+              "| GPU | rows | band from the other GPUs | its rows inside |", "|---|---|---|---|",
+              *[f"| {g} | {v['rows']} | {v['band'][0]:.2f}-{v['band'][1]:.2f}x | {v['coverage']:.0f}% |"
+                for g, v in result["band"].items()], "",
               "Why a voltage floor: a power limit lowers the SM clock, and with it the voltage, down to the "
               "lowest voltage the chip runs at; below that clock, power falls only in proportion to the "
               "clock. With the voltage following the clock all the way down (the clock-cubed law) deep caps "

@@ -51,6 +51,9 @@ IDLE_SHARE = 0.12
 LEAST_CLOCK = 0.05
 # Power limits GPUs accept: from about 30-50% of TDP (P100 125 W, V100 100 W of 250) to TDP.
 LOWEST_LIMIT_SHARE = 0.3
+# An interval's factors on an answer where no held-out check set them: half the answer up to the
+# power limit (a wide band, stated as such, not a measured one).
+UNCHECKED_BAND = (0.5, float("inf"))
 # The weight fitted on every public power label, with its provenance and held-out error
 # (written by ``python jobs/evaluate_power.py``).
 FITTED = Path(__file__).resolve().parents[1] / "data" / "power_model.json"
@@ -64,14 +67,16 @@ class PowerModel:
     Attributes:
         w_per_tflop: W per fp32 TFLOP/s of peak at full clock while the GPU is busy; None, the
             unfitted physics: a busy GPU draws its TDP.
-        error_p90: 90th percentile of |predicted / measured - 1| leaving one GPU out (the
-            interval's half-width in ratio); None where never checked.
+        band: (low, high) measured / answered power holding 90% of the rows of each GPU the
+            weight was not fitted on (the lowest 5th and the highest 95th percentile over those
+            GPUs: a 90% interval's factors on the answer); None where never checked
+            (:data:`UNCHECKED_BAND`).
         voltage_floor: the lowest SM voltage as a share of its value at full clock; below the
             clock with that share, power falls only linearly with the clock (:data:`VOLTAGE_FLOORS`).
     """
 
     w_per_tflop: float | None = None
-    error_p90: float | None = None
+    band: tuple[float, float] | None = None
     voltage_floor: float = VOLTAGE_FLOORS[0]
 
     @classmethod
@@ -81,8 +86,13 @@ class PowerModel:
         if not path.exists():
             return cls()
         d = json.loads(path.read_text())
-        return cls(d["w_per_tflop"], error_p90=d.get("error_p90"),
+        band = d.get("band")
+        return cls(d["w_per_tflop"], band=(float(band[0]), float(band[1])) if band else None,
                    voltage_floor=d.get("voltage_floor", VOLTAGE_FLOORS[0]))
+
+    def interval_band(self) -> tuple[float, float]:
+        """The interval's factors on an answer (:attr:`band`, else :data:`UNCHECKED_BAND`)."""
+        return self.band or UNCHECKED_BAND
 
     def busy_w(self, spec: devices.DeviceSpec) -> float:
         """Dynamic power (W) of ``spec`` busy at full clock, before its power limit."""
@@ -122,9 +132,10 @@ class PowerEstimate:
         """Energy of one step (J)."""
         return self.power_w * self.step_ms / 1e3
 
-    def interval(self, error: float) -> tuple[float, float]:
-        """(low, high) W for a relative ``error`` either way; never above the limit."""
-        return self.power_w / (1 + error), min(self.power_w * (1 + error), self.limit_w)
+    def interval(self, band: tuple[float, float]) -> tuple[float, float]:
+        """(low, high) W: the answer times ``band``'s factors (:attr:`PowerModel.band`), never below
+        idle power nor above the limit."""
+        return max(self.power_w * band[0], self.idle_w), min(self.power_w * band[1], self.limit_w)
 
 
 def board_power(spec: devices.DeviceSpec) -> tuple[float, float]:
@@ -253,6 +264,6 @@ def fit_voltage_floor(model: PowerModel, rows: list[tuple[StepEstimate, devices.
     return replace(model, voltage_floor=float(floors[int(np.argmin(loss))]))
 
 
-__all__ = ["VOLTAGE_FLOORS", "IDLE_SHARE", "LEAST_CLOCK", "LOWEST_LIMIT_SHARE", "FITTED", "limit_refusal", "PowerModel",
+__all__ = ["VOLTAGE_FLOORS", "IDLE_SHARE", "UNCHECKED_BAND", "LEAST_CLOCK", "LOWEST_LIMIT_SHARE", "FITTED", "limit_refusal", "PowerModel",
            "PowerEstimate", "board_power", "power_basis", "answered_busy", "busy_share", "power_at", "step_power", "fit",
            "fit_voltage_floor"]

@@ -69,11 +69,13 @@ def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, lim
     train, infer = (step_time(graph, spec, setting, mode) for mode in ("train", "infer"))
     at, free = (step_power(train, spec, model, lim) for lim in (limit_w, None))
     at_infer = step_power(infer, spec, model, limit_w)
-    err = model.error_p90 if model.error_p90 is not None else 0.3
-    p.train_power_w = Estimate(at.power_w, *at.interval(err), at.power_w * err / 1.645, "W")
+    band = model.interval_band()
+    low, high = at.interval(band)
+    p.train_power_w = Estimate(at.power_w, low, high, (high - low) / 2 / 1.645, "W")
     notes = [f"power: idle {at.idle_w:.0f} W plus {model.busy_w(spec):.0f} W for the share of the step its kernels "
              f"keep the GPU busy ({power_basis(model, spec)}), held at the {at.limit_w:.0f} W limit; fitted on Zeus's P100, V100 "
-             f"and RTX 6000 measurements, within {100 * err:.0f}% on 90% of a GPU left out (docs/results-power.md)"]
+             f"and RTX 6000 measurements; 90% of the rows of GPUs it was not fitted on measured {band[0]:.2f}-{band[1]:.2f}x "
+             f"such an answer (docs/results-power.md)"]
     slowdown = at.step_ms / free.step_ms if free.step_ms > 0 else 1.0
     if slowdown > 1 + 1e-3 and p.train_step_ms is not None:
         e = p.train_step_ms
@@ -83,7 +85,7 @@ def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, lim
     gpus = (p.distributed or {}).get("gpus", 1)  # every GPU draws about what one does
     p.power = {"limit_w": at.limit_w, "clock": at.clock, "train_power_w": at.power_w,
                "total_train_power_w": gpus * at.power_w,
-               "inference_power_w": at_infer.power_w, "inference_power_interval_w": list(at_infer.interval(err)),
+               "inference_power_w": at_infer.power_w, "inference_power_interval_w": list(at_infer.interval(band)),
                "energy_per_step_j": gpus * at.power_w * p.train_step_ms.value / 1e3 if p.train_step_ms else None,
                "idle_w": at.idle_w, "tdp_w": at.tdp_w}
     return notes
