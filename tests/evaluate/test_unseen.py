@@ -16,7 +16,7 @@ def _answers(measured, family, fold, learned, physics, low, high) -> Answers:
     learned = np.asarray(learned, float)
     return Answers(np.asarray(measured, float), np.asarray(family), np.array([f"a{i}" for i in range(n)]),
                    np.full(n, 64), np.asarray(fold), learned, learned * 0.8, learned * 1.25,
-                   np.asarray(physics, float), np.asarray(low, float), np.asarray(high, float))
+                   np.asarray(physics, float), np.asarray(low, float), np.asarray(high, float), np.zeros(n, bool))
 
 
 def test_family_conformal_reads_only_the_other_folds_with_families_weighted_alike():
@@ -41,6 +41,8 @@ def test_shipped_answer_is_held_within_the_bounds_and_flagged():
     assert pred.tolist() == [150.0, 105.0]
     assert flag.tolist() == [True, False]
     assert lo[0] <= 80.0 and hi[0] >= 150.0  # a held answer's interval spans the bounds
+    a.layout[1] = True  # near physics, yet out of domain by its layout
+    assert candidates(a, EXACT)["shipped: learned held within the class bounds"][3].tolist() == [True, True]
 
 
 def test_summary_counts_large_errors_and_family_coverage():

@@ -101,6 +101,19 @@ def test_a_flagged_answer_spans_the_flagged_answers_band_as_well_as_the_bounds()
     assert narrow["t_low"] <= 100 * lo and narrow["t_high"] == pytest.approx(max(800.0 * 100 * hi / 700.0, 100 * hi))
 
 
+def test_a_channels_last_training_step_of_grouped_convolutions_is_out_of_domain_by_its_layout():
+    grouped = np.eye(len(K.CLASSES))[CONV] * 0.9 + np.eye(len(K.CLASSES))[GROUPED] * 0.1
+    assert C.layout_risk("train_step_ms", grouped, "nhwc")
+    assert not C.layout_risk("train_step_ms", grouped, "nchw") and not C.layout_risk("inference_ms", grouped, "nhwc")
+    assert not C.layout_risk("train_step_ms", np.eye(len(K.CLASSES))[CONV], "nhwc")  # dense convolutions only
+    bounds = fit_bounds(*synthetic())
+    wide = (np.log(0.5), np.log(3.0))
+    near = {"t": 100.0, "t_low": 90.0, "t_high": 110.0}  # the learned answer agrees with physics
+    note = C.hold(near, "t", 100.0, grouped, bounds, flagged_band=wide, layout=True)
+    assert near["t"] == 100.0 and near["t_high"] == pytest.approx(300.0) and near["t_low"] <= 50.0
+    assert "out of domain" in note and "channels-last" in note and "rests on physics" not in note
+
+
 def test_as_shipped_the_learned_answer_stands_within_the_bounds_and_physics_is_named():
     bounds = fit_bounds(*synthetic())
     conv = np.eye(len(K.CLASSES))[CONV]

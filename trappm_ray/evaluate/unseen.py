@@ -34,7 +34,8 @@ from trappm_ray.corpus import multires_models
 from trappm_ray.evaluate.gpu import ensemble, family_groups, fit_predict, val_by_family
 from trappm_ray.evaluate.gpu_gnn import GnnModel
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.model.correction import FLAG, CorrectionBounds, out_of_domain, widened
+from trappm_ray.model.correction import FLAG, CorrectionBounds, layout_risk, out_of_domain, widened
+from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.model.intervals import LEVELS, has_flagged, quantile_offsets, weighted_quantiles
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.stored import read_manifest
@@ -115,6 +116,7 @@ class Answers:
         learned, lo, hi: the learned answer and its own 95% band.
         physics, low, high: the physics answer and the class bounds (ms), fitted on the fold's
             training rows only.
+        layout: out of domain by its layout alone (:func:`~trappm_ray.model.correction.layout_risk`).
     """
 
     measured: np.ndarray
@@ -128,6 +130,7 @@ class Answers:
     physics: np.ndarray
     low: np.ndarray
     high: np.ndarray
+    layout: np.ndarray
 
 
 def answers(ex: list[dict], folds: list[dict], step: np.ndarray, shares: np.ndarray) -> Answers:
@@ -144,10 +147,14 @@ def answers(ex: list[dict], folds: list[dict], step: np.ndarray, shares: np.ndar
             high.append(step[i] * factor_hi)
     idx = np.concatenate([f["test"] for f in folds]).astype(int)
     learned, lo, hi = (np.concatenate([f[k] for f in folds]) for k in ("pred", "lo", "hi"))
+    nhwc = SETTING_COLS.index("nhwc")
+    layout = np.array([layout_risk(ex[i]["target"], shares[i], "nhwc" if ex[i]["setting"][nhwc] else "nchw") for i in idx],
+                      dtype=bool)
     return Answers(measured=measured[idx], family=np.array([ex[i]["family"] for i in idx]),
                    arch=np.array([ex[i]["arch"] for i in idx]), batch=np.array([int(ex[i]["rkey"][2]) for i in idx]),
                    fold=np.concatenate([[k] * len(f["test"]) for k, f in enumerate(folds)]).astype(int),
-                   learned=learned, lo=lo, hi=hi, physics=np.array(physics), low=np.array(low), high=np.array(high))
+                   learned=learned, lo=lo, hi=hi, physics=np.array(physics), low=np.array(low), high=np.array(high),
+                   layout=layout)
 
 
 def family_conformal(a: Answers, pred: np.ndarray, coverage: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -206,7 +213,7 @@ def family_out_interval(a: Answers, held: np.ndarray, flag: np.ndarray) -> tuple
 def held_answer(a: Answers, flag_at: float = FLAG) -> tuple[np.ndarray, np.ndarray]:
     """The shipped answer (the learned one held within the class bounds) and its flag."""
     held = np.clip(a.learned, a.low, a.high)
-    return held, out_of_domain(a.learned, a.physics, held, a.learned, flag_at)
+    return held, out_of_domain(a.learned, a.physics, held, a.learned, flag_at) | a.layout
 
 
 def candidates(a: Answers, quantiles: dict, flag_at: float = FLAG
