@@ -52,8 +52,8 @@ FLAG = math.log(1.3)
 # whatever the learned answer: the RTX 3090's labels (PyTorch 1.10-1.12) measure such steps from
 # 0.6x to 16x their NCHW time (ResNeXt-50 32x4d 0.78x; NFNets, ResNeSt, RepVGG-g4, Visformer
 # 2-3.8x; an EfficientNet-B0 of 16-channel groups with EvoNorm 16x), by the kernel cuDNN picks,
-# which no graph feature foretells; 109 of the 121 training steps off by more than 50% with
-# families held out are channels-last (docs/results-unseen.md).
+# which no graph feature foretells; 109 of the 121 training steps off by more than 1.5x with
+# families held out are channels-last (experiments/nhwc_layout.py).
 LAYOUT_RISK_TARGETS = ("train_step_ms",)
 
 
