@@ -218,8 +218,11 @@ def band(ratios: dict[str, np.ndarray], coverage: float = BAND_COVERAGE) -> tupl
     side). A GPU's answers share a bias of their own (the H200's memory-bound steps draw less than
     a busy Volta's): the band must hold for the GPU that needed the widest, not for rows pooled."""
     tail = (1 - coverage) / 2
-    return (float(min(np.quantile(v, tail) for v in ratios.values())),
-            float(max(np.quantile(v, 1 - tail) for v in ratios.values())))
+    groups = [v[np.isfinite(v)] for v in ratios.values()]
+    groups = [v for v in groups if len(v)]  # a GPU of no checked row sets nothing
+    if not groups:
+        raise ValueError("no held-out row to set a power band on")
+    return (float(min(np.quantile(v, tail) for v in groups)), float(max(np.quantile(v, 1 - tail) for v in groups)))
 
 
 def band_checks(ratios: dict[str, np.ndarray]) -> dict[str, dict]:
