@@ -133,6 +133,7 @@ def test_gnn_reading_a_pretrained_encoder_embeds_each_graph_once_and_answers(ray
     emb = graph_embeddings(encoder, ex + ex[:3], index)
     assert emb.shape == (len(ex) + 3, 8) and torch.equal(emb[0], emb[len(ex)])  # same graph, same row
     assert not torch.equal(emb[0], emb[1])  # another batch size, another graph
+    assert torch.allclose(graph_embeddings(encoder, ex, index, chunk=1), emb[:len(ex)])  # built a chunk at a time
     run = GnnModel(ex, index, max_epochs=2, seeds=1, encoder=encoder)
     assert run.recipe.embedding == "pretrained"
     idx = np.arange(len(ex))
