@@ -126,13 +126,19 @@ class GnnModel:
         return self._answer("alone", train, val, idx, seed)
 
 
-def _v2_graphs(ex: list[dict], index: dict) -> tuple[list, list[int]]:
-    """The examples' distinct graphs as v2 data (each built once), and each example's position
-    among them."""
+def _distinct(ex: list[dict]) -> tuple[list[tuple], list[int]]:
+    """The examples' distinct graph keys, and each example's position among them."""
     keys = [tuple(e["rkey"][:3]) for e in ex]
     unique = list(dict.fromkeys(keys))
     at = {k: i for i, k in enumerate(unique)}
-    return prepare([graph_data(row_to_graph(index[k]), "v2") for k in unique]), [at[k] for k in keys]
+    return unique, [at[k] for k in keys]
+
+
+def _v2_graphs(ex: list[dict], index: dict) -> tuple[list, list[int]]:
+    """The examples' distinct graphs as v2 data (each built once), and each example's position
+    among them."""
+    unique, at = _distinct(ex)
+    return prepare([graph_data(row_to_graph(index[k]), "v2") for k in unique]), at
 
 
 def graph_embeddings(encoder, ex: list[dict], index: dict, chunk: int = 64) -> torch.Tensor:
@@ -140,15 +146,13 @@ def graph_embeddings(encoder, ex: list[dict], index: dict, chunk: int = 64) -> t
     a graph shared by several examples is embedded once. Graphs are built ``chunk`` at a time and
     let go once embedded: the RTX 3090's ~5,000 graphs with every node's features held at once
     took the process to 21.5 GB."""
-    keys = [tuple(e["rkey"][:3]) for e in ex]
-    unique = list(dict.fromkeys(keys))
-    at = {k: i for i, k in enumerate(unique)}
+    unique, at = _distinct(ex)
     parts = []
     for i in range(0, len(unique), chunk):
         part = embed(encoder, [graph_data(row_to_graph(index[k]), "v2") for k in unique[i:i + chunk]], chunk)
         assert part is not None
         parts.append(part)
-    return torch.cat(parts)[[at[k] for k in keys]]
+    return torch.cat(parts)[at]
 
 
 def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):

@@ -74,8 +74,9 @@ def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, lim
     p.train_power_w = Estimate(at.power_w, low, high, (high - low) / 2 / 1.645, "W")
     notes = [f"power: idle {at.idle_w:.0f} W plus {model.busy_w(spec):.0f} W for the share of the step its kernels "
              f"keep the GPU busy ({power_basis(model, spec)}), held at the {at.limit_w:.0f} W limit; fitted on Zeus's P100, V100 "
-             f"and RTX 6000 measurements; 90% of the rows of GPUs it was not fitted on measured {band[0]:.2f}-{band[1]:.2f}x "
-             f"such an answer (docs/results-power.md)"]
+             f"and RTX 6000 measurements; " + (f"90% of the rows of GPUs it was not fitted on measured {band[0]:.2f}-"
+                                                f"{band[1]:.2f}x such an answer (docs/results-power.md)" if model.band else
+                                                "no held-out check set its interval: half the answer up to the limit")]
     slowdown = at.step_ms / free.step_ms if free.step_ms > 0 else 1.0
     if slowdown > 1 + 1e-3 and p.train_step_ms is not None:
         e = p.train_step_ms
