@@ -64,6 +64,7 @@ if __name__ == "__main__":
     aux = [e for e in every if e["slug"] == unseen.DEVICE and e["target"] != cfg.target]
     manifest = read_manifest(cfg.predictor)
     step, shares = cached(cache / f"physics-{cfg.target}.pkl", lambda: unseen.physics_rows(ex, cfg.labels, manifest.launch))
+    layout = cached(cache / f"layout-{cfg.target}.pkl", lambda: unseen.layout_of(ex, cfg.labels)) if manifest.layout else None
     runs = {"boosters": (None, lambda: unseen.booster_folds(ex))}
 
     def fold_store(key: str):  # each GNN fold kept as it finishes: a stopped run resumes
@@ -76,13 +77,14 @@ if __name__ == "__main__":
             ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds, encoder=Predictor.load(cfg.gnn_encoder).encoder,
             kept=fold_store("gnn-pretrained")))
     cmd = command(asdict(cfg), "jobs/evaluate_unseen.py", UnseenEvalConfig)
-    folds = {key: unseen.answers(ex, cached(cache / f"folds-{cfg.target}-{key}-{groups or 0}.pkl", build), step, shares)
-             for key, (groups, build) in runs.items()}
+    folds = {key: unseen.answers(ex, cached(cache / f"folds-{cfg.target}-{key}-{groups or 0}.pkl", build), step, shares,
+                                 layout) for key, (groups, build) in runs.items()}
     if cfg.calibrate:  # the shipped interval: the residuals of these folds' answers, families held out
-        held, flag = unseen.held_answer(folds[cfg.calibrate])
-        measured = folds[cfg.calibrate].measured
+        a = folds[cfg.calibrate]
+        held, flag = unseen.held_answer(a)
         quantiles = {**manifest.residual_quantiles, cfg.target: {
-            **unseen.family_out_quantiles(np.log(measured / held), flag), "folds": cfg.calibrate, "command": cmd}}
+            **unseen.family_out_quantiles(np.log(a.measured / held), flag, a.moved), "folds": cfg.calibrate,
+            "command": cmd}}
         manifest = rewrite_manifest(cfg.predictor, manifest.replace(residual_quantiles=quantiles, intervals=unseen.INTERVALS))
         logging.info("%s: the %s interval now from families held out (%s folds)", cfg.predictor, cfg.target, cfg.calibrate)
     report = {"target": cfg.target, "rows": len(ex), "families": len({e["family"] for e in ex}),
@@ -91,7 +93,8 @@ if __name__ == "__main__":
         answers = unseen.candidates(a, manifest.residual_quantiles[cfg.target])
         report["splits"][key] = {"groups": runs[key][0],
                                  "answers": {name: unseen.summary(a, *v) for name, v in answers.items()},
-                                 "families": unseen.per_family(a, *answers["shipped: learned held within the class bounds"][:3])}
+                                 "families": unseen.per_family(a, *answers["shipped: learned held within the class bounds"][:3]),
+                                 "layouts": unseen.by_layout(a)}
     if cfg.target == unseen.TARGET:
         report["constructed"] = unseen.constructed(cfg.predictor, lambda onnx, b: trappm_ray.predict(onnx, b, "rtx3090"))
     text = markdown(report, cmd, time.time() - start)

@@ -11,12 +11,14 @@ from trappm_ray.model.intervals import LEVELS
 EXACT = {"levels": list(LEVELS), "values": [0.0] * len(LEVELS)}  # a stored band of no width
 
 
-def _answers(measured, family, fold, learned, physics, low, high) -> Answers:
+def _answers(measured, family, fold, learned, physics, low, high, factor=None) -> Answers:
     n = len(measured)
     learned = np.asarray(learned, float)
+    factor = np.ones(n) if factor is None else np.asarray(factor, float)
     return Answers(np.asarray(measured, float), np.asarray(family), np.array([f"a{i}" for i in range(n)]),
                    np.full(n, 64), np.asarray(fold), learned, learned * 0.8, learned * 1.25,
-                   np.asarray(physics, float), np.asarray(low, float), np.asarray(high, float), np.zeros(n, bool))
+                   np.asarray(physics, float), np.asarray(low, float), np.asarray(high, float), np.zeros(n, bool),
+                   factor, factor != 1)
 
 
 def test_family_conformal_reads_only_the_other_folds_with_families_weighted_alike():
@@ -62,6 +64,19 @@ def test_family_out_quantiles_keep_the_flagged_answers_apart():
     q = family_out_quantiles(r, flag)
     assert q["rows"] == 90 and q["flagged_rows"] == 10
     assert max(map(abs, q["values"])) == 0.0 and min(q["flagged_values"]) == np.log(3.0)
+
+
+def test_moved_answers_keep_quantiles_of_their_own():
+    r = np.r_[np.zeros(80), np.log(np.full(20, 1.5))]  # the moved fifth stood 1.5x off
+    moved = np.r_[np.zeros(80, bool), np.ones(20, bool)]
+    q = family_out_quantiles(r, np.zeros(100, bool), moved)
+    assert q["rows"] == 80 and q["moved_rows"] == 20 and min(q["moved_values"]) == np.log(1.5)
+    assert max(map(abs, q["values"])) == 0.0 and "flagged_values" not in q
+    a = _answers([100.0, 100.0], ["f", "g"], [0, 1], learned=[100.0, 100.0], physics=[100.0, 100.0],
+                 low=[50.0, 50.0], high=[200.0, 200.0], factor=[1.0, 2.0])
+    no_flag = np.zeros(2, bool)
+    lo, hi = shipped_interval(a, np.array([100.0, 100.0]), no_flag, q)
+    assert lo.tolist() == [100.0, 150.0] and hi.tolist() == [100.0, 150.0]
 
 
 def test_a_flagged_answers_interval_spans_its_own_band_and_the_bounds():

@@ -109,7 +109,7 @@ def test_a_channels_last_training_step_of_grouped_convolutions_is_out_of_domain_
     bounds = fit_bounds(*synthetic())
     wide = (np.log(0.5), np.log(3.0))
     near = {"t": 100.0, "t_low": 90.0, "t_high": 110.0}  # the learned answer agrees with physics
-    note = C.hold(near, "t", 100.0, grouped, bounds, flagged_band=wide, layout=True)
+    note = C.hold(near, "t", 100.0, grouped, bounds, flagged_band=wide, layout=C.LAYOUT_WHY)
     assert near["t"] == 100.0 and near["t_high"] == pytest.approx(300.0) and near["t_low"] <= 50.0
     assert "out of domain" in note and "channels-last" in note and "rests on physics" not in note
 

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 import pandas as pd
@@ -36,13 +36,14 @@ from trappm_ray.evaluate.gpu_gnn import GnnModel
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.correction import FLAG, CorrectionBounds, layout_risk, out_of_domain, widened
 from trappm_ray.model.device_features import SETTING_COLS
-from trappm_ray.model.intervals import LEVELS, has_flagged, quantile_offsets, weighted_quantiles
+from trappm_ray.model.intervals import LEVELS, has_group, quantile_offsets, weighted_quantiles
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.stored import read_manifest
 from trappm_ray.physics.kernel_classes import device_shares
 from trappm_ray.physics.step_model import step_time
 from trappm_ray.train.correction_fit import fit_bounds, step_rows
 from trappm_ray.train.gpu_examples import graph_index
+from trappm_ray.train.layout_fit import fit_layout, layout_rows, pairs
 
 DEVICE, TARGET = "rtx3090-amp", "train_step_ms"
 MEMBERS = ("xgboost", "xgboost-rel")
@@ -59,6 +60,11 @@ def physics_rows(ex: list[dict], labels: str, profiles: dict) -> tuple[np.ndarra
     and its class shares of GPU time."""
     shares, step = step_rows(ex, graph_index(labels, ()), profiles)[ex[0]["target"]]
     return step, shares
+
+
+def layout_of(ex: list[dict], labels: str) -> np.ndarray:
+    """Per example its :func:`~trappm_ray.physics.kernel_classes.layout_shares`."""
+    return layout_rows(ex, graph_index(labels, ()))
 
 
 def _fold(ex: list[dict], train, val, test, seed: int, extra: dict | None = None) -> dict:
@@ -116,7 +122,13 @@ class Answers:
         learned, lo, hi: the learned answer and its own 95% band.
         physics, low, high: the physics answer and the class bounds (ms), fitted on the fold's
             training rows only.
-        layout: out of domain by its layout alone (:func:`~trappm_ray.model.correction.layout_risk`).
+        layout: out of domain by its layout alone: a move to channels-last of a graph whose time is
+            in kinds the library runs far slower so
+            (:meth:`~trappm_ray.model.layout.LayoutFactors.out_of_domain`), or, for an NHWC row with no NCHW
+            twin to move from, :func:`~trappm_ray.model.correction.layout_risk`.
+        nhwc: a channels-last row.
+        factor: a channels-last row moved from its NCHW twin's answers (each ``x factor``, the
+            fold's layout factors fitted on its training rows); 1 for a row answered as it is.
     """
 
     measured: np.ndarray
@@ -131,30 +143,69 @@ class Answers:
     low: np.ndarray
     high: np.ndarray
     layout: np.ndarray
+    factor: np.ndarray
+    nhwc: np.ndarray
+
+    @property
+    def moved(self) -> np.ndarray:
+        return self.factor != 1.0
+
+    def where(self, mask: np.ndarray) -> Answers:
+        """These answers' rows where ``mask`` holds."""
+        return Answers(**{f.name: getattr(self, f.name)[mask] for f in fields(self)})
 
 
-def answers(ex: list[dict], folds: list[dict], step: np.ndarray, shares: np.ndarray) -> Answers:
-    """The folds' learned answers beside the physics fitted on each fold's training rows."""
+def answers(ex: list[dict], folds: list[dict], step: np.ndarray, shares: np.ndarray,
+            layout: np.ndarray | None = None) -> Answers:
+    """The folds' learned answers beside the physics fitted on each fold's training rows; with
+    ``layout`` (per example its :func:`~trappm_ray.physics.kernel_classes.layout_shares`) every
+    NHWC row whose NCHW twin the same fold tests is answered as the product does, moved from the
+    twin's answers by the layout factors fitted on the fold's training rows
+    (:mod:`trappm_ray.model.layout`)."""
     measured = np.array([e["measured"] for e in ex])
-    physics, low, high = [], [], []
+    rows = []
     for f in folds:
         seen = f["seen"]
         bounds = fit_bounds(shares[seen], measured[seen] / step[seen])
         for i in f["test"]:
             factor_lo, factor_hi = bounds.factors(shares[i])
-            physics.append(step[i] * bounds.physics(shares[i]))
-            low.append(step[i] * factor_lo)
-            high.append(step[i] * factor_hi)
+            rows.append((step[i] * bounds.physics(shares[i]), step[i] * factor_lo, step[i] * factor_hi))
+    physics, low, high = (np.array(v, float) for v in zip(*rows))
     idx = np.concatenate([f["test"] for f in folds]).astype(int)
     learned, lo, hi = (np.concatenate([f[k] for f in folds]) for k in ("pred", "lo", "hi"))
     nhwc = SETTING_COLS.index("nhwc")
-    layout = np.array([layout_risk(ex[i]["target"], shares[i], "nhwc" if ex[i]["setting"][nhwc] else "nchw") for i in idx],
-                      dtype=bool)
+    risk = np.array([layout_risk(ex[i]["target"], shares[i], "nhwc" if ex[i]["setting"][nhwc] else "nchw") for i in idx],
+                    dtype=bool)
+    factor = np.ones(len(idx))
+    if layout is not None:
+        _move(ex, folds, idx, layout, (learned, lo, hi, physics, low, high), factor, risk)
     return Answers(measured=measured[idx], family=np.array([ex[i]["family"] for i in idx]),
                    arch=np.array([ex[i]["arch"] for i in idx]), batch=np.array([int(ex[i]["rkey"][2]) for i in idx]),
                    fold=np.concatenate([[k] * len(f["test"]) for k, f in enumerate(folds)]).astype(int),
-                   learned=learned, lo=lo, hi=hi, physics=np.array(physics), low=np.array(low), high=np.array(high),
-                   layout=layout)
+                   learned=learned, lo=lo, hi=hi, physics=physics, low=low, high=high, layout=risk,
+                   factor=factor, nhwc=np.array([bool(ex[i]["setting"][nhwc]) for i in idx]))
+
+
+def _move(ex: list[dict], folds: list[dict], idx: np.ndarray, layout: np.ndarray, answers: tuple[np.ndarray, ...],
+          factor: np.ndarray, risk: np.ndarray) -> None:
+    """In place, per fold: each NHWC test row whose NCHW twin the fold tests too takes the twin's
+    ``answers`` times the layout factor fitted on the fold's training rows (``factor``), and its
+    flag from that move (``risk``)."""
+    at = {int(i): k for k, i in enumerate(idx)}
+    every = pairs(ex)
+    for f in folds:
+        test = set(int(i) for i in f["test"])
+        twins = [(i, j) for i, j in every if i in test and j in test]
+        seen = [int(i) for i in f["seen"]]
+        fitted = fit_layout([ex[i] for i in seen], layout[seen], band=False).get(ex[twins[0][0]]["target"]) if twins else None
+        if fitted is None:
+            continue
+        for i, j in twins:
+            k, m = at[i], at[j]
+            factor[k] = fitted.factor(layout[j])
+            for arr in answers:
+                arr[k] = arr[m] * factor[k]
+            risk[k] = fitted.out_of_domain(layout[j])
 
 
 def family_conformal(a: Answers, pred: np.ndarray, coverage: float = 0.95) -> tuple[np.ndarray, np.ndarray]:
@@ -175,25 +226,33 @@ def shipped_interval(a: Answers, held: np.ndarray, flag: np.ndarray, quantiles: 
     """The 95% interval the product gives each answer from residual ``quantiles`` of one target
     (a manifest's ``residual_quantiles[target]``): the band around the answer and, where the flag
     is raised, the class bounds and the flagged answers' own band too
-    (:func:`trappm_ray.model.correction.hold`)."""
+    (:func:`trappm_ray.model.correction.hold`); a row moved to channels-last from the moved
+    answers' own quantiles where they keep them (``--calibrate`` stores them)."""
     store = {"t": quantiles}
     lo, hi = quantile_offsets(store, "t", z)
     low, high = held * math.exp(lo), held * math.exp(hi)
-    band = quantile_offsets(store, "t", z, flagged=True) if has_flagged(store, "t") else None
+    if has_group(store, "t", "moved"):
+        mlo, mhi = quantile_offsets(store, "t", z, "moved")
+        low, high = np.where(a.moved, held * math.exp(mlo), low), np.where(a.moved, held * math.exp(mhi), high)
+    band = quantile_offsets(store, "t", z, "flagged") if has_group(store, "t", "flagged") else None
     wide_low, wide_high = widened(held, low, high, a.low, a.high, band)
     return np.where(flag, wide_low, low), np.where(flag, wide_high, high)
 
 
-def family_out_quantiles(r: np.ndarray, flag: np.ndarray) -> dict:
+def family_out_quantiles(r: np.ndarray, flag: np.ndarray, moved: np.ndarray | None = None) -> dict:
     """Residual quantiles (:data:`~trappm_ray.model.intervals.LEVELS`) of answers on families held
     out, log(measured / answer), every row alike: ``values`` of the answers the flag let pass,
-    ``flagged_values`` of those it raised (Mondrian split-conformal: each group its own quantiles;
-    weighting families alike instead widened the band to 5.8x for 95.5% coverage). A group without
-    rows: ``values`` from every row, no ``flagged_values``."""
-    out = {"levels": list(LEVELS), "values": weighted_quantiles(r[~flag] if (~flag).any() else r),
-           "rows": int((~flag).sum())}
-    if flag.any():
-        out.update(flagged_values=weighted_quantiles(r[flag]), flagged_rows=int(flag.sum()))
+    ``flagged_values`` of those it raised, ``moved_values`` of those it let pass that were moved
+    to channels-last from NCHW (Mondrian split-conformal: each group its own quantiles; weighting
+    families alike instead widened the band to 5.8x for 95.5% coverage). A group without rows:
+    ``values`` from every row it would hold, no set of its own."""
+    moved = np.zeros(len(r), bool) if moved is None else moved
+    plain = ~flag & ~moved
+    out = {"levels": list(LEVELS), "values": weighted_quantiles(r[plain] if plain.any() else r[~flag] if (~flag).any() else r),
+           "rows": int(plain.sum())}
+    for name, rows in (("flagged", flag), ("moved", ~flag & moved)):
+        if rows.any():
+            out.update({f"{name}_values": weighted_quantiles(r[rows]), f"{name}_rows": int(rows.sum())})
     return out
 
 
@@ -204,7 +263,7 @@ def family_out_interval(a: Answers, held: np.ndarray, flag: np.ndarray) -> tuple
     lo, hi = np.empty(len(r)), np.empty(len(r))
     for k in np.unique(a.fold):
         this = a.fold == k
-        q = family_out_quantiles(r[~this], flag[~this])
+        q = family_out_quantiles(r[~this], flag[~this], a.moved[~this])
         lo_k, hi_k = shipped_interval(a, held, flag, q)
         lo[this], hi[this] = lo_k[this], hi_k[this]
     return lo, hi
@@ -259,6 +318,15 @@ def summary(a: Answers, pred: np.ndarray, lo: np.ndarray, hi: np.ndarray, flag: 
         out["flag_recall"] = 100 * float(flag[large].mean()) if large.any() else float("nan")
         out["flag_false_alarms"] = 100 * float(flag[~large].mean())
     return out
+
+
+def by_layout(a: Answers) -> dict[str, dict]:
+    """The shipped answer with its family-out interval (:func:`family_out_interval`, calibrated on
+    every fold's rows) summarised on the NCHW and the channels-last rows apart."""
+    held, flag = held_answer(a)
+    lo, hi = family_out_interval(a, held, flag)
+    return {name: summary(a.where(m), held[m], lo[m], hi[m], flag[m])
+            for name, m in (("NCHW", ~a.nhwc), ("channels-last", a.nhwc)) if m.any()}
 
 
 def per_family(a: Answers, pred: np.ndarray, lo: np.ndarray, hi: np.ndarray) -> list[dict]:

@@ -38,19 +38,26 @@ def markdown(report: dict, command: str, seconds: float) -> str:
              f"{report['rows']} rows ({report['target']}) of {report['families']} families. The physics answer (step model x per-kernel-class "
              "factors) and the class bounds are refitted in every fold on its training rows only. "
              "'shipped' is what `trappm-ray predict --device rtx3090` does: the learned answer held within the "
-             "class bounds; its flag (out of domain: the bound held the answer, learned and physics stand more "
-             "than 1.3x apart, or a training step in channels-last layout has grouped convolutions) is read as a "
+             "class bounds, a channels-last row moved from its NCHW twin's answer by the layout factors per kind "
+             "of kernel fitted on the fold's training rows (`trappm_ray/model/layout.py`; the few channels-last "
+             "rows without an NCHW twin answered as they are); its flag (out of domain: the bound held the answer, "
+             "learned and physics stand more than 1.3x apart, or a channels-last move has more than 5% of its "
+             "time in kinds of kernel the library runs more than 1.5x slower so) is read as a "
              "detector of errors above 50%; its interval is read from the "
              f"predictor's stored residual quantiles ({_interval(report)}). 'family-out interval': what "
              "calibrating that interval on families held out does on a family it was not calibrated on: each "
              "fold's rows banded from the 2.5-97.5% log residuals of the other folds' shipped answers, every row "
-             "alike, the flagged and the other answers each from their own (what `--calibrate` stores). "
+             "alike, the flagged and the other answers each from their own, the moved rows left out: a moved "
+             "answer's interval widens by its move's own band (what `--calibrate` stores). "
              "'family-conformal': the same from the other folds' rows, every family weighted alike, one band for "
              "all. A family 'covered' when at least "
              "90% of its rows fall in their 95% interval (90-98% as the issue states it; a family of 4 rows can "
              "only read 75% or 100%).", ""]
     for key, part in report["splits"].items():
         lines += [f"## {SPLITS[key].format(groups=part.get('groups'))}", "", *_summary_table(part["answers"]), ""]
+        if part.get("layouts"):
+            lines += ["The shipped answer with the family-out interval, on each layout's rows apart:", "",
+                      *_summary_table({f"shipped, {name} rows": s for name, s in part["layouts"].items()}), ""]
         shipped = part["families"]
         lines += ["The shipped answer per family, the furthest first (median measured ratio = answer / measured):", "",
                   "| family | rows | median ratio | MAPE | worst row's ratio | 95% coverage (shipped band) |",

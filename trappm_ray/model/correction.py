@@ -23,11 +23,12 @@ domain and its interval spans the bounds and, where the predictor's intervals we
 families held out, the band of the flagged answers there (:func:`trappm_ray.evaluate.unseen.family_out_quantiles`).
 
 Measured on the RTX 3090's training steps with families held out (``jobs/evaluate_unseen.py``,
-``docs/results-unseen.md``): the shipped GNN recipe on five folds of families 14.3% MAPE, held
-within the bounds 14.0%; the physics answer alone 18.5%; blending the two does not pay against the
-GNN (learned share 0.7: 14.4%, 0.5: 15.1%), though it does against the boosters (each family
-alone 21.1% -> 18.2% at 0.5). As a detector of answers off by more than 50% the flag catches 75%
-of them at 13.2% false alarms; without its layout rule (:func:`layout_risk`), 37% at 9.0%.
+``docs/results-unseen.md``; channels-last rows moved from NCHW: :mod:`trappm_ray.model.layout`):
+the shipped GNN recipe on five folds of families 12.6% MAPE, held within the bounds 12.3%; the
+physics answer alone 16.1%; blending the two does not pay against the GNN (learned share 0.7:
+12.3%, 0.5: 12.9%), though it does against the boosters (each family alone 16.5% -> 14.4% at
+0.5). As a detector of answers off by more than 50% the flag catches 62% of them at 14.1% false
+alarms.
 """
 from __future__ import annotations
 
@@ -37,10 +38,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.model.intervals import has_flagged, quantile_offsets
+from trappm_ray.model.intervals import has_group, quantile_offsets
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.manifest import Manifest
-from trappm_ray.physics.kernel_classes import CLASSES, device_shares
+from trappm_ray.model.layout import MOVED_FORMAT, LayoutFactors
+from trappm_ray.physics.kernel_classes import CLASSES, device_shares, layout_shares
 from trappm_ray.physics.step_model import MODES, step_time
 
 QUANTILES = (0.05, 0.95)  # the bounds: 2.5-97.5% and 10-90% did no better (eba9a02's experiment)
@@ -48,13 +50,13 @@ SHARE = 1.0  # the learned answer's share of its blend with the physics answer (
 # learned / physics beyond 1.3x either way: out of domain (the most of the errors above 50% it
 # catches under 15% false alarms, families held out: docs/results-unseen.md)
 FLAG = math.log(1.3)
-# A training step in channels-last layout of a graph with grouped convolutions is out of domain
-# whatever the learned answer: the RTX 3090's labels (PyTorch 1.10-1.12) measure such steps from
-# 0.6x to 16x their NCHW time (ResNeXt-50 32x4d 0.78x; NFNets, ResNeSt, RepVGG-g4, Visformer
-# 2-3.8x; an EfficientNet-B0 of 16-channel groups with EvoNorm 16x), by the kernel cuDNN picks,
-# which no graph feature foretells; 109 of the 121 training steps off by more than 1.5x with
-# families held out are channels-last (experiments/nhwc_layout.py).
+# A predictor without layout factors (:mod:`trappm_ray.model.layout`) answers a channels-last
+# training step directly; one whose graph has grouped convolutions is out of domain whatever the
+# learned answer: the RTX 3090's labels (PyTorch 1.10-1.12) measure such steps from 0.6x to 16x
+# their NCHW time, by the kernel the library picks (experiments/nhwc_layout.py).
 LAYOUT_RISK_TARGETS = ("train_step_ms",)
+LAYOUT_WHY = ("grouped convolutions in channels-last layout, whose training steps the labels (PyTorch 1.10-1.12) "
+              "measured at 0.6x to 16x their NCHW time, by the kernel the library picks")
 
 
 @dataclass(frozen=True)
@@ -131,10 +133,11 @@ def make_up(shares: np.ndarray, top: int = 3) -> str:
 
 
 def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray, bounds: CorrectionBounds,
-         batch: int | None = None, flagged_band: tuple[float, float] | None = None, layout: bool = False) -> str:
+         batch: int | None = None, flagged_band: tuple[float, float] | None = None, layout: str = "") -> str:
     """Blend ``row[target]`` (a learned answer, with ``_std``/``_low``/``_high``) with the physics
     answer for a graph of these class ``shares`` and hold it within the ``bounds`` on the step
-    model (``step_ms``); out of domain (or ``layout``: :func:`layout_risk`), the interval spans the
+    model (``step_ms``); out of domain (or by its ``layout``, the reason in words: :func:`layout_risk`,
+    :meth:`~trappm_ray.model.layout.LayoutFactors.out_of_domain`), the interval spans the
     bounds and ``flagged_band`` (log offsets around the answer: the residuals of flagged answers
     on families held out). Returns the note saying how the answer (at ``batch``, where named) was derived."""
     lo, hi = bounds.factors(shares)
@@ -159,9 +162,7 @@ def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray,
                                           lo * step_ms, hi * step_ms, flagged_band))
     row[f"{target}_low"], row[f"{target}_high"] = low, high
     why = (f"the learned answer is {learned / physics:.3g} x physics, and no label row made of these kernels stood "
-           f"that far from it (they stood at {lo:.2g}-{hi:.2g} x the step model)" if far else
-           "grouped convolutions in channels-last layout, whose training steps the labels (PyTorch 1.10-1.12) "
-           "measured at 0.6x to 16x their NCHW time, by the kernel the library picks")
+           f"that far from it (they stood at {lo:.2g}-{hi:.2g} x the step model)" if far else layout)
     return (f"{how}; out of domain: {why}: the answer {'rests on physics and ' if far else ''}may be off by up to "
             f"{max(high / after, after / low):.2g} x "
             f"(the interval widened to {low:.4g}-{high:.4g} ms)")
@@ -170,20 +171,32 @@ def hold(row: dict[str, float], target: str, step_ms: float, shares: np.ndarray,
 def held(row: dict[str, float], graph, manifest: Manifest, spec: devices.DeviceSpec | None, setting: dict) -> list[str]:
     """:func:`hold` every step target of a GPU predictor's ``row`` (its learned answers for
     ``graph`` in the resolved ``setting`` on ``spec``) by the ``manifest``'s bounds; one note per
-    target, how it was derived. A predictor without bounds (fitted before them) answers unchanged."""
+    target, how it was derived. A channels-last answer the predictor moved from its NCHW one
+    (:mod:`trappm_ray.model.layout`) is held on the step model moved alike, and says so. A
+    predictor without bounds (fitted before them) answers unchanged."""
     notes = []
     z = float(setting.get("interval_z", 1.96))
     for t, d in manifest.correction.items():
         if spec is None or t not in row or t not in MODES:
             continue
         step = step_time(graph, spec, setting, MODES[t], step_host_us(manifest.launch)).total_ms
-        band = (quantile_offsets(manifest.residual_quantiles, t, z, flagged=True)
-                if has_flagged(manifest.residual_quantiles, t) else None)
+        band = (quantile_offsets(manifest.residual_quantiles, t, z, "flagged")
+                if has_group(manifest.residual_quantiles, t, "flagged") else None)
         shares = device_shares(graph, spec, setting["precision"])
-        notes.append(hold(row, t, step, shares, CorrectionBounds.from_dict(d), int(graph.static["batch_size"]), band,
-                          layout_risk(t, shares, setting.get("memory_format"))))
+        why, moved = "", ""
+        if t in manifest.layout and setting.get("memory_format") == MOVED_FORMAT:
+            layout = LayoutFactors.from_dict(manifest.layout[t])
+            kinds = layout_shares(graph, spec, setting["precision"])
+            factor = layout.factor(kinds)
+            step *= factor
+            moved = layout.note(t, kinds, factor)
+            why = layout.why(kinds)
+        elif layout_risk(t, shares, setting.get("memory_format")):
+            why = LAYOUT_WHY
+        notes += [n for n in (moved, hold(row, t, step, shares, CorrectionBounds.from_dict(d), int(graph.static["batch_size"]),
+                                         band, why)) if n]
     return notes
 
 
-__all__ = ["QUANTILES", "SHARE", "FLAG", "LAYOUT_RISK_TARGETS", "CorrectionBounds", "held", "hold", "layout_risk", "make_up",
+__all__ = ["QUANTILES", "SHARE", "FLAG", "LAYOUT_RISK_TARGETS", "LAYOUT_WHY", "CorrectionBounds", "held", "hold", "layout_risk", "make_up",
            "out_of_domain", "widened"]

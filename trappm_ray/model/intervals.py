@@ -8,7 +8,8 @@ coverage is then read off those quantiles (split-conformal prediction; Vovk et a
 Learning in a Random World", 2005): it describes the error on data like the held-out rows, not the
 spread of an ensemble. Calibrated on families held out, a target may keep a second set,
 ``flagged_values``, of the answers its out-of-domain flag raised on (Mondrian conformal: each
-group gets the quantiles of its own residuals), which a flagged answer's interval also spans.
+group gets the quantiles of its own residuals), which a flagged answer's interval also spans, and
+``moved_values``, of the channels-last answers moved from NCHW ones (:mod:`trappm_ray.model.layout`).
 """
 from __future__ import annotations
 
@@ -31,20 +32,22 @@ def weighted_quantiles(r: np.ndarray, w: np.ndarray | None = None, levels=LEVELS
     return [float(v) for v in np.interp(levels, cdf, r)]
 
 
-def quantile_offsets(quantiles: dict, target: str, z: float, flagged: bool = False) -> tuple[float, float]:
+def quantile_offsets(quantiles: dict, target: str, z: float, group: str = "") -> tuple[float, float]:
     """Log offsets of the central interval with the coverage of ``+-z`` normal sd (1.96: 95%),
-    interpolated in a manifest's ``residual_quantiles`` (``quantiles``) of ``target``; with
-    ``flagged``, those of the out-of-domain answers (:func:`has_flagged` says whether it keeps them)."""
+    interpolated in a manifest's ``residual_quantiles`` (``quantiles``) of ``target``; of a
+    ``group`` (``flagged``: the out-of-domain answers, ``moved``: the moved ones), those of its
+    own (:func:`has_group` says whether it keeps them)."""
     q = quantiles[target]
     coverage = math.erf(z / math.sqrt(2))
-    levels, values = np.asarray(q["levels"]), np.asarray(q["flagged_values" if flagged else "values"])
+    levels, values = np.asarray(q["levels"]), np.asarray(q[f"{group}_values" if group else "values"])
     return (float(np.interp((1 - coverage) / 2, levels, values)),
             float(np.interp((1 + coverage) / 2, levels, values)))
 
 
-def has_flagged(quantiles: dict, target: str) -> bool:
-    """Whether ``target``'s residual quantiles keep a set of their own for out-of-domain answers."""
-    return "flagged_values" in quantiles.get(target, {})
+def has_group(quantiles: dict, target: str, group: str) -> bool:
+    """Whether ``target``'s residual quantiles keep a set of their own for a ``group`` of answers
+    (``flagged``, ``moved``)."""
+    return f"{group}_values" in quantiles.get(target, {})
 
 
-__all__ = ["LEVELS", "has_flagged", "weighted_quantiles", "quantile_offsets"]
+__all__ = ["LEVELS", "has_group", "weighted_quantiles", "quantile_offsets"]

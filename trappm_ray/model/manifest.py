@@ -174,6 +174,9 @@ class Manifest:
         correction: per target how far its learned answer may stand from the step model, by kind
             of kernel (:class:`~trappm_ray.model.correction.CorrectionBounds`, as a dict); empty:
             unbounded (a predictor fitted before the bounds).
+        layout: per target the NHWC / NCHW factor per kind of kernel a channels-last answer is
+            moved from the NCHW one by (:class:`~trappm_ray.model.layout.LayoutFactors`, as a
+            dict); empty: the networks answer channels-last themselves.
         envelope_top: a CPU predictor's batch envelope reaches up to this batch, the lower quartile
             of its labels' batches (:func:`trappm_ray.model.launch.envelope_top`); 0: none (GPU
             predictors move answers with the step model).
@@ -199,6 +202,7 @@ class Manifest:
     residual_quantiles: dict[str, Any] = field(default_factory=dict)
     launch: dict[str, dict[str, Any]] = field(default_factory=dict)
     correction: dict[str, dict[str, Any]] = field(default_factory=dict)
+    layout: dict[str, dict[str, Any]] = field(default_factory=dict)
     envelope_top: int = 0
     recipe: dict[str, Any] = field(default_factory=dict)
     transfer: dict[str, Any] | None = None

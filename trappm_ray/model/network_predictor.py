@@ -20,9 +20,11 @@ from trappm_ray.model import forward, stored
 from trappm_ray.model.device_features import KERNELS_COL, static_input
 from trappm_ray.model.estimator import PredictorError
 from trappm_ray.model.floor_ratio import TARGET_MODES
-from trappm_ray.model.intervals import quantile_offsets
+from trappm_ray.model.intervals import has_group, quantile_offsets
+from trappm_ray.model.layout import MOVED_FORMAT, LayoutFactors
 from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.roofline_inputs import INPUTS, node_arrays
+from trappm_ray.physics.kernel_classes import layout_shares
 from trappm_ray.physics.units import attends
 
 # (graphs' arrays, targets) -> per target [graphs, seeds] in the network's unit
@@ -34,7 +36,8 @@ def answer_rows(manifest: Manifest, networks: Networks, graphs: Sequence[Graph],
     """One dict per graph: ``{target: mean over seeds, target + "_std": their spread}``; for
     ``roofline`` inputs also ``_floor``, ``_kernels`` (the graph's kernel count) and the
     conformal ``_low``/``_high`` (the network predicts the ratio to the roofline floor; no
-    answer falls below the floor).
+    answer falls below the floor). Where the manifest has layout factors of a target, a
+    channels-last answer is the NCHW one moved (:class:`~trappm_ray.model.layout.LayoutFactors`).
 
     Args:
         manifest: the predictor's manifest.
@@ -71,9 +74,12 @@ def _roofline_rows(manifest: Manifest, networks: Networks, graphs, settings_list
         if target not in manifest.targets:
             continue
         run = manifest.net.run[target]
-        inputs, floors, kernels = [], [], []
+        layout = LayoutFactors.from_dict(manifest.layout[target]) if target in manifest.layout else None
+        inputs, floors, kernels, moved = [], [], [], []
         for i, (graph, s) in enumerate(zip(graphs, settings_list)):
-            found = static_input(graph, spec, s, mode, run)
+            # channels-last from the NCHW answer, where the predictor has layout factors
+            moved.append(layout is not None and s.get("memory_format") == MOVED_FORMAT)
+            found = static_input(graph, spec, {**s, "memory_format": "nchw"} if moved[-1] else s, mode, run)
             if found is None:
                 raise PredictorError(f"{spec.slug} has no roofline at {s['precision']}")
             # one graph's inputs serve every target whose run reads it alike (fused attention
@@ -88,13 +94,19 @@ def _roofline_rows(manifest: Manifest, networks: Networks, graphs, settings_list
         ratio = np.concatenate([networks(inputs[i:i + chunk], [target])[target]
                                 for i in range(0, len(inputs), chunk)])
         ms = np.maximum(ratio, 1.0) * np.asarray(floors)[:, None]  # no step beats the roofline
-        for row, p, floor, k, s in zip(rows, ms, floors, kernels, settings_list):
+        for row, p, floor, k, s, graph, move in zip(rows, ms, floors, kernels, settings_list, graphs, moved):
             value = float(p.mean())
-            lo, hi = quantile_offsets(manifest.residual_quantiles, target, float(s.get("interval_z", 1.96)))
+            # a moved answer's band: the moved answers' own residuals where calibrated, else the move's band on top
+            group = "moved" if move and has_group(manifest.residual_quantiles, target, "moved") else ""
+            lo, hi = quantile_offsets(manifest.residual_quantiles, target, float(s.get("interval_z", 1.96)), group)
             row.update({target: value, f"{target}_std": float(p.std()), f"{target}_floor": floor,
                         f"{target}_kernels": k,
                         f"{target}_low": max(value * math.exp(lo), floor),
                         f"{target}_high": value * math.exp(max(hi, 0.0))})
+            if move and layout is not None:
+                layout.move(row, target, layout_shares(graph, spec, s["precision"]), widen=not group)
+                for name in (target, f"{target}_low"):
+                    row[name] = max(row[name], floor)
     return rows
 
 

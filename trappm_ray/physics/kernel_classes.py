@@ -7,6 +7,8 @@ a step may sit from the step model therefore depends on what its time is spent o
 :func:`device_shares` of a graph are what a learned correction is bounded by
 (:mod:`trappm_ray.model.correction`), so a model built only of dense convolutions cannot be
 read 7x slower than physics because some grouped-convolution family once was.
+The :func:`layout_shares` split the same time by what decides a kernel's speed in channels-last
+layout (:mod:`trappm_ray.model.layout`).
 """
 from __future__ import annotations
 
@@ -65,4 +67,45 @@ def _device_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarra
     return out / total if total > 0 else np.eye(len(CLASSES))[CLASSES.index("pointwise")]
 
 
-__all__ = ["CLASSES", "kernel_class", "device_shares"]
+# Kinds of kernel whose speed changes with the memory layout (channels-last vs NCHW), in a fixed
+# order: the libraries pick a different kernel per layout by how a convolution groups its channels
+# (a depthwise one, a grouped one of few or many channels per group) and its window, and group
+# normalizations (exported as InstanceNormalization over reshaped groups) run through another path.
+LAYOUT_KINDS = ("dense-conv", "depthwise-conv", "depthwise-conv-large-window", "grouped-conv-narrow",
+                "grouped-conv-mid", "grouped-conv-wide", "group-norm", "other")
+LARGE_WINDOW = 81  # a 9x9 window or larger
+NARROW, MID = 4, 16  # channels per group: up to NARROW, up to MID, wider
+
+
+def layout_kind(op: str, groups: int, channels: int, window: int) -> int:
+    """Index into :data:`LAYOUT_KINDS` of a node of type ``op`` with ``groups`` convolution groups
+    over ``channels`` input channels and a ``window`` of that many taps."""
+    if op in CONV_OPS:
+        per_group = channels / max(groups, 1)
+        if groups <= 1:
+            return 0
+        if per_group <= 1:
+            return 2 if window >= LARGE_WINDOW else 1
+        return 3 if per_group <= NARROW else 4 if per_group <= MID else 5
+    return 6 if op in ("InstanceNormalization", "GroupNormalization") else 7
+
+
+def layout_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray:
+    """Each :data:`LAYOUT_KINDS` kind's share of the forward pass's GPU time in the step model
+    (sums to 1; a graph of no GPU work: all "other")."""
+    return kept(graph, ("layout_shares", spec.slug, precision), lambda: _layout_shares(graph, spec, precision))
+
+
+def _layout_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray:
+    time = node_device_us(graph, spec, precision)
+    attrs = np.asarray(graph.attrs).reshape(-1, 3)
+    channels = np.asarray(graph.in_shape).reshape(len(attrs), -1)[:, 1] if len(attrs) else np.zeros(0)
+    out = np.zeros(len(LAYOUT_KINDS))
+    for op, (window, _, groups), c, t in zip(graph.ops, attrs, channels, time):
+        if t > 0:
+            out[layout_kind(op, int(groups), int(c), int(window))] += t
+    total = out.sum()
+    return out / total if total > 0 else np.eye(len(LAYOUT_KINDS))[-1]
+
+
+__all__ = ["CLASSES", "LAYOUT_KINDS", "kernel_class", "device_shares", "layout_kind", "layout_shares"]

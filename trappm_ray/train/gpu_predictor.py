@@ -22,6 +22,7 @@ describes the error on an architecture the predictor never saw.
 from __future__ import annotations
 
 import logging
+import math
 import time
 from dataclasses import asdict, dataclass, replace
 from datetime import datetime, timezone
@@ -51,6 +52,7 @@ from trappm_ray.train.build_predictor import data_hash, label_device, ship
 from trappm_ray.train.correction_fit import correction_bounds
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.gpu_examples import examples, graph_index
+from trappm_ray.train.layout_fit import fit_layout, layout_rows
 from trappm_ray.train.regressors import RECIPES, build_regressor, fit_task, prepare
 from trappm_ray.train.splits import split
 
@@ -209,7 +211,8 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
     manifest = manifest_of(cfg, ex, targets, recipe, residuals,
                            {"held_out_arch_mape_mean_over_seeds": held_mape,
                             "held_out_arch_mape_networks_alone": alone}, blended)
-    manifest = manifest.replace(correction=correction_bounds(ex, index, manifest.launch))
+    manifest = manifest.replace(correction=correction_bounds(ex, index, manifest.launch),
+                                layout=layout_factors(ex, index, manifest))
     uri = P.register(P.Predictor(manifest, None, heads, scalers, mlps if with_mlp else None), cfg.registry, cfg.name or cfg.device)
     anchors = from_examples(ex, index, cfg.device, manifest.net.run)  # what transfer to a GPU without labels moves
     anchors.save(uri)
@@ -250,14 +253,25 @@ def write_anchors(cfg: LabelsOfPredictor) -> dict:
 
 def write_correction(cfg: LabelsOfPredictor) -> dict:
     """Fit the device's correction bounds (:func:`~trappm_ray.train.correction_fit.correction_bounds`)
-    and store them in the manifest at ``cfg.uri`` (its networks untouched), as
-    :func:`train_gpu_predictor` does."""
+    and layout factors (:func:`layout_factors`) and store them in the manifest at ``cfg.uri`` (its
+    networks untouched), as :func:`train_gpu_predictor` does."""
     manifest = read_manifest(cfg.uri)
     index = graph_index(cfg.labels, cfg.corpora)
     ex, _ = examples(cfg.labels, cfg.corpora, (cfg.device,), index)
     bounds = correction_bounds(ex, index, manifest.launch)
-    rewrite_manifest(cfg.uri, manifest.replace(correction=bounds))
-    return {"uri": cfg.uri, "examples": len(ex), "correction": bounds}
+    layout = layout_factors(ex, index, manifest)
+    rewrite_manifest(cfg.uri, manifest.replace(correction=bounds, layout=layout))
+    return {"uri": cfg.uri, "examples": len(ex), "correction": bounds, "layout": layout}
+
+
+def layout_factors(ex: list[dict], index: dict, manifest: Manifest) -> dict[str, dict]:
+    """Per target whose labels measure graphs in both layouts, the NHWC / NCHW factors per kind of
+    kernel (:func:`~trappm_ray.train.layout_fit.fit_layout`), as a manifest stores them."""
+    fitted = fit_layout(ex, layout_rows(ex, index), manifest.device.name)
+    for target, f in fitted.items():
+        log.info("%s: channels-last factors from %d pairs of %d families, family-out band %.2f-%.2fx", target,
+                 f.rows, f.families, math.exp(f.band[0]), math.exp(f.band[1]))
+    return {t: f.to_dict() for t, f in fitted.items()}
 
 
 def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residuals, metrics: dict,
@@ -292,4 +306,4 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
 
 
 __all__ = ["GpuPredictorConfig", "LabelsOfPredictor", "auxiliary_rows", "gnn_inputs", "gnn_recipe", "run_setting",
-           "train_gpu_predictor", "write_anchors", "write_correction", "manifest_of"]
+           "train_gpu_predictor", "write_anchors", "write_correction", "layout_factors", "manifest_of"]
