@@ -71,6 +71,28 @@ def test_a_timm_name_is_exported_once_then_read_from_the_cache(tmp_path, monkeyp
     assert M.model_bytes("resnet10t", resolution=32)[0] == first
 
 
+def test_a_timm_name_without_a_size_is_exported_at_its_own(tmp_path, monkeypatch):
+    pytest.importorskip("timm")
+    from trappm_ray.corpus import zoo
+
+    assert zoo.own_resolution("crossvit_9_240") == 240 and zoo.own_resolution("efficientnet_b3") == 288
+    monkeypatch.setenv("TRAPPM_CACHE", str(tmp_path))
+    asked = []
+
+    class Exported:
+        onnx_bytes = b"onnx"
+
+    def export(arch, resolution, **kw):
+        asked.append((arch, resolution))
+        return Exported()
+
+    monkeypatch.setattr(zoo, "export_skeleton", export)
+    assert M.model_bytes("crossvit_9_240")[0] == b"onnx" and asked == [("crossvit_9_240", 240)]
+    assert (M.export_cache() / "crossvit_9_240@own.onnx").is_file()
+    M.model_bytes("crossvit_9_240", resolution=224)
+    assert asked[-1] == ("crossvit_9_240", 224)
+
+
 def test_timm_names_are_read_from_its_sources_with_their_deprecated_aliases():
     timm = pytest.importorskip("timm")
     from trappm_ray.serving.model_input import check_timm_name, timm_names

@@ -151,6 +151,17 @@ def unfused_attention():
         config.set_fused_attn(fused, experimental=experimental)
 
 
+def own_resolution(arch: str) -> int | None:
+    """The input size timm's configuration of ``arch`` names (CrossViT-9 240, EfficientNet-B3
+    288); None where it names none. Some models export at no other size (a fixed position
+    embedding)."""
+    from timm.models import get_pretrained_cfg
+
+    cfg = get_pretrained_cfg(ALIASES.get(arch, arch))
+    size = getattr(cfg, "input_size", None) if cfg is not None else None
+    return int(size[-1]) if size else None
+
+
 def count_params(arch: str, resolution: int) -> int:
     """Parameter count of ``arch`` without allocating its weights (meta device), or, for a
     constructor that reads its own weights' values (some of older timm's), with them."""
@@ -240,6 +251,7 @@ def export_skeleton(arch: str, resolution: int, max_params: int | None = MAX_PAR
 
 __all__ = [
     "ALIASES",
+    "own_resolution",
     "UNRELEASED",
     "EXPORTER",
     "EXPORTER_DYNAMO",

@@ -28,7 +28,7 @@ from trappm_ray.graph.onnx_io import Limits, read_model
 from trappm_ray.graph.rebatch import at_batch
 from trappm_ray.serving.prediction import PredictOptions
 
-DEFAULT_RESOLUTION = 224  # for timm names and torch modules, which carry no input shape
+DEFAULT_RESOLUTION = 224  # for torch modules, which carry no input shape, and timm names whose configuration names none
 # The class a config without ``architectures`` is built as, by ``model_type``.
 DEFAULT_ARCHITECTURE = {"bert": "BertModel", "roberta": "RobertaModel", "gpt2": "GPT2LMHeadModel",
                         "llama": "LlamaForCausalLM", "mistral": "MistralForCausalLM", "qwen2": "Qwen2ForCausalLM",
@@ -190,14 +190,15 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
         raise errors.NotAModel(f"{text} is not a file, nor a Hugging Face id whose config.json is in the local cache "
                                f"({hub_cache()}): pass the config.json (no weights needed)")
     check_timm_name(text)
-    res = resolution or DEFAULT_RESOLUTION
-    cached = export_cache() / f"{text}@{res}.onnx"
+    # no size asked: the model's own (its configuration's), kept under "own" so that a cached
+    # export is read back without importing timm
+    cached = export_cache() / f"{text}@{resolution or 'own'}.onnx"
     if cached.is_file():  # a timm name exported before (18 s for ResNet-50): read it back
         return cached.read_bytes(), text
-    from trappm_ray.corpus.zoo import export_skeleton  # torch and timm are imported inside, on use
+    from trappm_ray.corpus.zoo import export_skeleton, own_resolution  # torch and timm are imported inside, on use
 
     try:
-        data = export_skeleton(text, res).onnx_bytes
+        data = export_skeleton(text, resolution or own_resolution(text) or DEFAULT_RESOLUTION).onnx_bytes
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_suffix(f".{os.getpid()}.tmp")
