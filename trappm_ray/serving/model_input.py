@@ -197,8 +197,9 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
         return cached.read_bytes(), text
     from trappm_ray.corpus.zoo import export_skeleton, own_resolution  # torch and timm are imported inside, on use
 
+    res = resolution or own_resolution(text) or DEFAULT_RESOLUTION
     try:
-        data = export_skeleton(text, resolution or own_resolution(text) or DEFAULT_RESOLUTION).onnx_bytes
+        data = export_skeleton(text, res).onnx_bytes
         try:
             cached.parent.mkdir(parents=True, exist_ok=True)
             tmp = cached.with_suffix(f".{os.getpid()}.tmp")
@@ -209,9 +210,9 @@ def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ..
         return data, text
     except ImportError:
         raise errors.NotAModel(f"{text} is not a file (timm names need the zoo extra)") from None
-    except RuntimeError as e:  # timm: "Unknown model"
-        raise errors.NotAModel(f"{text} is neither a file, a timm model, nor a Hugging Face id whose config.json "
-                               f"is in the local cache ({hub_cache()}) ({e})") from None
+    except RuntimeError as e:  # a name timm registers (checked above) whose model would not build or export
+        raise errors.NotAModel(f"timm's {text} could not be exported at {res} px ({str(e)[:200]})"
+                               f"{'' if resolution else '; pass the size it takes (--resolution)'}") from None
 
 
 def featurize_with(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int | None = None) -> Graph:
