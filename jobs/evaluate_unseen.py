@@ -8,7 +8,8 @@ docs/results-unseen.md and .json.
 reading that predictor's pretrained encoder too (another ~25 min).
 ``--calibrate gnn`` (or ``boosters``) also stores the residuals of those folds' shipped answers
 as the predictor's interval of the target (:func:`trappm_ray.evaluate.unseen.family_out_quantiles`).
-Fold answers are cached under ``--cache`` (delete to refit).
+Fold answers are cached under ``--cache`` (delete to refit); ``--seed`` another than the default
+fits (and caches) the GNN folds again with other validation families and initialisation.
 """
 import json
 import logging
@@ -38,6 +39,7 @@ class UnseenEvalConfig:
     target: str = "train_step_ms"  # or inference_ms
     gnn_groups: int = 5  # 0: no GNN folds
     gnn_seeds: int = 1
+    seed: int = 1337  # the GNN folds' validation families and initialisation (another: its own cached folds)
     out: str = "docs/results-unseen"  # .md and .json are written
     calibrate: str = ""  # "gnn" or "boosters": the predictor's interval of the target from these folds
     gnn_encoder: str = ""  # a predictor whose pretrained encoder a second set of GNN folds reads (issue 43 item 5)
@@ -67,18 +69,23 @@ if __name__ == "__main__":
     layout = cached(cache / f"layout-{cfg.target}.pkl", lambda: unseen.layout_of(ex, cfg.labels)) if manifest.layout else None
     runs = {"boosters": (None, lambda: unseen.booster_folds(ex))}
 
+    seeded = "" if cfg.seed == UnseenEvalConfig.seed else f"-s{cfg.seed}"
+
     def fold_store(key: str):  # each GNN fold kept as it finishes: a stopped run resumes
-        return lambda k, fit: cached(cache / f"folds-{cfg.target}-{key}-{cfg.gnn_groups}-fold{k}.pkl", fit)
+        return lambda k, fit: cached(cache / f"folds-{cfg.target}-{key}-{cfg.gnn_groups}{seeded}-fold{k}.pkl", fit)
     if cfg.gnn_groups:
         runs["gnn"] = (cfg.gnn_groups, lambda: unseen.gnn_folds(ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds,
-                                                                kept=fold_store("gnn")))
+                                                                cfg.seed, kept=fold_store("gnn")))
     if cfg.gnn_groups and cfg.gnn_encoder:
         runs["gnn-pretrained"] = (cfg.gnn_groups, lambda: unseen.gnn_folds(
-            ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds, encoder=Predictor.load(cfg.gnn_encoder).encoder,
+            ex, aux, cfg.labels, cfg.gnn_groups, cfg.gnn_seeds, cfg.seed, encoder=Predictor.load(cfg.gnn_encoder).encoder,
             kept=fold_store("gnn-pretrained")))
     cmd = command(asdict(cfg), "jobs/evaluate_unseen.py", UnseenEvalConfig)
-    folds = {key: unseen.answers(ex, cached(cache / f"folds-{cfg.target}-{key}-{groups or 0}.pkl", build), step, shares,
-                                 layout) for key, (groups, build) in runs.items()}
+
+    def fold_answers(key: str, groups: int | None, build) -> list[dict]:
+        return cached(cache / f"folds-{cfg.target}-{key}-{groups or 0}{seeded if groups else ''}.pkl", build)
+    folds = {key: unseen.answers(ex, fold_answers(key, groups, build), step, shares, layout)
+             for key, (groups, build) in runs.items()}
     if cfg.calibrate:  # the shipped interval: the residuals of these folds' answers, families held out
         a = folds[cfg.calibrate]
         held, flag = unseen.held_answer(a)
