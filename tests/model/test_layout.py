@@ -106,3 +106,21 @@ def test_the_shipped_rtx3090_answers_channels_last_as_its_nchw_answer_moved():
     assert f > 1.2  # Visformer's wide grouped convolutions: slower in channels-last, as measured
     assert nhwc["train_step_ms"] == pytest.approx(nchw["train_step_ms"] * f)
     assert nhwc["train_step_ms_high"] / nhwc["train_step_ms"] > nchw["train_step_ms_high"] / nchw["train_step_ms"]
+
+
+def test_the_fit_reads_only_the_pairs_of_the_framework_setting_asked():
+    def key(arch, torch2):
+        return (arch, 224, 64, "rtx3090", "amp-fp16", "infer", "none", torch2, 0.0)
+    nchw, nhwc = (0.0, 0.0, 0.0, 0.0, 1.0, 0.0), (0.0, 1.0, 0.0, 0.0, 1.0, 0.0)
+    ex, shares = [], []
+    for n in range(12):  # dense convolutions: 3x slower in NHWC under PyTorch 1, unchanged under 2
+        for torch2, ratio in ((0.0, 3.0), (1.0, 1.0)):
+            for setting, ms in ((nchw, 10.0), (nhwc, 10.0 * ratio)):
+                ex.append({"rkey": key(f"m{n}", torch2), "target": "t", "setting": setting, "measured": ms,
+                           "family": f"f{n % 4}"})
+                shares.append(np.eye(KINDS)[kind("dense-conv")])
+    x = np.array(shares)
+    old = F.fit_layout(ex, x, runs={"t": (0.0, 0.0)})["t"]
+    new = F.fit_layout(ex, x, runs={"t": F.run_key({"torch2": 1, "compiled": 0})})["t"]
+    assert old.rows == new.rows == 12
+    assert old.factors[kind("dense-conv")] > 2.0 and new.factors[kind("dense-conv")] == pytest.approx(1.0, abs=0.05)

@@ -189,23 +189,28 @@ def answers(ex: list[dict], folds: list[dict], step: np.ndarray, shares: np.ndar
 def _move(ex: list[dict], folds: list[dict], idx: np.ndarray, layout: np.ndarray, answers: tuple[np.ndarray, ...],
           factor: np.ndarray, risk: np.ndarray) -> None:
     """In place, per fold: each NHWC test row whose NCHW twin the fold tests too takes the twin's
-    ``answers`` times the layout factor fitted on the fold's training rows (``factor``), and its
-    flag from that move (``risk``)."""
+    ``answers`` times the layout factor fitted on the fold's training pairs of the same framework
+    setting (``factor``), and its flag from that move (``risk``)."""
     at = {int(i): k for k, i in enumerate(idx)}
     every = pairs(ex)
     for f in folds:
         test = set(int(i) for i in f["test"])
-        twins = [(i, j) for i, j in every if i in test and j in test]
         seen = [int(i) for i in f["seen"]]
-        fitted = fit_layout([ex[i] for i in seen], layout[seen], band=False).get(ex[twins[0][0]]["target"]) if twins else None
-        if fitted is None:
-            continue
-        for i, j in twins:
-            k, m = at[i], at[j]
-            factor[k] = fitted.factor(layout[j])
-            for arr in answers:
-                arr[k] = arr[m] * factor[k]
-            risk[k] = fitted.out_of_domain(layout[j])
+        by_run: dict[tuple, list[tuple[int, int]]] = {}  # each framework setting moved by its own pairs
+        for i, j in every:
+            if i in test and j in test:
+                by_run.setdefault(tuple(ex[i]["rkey"][7:9]), []).append((i, j))
+        for run, twins in by_run.items():
+            target = ex[twins[0][0]]["target"]
+            fitted = fit_layout([ex[i] for i in seen], layout[seen], band=False, runs={target: run}).get(target)
+            if fitted is None:
+                continue
+            for i, j in twins:
+                k, m = at[i], at[j]
+                factor[k] = fitted.factor(layout[j])
+                for arr in answers:
+                    arr[k] = arr[m] * factor[k]
+                risk[k] = fitted.out_of_domain(layout[j])
 
 
 def family_conformal(a: Answers, pred: np.ndarray, coverage: float = 0.95) -> tuple[np.ndarray, np.ndarray]:

@@ -52,7 +52,7 @@ from trappm_ray.train.build_predictor import data_hash, label_device, ship
 from trappm_ray.train.correction_fit import correction_bounds
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.gpu_examples import examples, graph_index
-from trappm_ray.train.layout_fit import fit_layout, layout_rows
+from trappm_ray.train.layout_fit import fit_layout, layout_rows, run_key
 from trappm_ray.train.regressors import RECIPES, build_regressor, fit_task, prepare
 from trappm_ray.train.splits import split
 
@@ -267,7 +267,8 @@ def write_correction(cfg: LabelsOfPredictor) -> dict:
 def layout_factors(ex: list[dict], index: dict, manifest: Manifest) -> dict[str, dict]:
     """Per target whose labels measure graphs in both layouts, the NHWC / NCHW factors per kind of
     kernel (:func:`~trappm_ray.train.layout_fit.fit_layout`), as a manifest stores them."""
-    fitted = fit_layout(ex, layout_rows(ex, index), manifest.device.name)
+    runs = {t: run_key(r) for t, r in manifest.net.run.items()}  # the framework setting it answers in
+    fitted = fit_layout(ex, layout_rows(ex, index), manifest.device.name, runs=runs)
     for target, f in fitted.items():
         log.info("%s: channels-last factors from %d pairs of %d families, family-out band %.2f-%.2fx", target,
                  f.rows, f.families, math.exp(f.band[0]), math.exp(f.band[1]))

@@ -65,13 +65,23 @@ def family_out_log_errors(shares: np.ndarray, log_ratio: np.ndarray, family: np.
     return err
 
 
-def fit_layout(ex: list[dict], shares: np.ndarray, source: str = "", band: bool = True) -> dict[str, LayoutFactors]:
+def run_key(run: dict) -> tuple[float, float]:
+    """The examples' framework-setting key (``rkey[7:]``) of a manifest's ``run`` of one target."""
+    return float(run["torch2"]), float(run["compiled"])
+
+
+def fit_layout(ex: list[dict], shares: np.ndarray, source: str = "", band: bool = True,
+               runs: dict[str, tuple[float, float]] | None = None) -> dict[str, LayoutFactors]:
     """Per target with pairs measured in both layouts among the examples ``ex`` (one device's),
     its :class:`LayoutFactors`; ``shares``: :func:`layout_rows` of ``ex``; ``band=False`` skips
-    the family-out fits (an evaluation fold's move needs the factors only)."""
+    the family-out fits (an evaluation fold's move needs the factors only); ``runs``: per target
+    the framework setting (:func:`run_key`) whose pairs alone count, the one the predictor answers
+    in (the RTX 3090's inference pairs: 1,201 in PyTorch 2, NHWC 0.79-1.05x NCHW; 290 in PyTorch 1,
+    0.75-1.32x)."""
     out = {}
     for target in sorted({e["target"] for e in ex}):
-        found = [(i, j) for i, j in pairs(ex) if ex[i]["target"] == target]
+        found = [(i, j) for i, j in pairs(ex) if ex[i]["target"] == target
+                 and (runs is None or target not in runs or tuple(ex[i]["rkey"][7:9]) == runs[target])]
         if not found:
             continue
         nhwc, nchw = (np.array(v) for v in zip(*found))
@@ -84,4 +94,4 @@ def fit_layout(ex: list[dict], shares: np.ndarray, source: str = "", band: bool 
     return out
 
 
-__all__ = ["PULL", "SCALE", "pairs", "layout_rows", "fit_factors", "family_out_log_errors", "fit_layout"]
+__all__ = ["PULL", "SCALE", "run_key", "pairs", "layout_rows", "fit_factors", "family_out_log_errors", "fit_layout"]
