@@ -253,8 +253,8 @@ def family_out_quantiles(r: np.ndarray, flag: np.ndarray, moved: np.ndarray | No
     ``values`` from every row it would hold, no set of its own."""
     moved = np.zeros(len(r), bool) if moved is None else moved
     plain = ~flag & ~moved
-    out = {"levels": list(LEVELS), "values": weighted_quantiles(r[plain] if plain.any() else r[~flag] if (~flag).any() else r),
-           "rows": int(plain.sum())}
+    base = plain if plain.any() else ~flag if (~flag).any() else np.ones(len(r), bool)
+    out = {"levels": list(LEVELS), "values": weighted_quantiles(r[base]), "rows": int(plain.sum())}
     for name, rows in (("flagged", flag), ("moved", ~flag & moved)):
         if rows.any():
             out.update({f"{name}_values": weighted_quantiles(r[rows]), f"{name}_rows": int(rows.sum())})

@@ -193,8 +193,8 @@ def held(row: dict[str, float], graph, manifest: Manifest, spec: devices.DeviceS
             why = layout.why(kinds)
         elif layout_risk(t, shares, setting.get("memory_format")):
             why = LAYOUT_WHY
-        notes += [n for n in (moved, hold(row, t, step, shares, CorrectionBounds.from_dict(d), int(graph.static["batch_size"]),
-                                         band, why)) if n]
+        note = hold(row, t, step, shares, CorrectionBounds.from_dict(d), int(graph.static["batch_size"]), band, why)
+        notes += [moved, note] if moved else [note]
     return notes
 
 
