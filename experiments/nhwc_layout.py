@@ -2,7 +2,8 @@
 or a kernel class of their own catch them?
 
     .venv/bin/python experiments/nhwc_layout.py      (seconds; reads data/labels and the fold
-                                                      answers jobs/evaluate_unseen.py caches in artifacts/unseen)
+                                                      answers and layout shares jobs/evaluate_unseen.py
+                                                      caches in artifacts/unseen)
 
 1. The RTX 3090's labels measure many models in both layouts at one batch: NHWC / NCHW training
    step per (model, resolution, batch), by kind of model.
@@ -11,6 +12,9 @@ or a kernel class of their own catch them?
    and without the layout rule (:func:`trappm_ray.model.correction.layout_risk`).
 3. A kernel class of its own for grouped convolutions in NHWC (its own factor on the step model):
    the held answer and the physics answer, each fold's bounds refitted on its training rows.
+4. What shipped instead (:mod:`trappm_ray.model.layout`): the NHWC / NCHW factor per layout kind of
+   kernel, its error on each family's pairs with that family held out of the fit, beside reading
+   NHWC as NCHW.
 """
 from __future__ import annotations
 
@@ -26,6 +30,7 @@ from trappm_ray.model.correction import out_of_domain
 from trappm_ray.model.device_features import SETTING_COLS
 from trappm_ray.physics.kernel_classes import CLASSES
 from trappm_ray.train.correction_fit import fit_bounds
+from trappm_ray.train.layout_fit import family_out_log_errors, pairs
 
 CACHE = "artifacts/unseen"
 GROUPED = CLASSES.index("grouped-conv")
@@ -82,7 +87,20 @@ def folds() -> None:
               f"{100 * np.mean(np.abs(b.physics / b.measured - 1)):.1f}%")
 
 
+def move() -> None:
+    ex = [e for e in pickle.load(open(f"{CACHE}/examples.pkl", "rb")) if e["target"] == "train_step_ms"]
+    shares = pickle.load(open(f"{CACHE}/layout-train_step_ms.pkl", "rb"))
+    found = pairs(ex)
+    y = np.log([ex[i]["measured"] / ex[j]["measured"] for i, j in found])
+    family = np.array([ex[i]["family"] for i, _ in found])
+    err = family_out_log_errors(shares[[j for _, j in found]], y, family)
+    for name, e in (("NHWC = NCHW", y), ("the layout factor, each family held out", err)):
+        a = np.abs(np.exp(-e) - 1)  # answer / measured - 1, as every MAPE here
+        print(f"{name}: {len(a)} pairs, MAPE {100 * a.mean():.1f}%, p90 {100 * np.quantile(a, 0.9):.1f}%")
+
+
 if __name__ == "__main__":
     pd.set_option("display.width", 200)
     layouts()
     folds()
+    move()
