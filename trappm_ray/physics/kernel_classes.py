@@ -55,16 +55,19 @@ def device_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray
     return kept(graph, ("device_shares", spec.slug, precision), lambda: _device_shares(graph, spec, precision))
 
 
+def _split(time: np.ndarray, kinds: list[int], n: int, empty: int) -> np.ndarray:
+    """Shares of the total of per-node ``time`` by each node's kind (of ``n``); no time at all:
+    everything in kind ``empty``."""
+    out = np.bincount(np.asarray(kinds, np.int64), weights=np.maximum(time, 0.0), minlength=n) if kinds else np.zeros(n)
+    total = out.sum()
+    return out / total if total > 0 else np.eye(n)[empty]
+
+
 def _device_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray:
-    time = node_device_us(graph, spec, precision)
     unit = node_classes(graph)
     groups = np.maximum(np.asarray(graph.attrs)[:, 2], 1) if graph.num_nodes else np.zeros(0)
-    out = np.zeros(len(CLASSES))
-    for op, u, g, t in zip(graph.ops, unit, groups, time):
-        if t > 0:
-            out[kernel_class(op, int(u), int(g))] += t
-    total = out.sum()
-    return out / total if total > 0 else np.eye(len(CLASSES))[CLASSES.index("pointwise")]
+    kinds = [kernel_class(op, int(u), int(g)) for op, u, g in zip(graph.ops, unit, groups)]
+    return _split(node_device_us(graph, spec, precision), kinds, len(CLASSES), CLASSES.index("pointwise"))
 
 
 # Kinds of kernel whose speed changes with the memory layout (channels-last vs NCHW), in a fixed
@@ -97,15 +100,10 @@ def layout_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray
 
 
 def _layout_shares(graph, spec: devices.DeviceSpec, precision: str) -> np.ndarray:
-    time = node_device_us(graph, spec, precision)
     attrs = np.asarray(graph.attrs).reshape(-1, 3)
     channels = np.asarray(graph.in_shape).reshape(len(attrs), -1)[:, 1] if len(attrs) else np.zeros(0)
-    out = np.zeros(len(LAYOUT_KINDS))
-    for op, (window, _, groups), c, t in zip(graph.ops, attrs, channels, time):
-        if t > 0:
-            out[layout_kind(op, int(groups), int(c), int(window))] += t
-    total = out.sum()
-    return out / total if total > 0 else np.eye(len(LAYOUT_KINDS))[-1]
+    kinds = [layout_kind(op, int(groups), int(c), int(window)) for op, (window, _, groups), c in zip(graph.ops, attrs, channels)]
+    return _split(node_device_us(graph, spec, precision), kinds, len(LAYOUT_KINDS), len(LAYOUT_KINDS) - 1)
 
 
 __all__ = ["CLASSES", "LAYOUT_KINDS", "kernel_class", "device_shares", "layout_kind", "layout_shares"]
