@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
+import random
 import socket
 import subprocess
 import sys
@@ -27,9 +28,19 @@ BUCKET = os.environ.get("TRAPPM_S3_BUCKET", "trappm")  # as the s3_prefix fixtur
 
 
 def free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
+    """A port free now, drawn from 20000-32767: below Linux's ephemeral range (32768-60999),
+    where the OS hands ports to Ray's own processes starting meanwhile (a port it had just handed
+    here was taken before `serve run` bound it), and above Ray's worker ports (10002-19999)."""
+    rng = random.Random()
+    for _ in range(200):
+        port = rng.randrange(20000, 32768)
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    raise RuntimeError("no free port in 20000-32767")
 
 
 @pytest.fixture(scope="module")
