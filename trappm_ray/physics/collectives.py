@@ -29,6 +29,7 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.physics.step_model import node_device_us
+from trappm_ray.physics.topology import MAX_MESH_GPUS, parse_links, ring_count
 
 CLUSTERS_CSV = Path(__file__).resolve().parents[1] / "data" / "clusters.csv"
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's default bucket_cap_mb
@@ -69,6 +70,29 @@ class Cluster:
     inter_latency_us: float
     source: str = ""
     flow_gbps: float = 0.0  # what one network connection carries at most (0: no cap, RDMA)
+    links: str = ""  # GPU-to-GPU links of a node without a switch (physics/topology.py); "": switched
+
+    def __post_init__(self):
+        if not self.links:
+            return
+        gpus = {g for pair in parse_links(self.links) for g in pair}
+        if self.gpus_per_node > MAX_MESH_GPUS or max(gpus) >= self.gpus_per_node:
+            raise ValueError(f"links name GPUs 0-{self.gpus_per_node - 1} of a node of at most "
+                             f"{MAX_MESH_GPUS} GPUs; these name GPU {max(gpus)} of {self.gpus_per_node}")
+        if not ring_count(self.links, self.gpus_per_node):
+            raise ValueError(f"links hold no ring through all {self.gpus_per_node} GPUs of a node")
+
+    def busbw_gbs(self, gpus: int) -> float:
+        """Bus bandwidth (GB/s) of a ring all-reduce over ``gpus`` GPUs of one node: the table's
+        (measured on a full node) where a switch joins them, on a mesh (:attr:`links`) that times
+        the rings the first ``gpus`` GPUs hold over those of the full node; GPUs the mesh joins
+        by no ring go over PCIe 3.0 (the generation of the mesh systems, :data:`PCIE_BUS_SHARE`)."""
+        if not self.links or gpus >= self.gpus_per_node or gpus < 2:
+            return self.intra_busbw_gbs
+        rings = ring_count(self.links, gpus)
+        if not rings:
+            return PCIE_BUS_SHARE * PCIE_X16_GBS[3]
+        return self.intra_busbw_gbs * rings / ring_count(self.links, self.gpus_per_node)
 
     @property
     def flow_gbs(self) -> float:
@@ -151,11 +175,11 @@ def allreduce_ms(nbytes: float, gpus: int, cluster: Cluster, nodes: int | None =
     network). Uneven nodes take as long as the fullest."""
     nodes = nodes or -(-gpus // cluster.gpus_per_node)
     per_node = min(-(-gpus // nodes), cluster.gpus_per_node)
-    inside = ring_allreduce_ms(nbytes, per_node, cluster.intra_busbw_gbs, cluster.intra_latency_us)
+    inside = ring_allreduce_ms(nbytes, per_node, cluster.busbw_gbs(per_node), cluster.intra_latency_us)
     if nodes == 1:
         return inside
     if cluster.flow_gbps:  # one ring over every GPU, paced by its crossings between nodes
-        return ring_allreduce_ms(nbytes, gpus, min(cluster.intra_busbw_gbs, cluster.flow_gbs), cluster.inter_latency_us)
+        return ring_allreduce_ms(nbytes, gpus, min(cluster.busbw_gbs(per_node), cluster.flow_gbs), cluster.inter_latency_us)
     return inside + ring_allreduce_ms(nbytes, nodes, cluster.inter_gbps / 8, cluster.inter_latency_us)
 
 
