@@ -123,7 +123,8 @@ def test_gnn_at_share_one_is_the_networks_alone(ray_session):
 
 
 def test_gnn_reading_a_pretrained_encoder_embeds_each_graph_once_and_answers(ray_session):
-    from trappm_ray.evaluate.gpu_gnn import GnnModel, graph_embeddings
+    from trappm_ray.evaluate.gpu_gnn import GnnModel
+    from trappm_ray.train.gpu_predictor import graph_embeddings
     from trappm_ray.graph import features
     from trappm_ray.model.networks import GraphEncoder
 

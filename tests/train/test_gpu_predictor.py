@@ -11,6 +11,7 @@ from trappm_ray.graph.featurize import featurize
 from trappm_ray.model import predictor as P
 from trappm_ray.model.anchors import MeasuredAnchors
 from trappm_ray.model.device_features import static_input
+from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.correction import CorrectionBounds
 from trappm_ray.model.stored import rewrite_manifest
 from trappm_ray.train.build_predictor import ship
@@ -33,7 +34,10 @@ def test_registers_a_roofline_predictor_with_its_provenance(trained):
     assert trained["uri"].endswith("test-gpu-amp/v0001")
     assert set(trained["task_seconds"]) == {f"{t}/{s}" for t in ("train_step_ms", "inference_ms") for s in (1, 2)}
     m = P.Predictor.load(trained["uri"]).manifest
-    assert m.net.inputs == "roofline" and m.net.encoder is None and m.device.spec == "rtx3090"
+    assert m.net.inputs == "roofline" and m.device.spec == "rtx3090"
+    # the networks read the shipped CPU predictor's pretrained encoder too (TraPPM's recipe)
+    assert m.net.encoder["source"] == "trappm_ray/predictors/default" and m.recipe["embedding"] == "pretrained"
+    assert m.net.encoder["in_dim"] == P.Predictor.load(P.DEFAULT_DIR).manifest.net.encoder["in_dim"]
     assert m.options["precision"] == ["amp-fp16"] and m.data["per_target"]["train_step_ms"] == 54
     assert m.net.run["train_step_ms"] == {"torch2": 1, "compiled": 0}
     q = m.residual_quantiles["train_step_ms"]
@@ -51,6 +55,11 @@ def test_predictions_respect_the_floor_and_carry_a_band(trained):
             floor = static_input(graph, spec, setting, mode, pred.manifest.net.run[target])[0]
             assert row[f"{target}_floor"] == pytest.approx(floor)
             assert floor <= row[f"{target}_low"] <= row[target] <= row[f"{target}_high"]
+    # serving's NumPy forward (the encoder on the graphs' v2 features, the heads on the roofline
+    # inputs) answers as the PyTorch networks do
+    served = NetworkPredictor.load(trained["uri"]).predict_graphs(graphs, [setting] * 2)
+    for a, b in zip(served, rows):
+        assert a.keys() == b.keys() and all(a[k] == pytest.approx(b[k], rel=1e-5) for k in b)
     # the same graphs without settings: the manifest's defaults, the same answer
     again = pred.predict_graphs(graphs)
     assert again[0]["train_step_ms"] == pytest.approx(rows[0]["train_step_ms"])
@@ -64,7 +73,8 @@ def test_answers_blend_each_network_with_its_static_mlp(trained):
     import torch
     from torch_geometric.data import Batch
 
-    from trappm_ray.graph.data import to_data, with_static
+    from trappm_ray.graph.arrays import graph_arrays
+    from trappm_ray.graph.data import to_data
     from trappm_ray.model.roofline_inputs import node_arrays
     from trappm_ray.model.static_mlp import GNN_SHARE
 
@@ -74,11 +84,13 @@ def test_answers_blend_each_network_with_its_static_mlp(trained):
     assert trained["gnn_share"] == blend["weights"] and len(pred.mlps["train_step_ms"]) == 2
     graph, spec = featurize(cnn_model(), batch_size=4), devices.get("rtx3090")
     setting = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw"}
-    data = [with_static(to_data(node_arrays(graph, spec, "amp-fp16", True, False)),
-                        static_input(graph, spec, setting, "train", pred.manifest.net.run["train_step_ms"])[1])]
-    both = pred.predict_data(data, targets=["train_step_ms"])["train_step_ms"]
-    alone = P.Predictor(pred.manifest, None, pred.heads, pred.scalers).predict_data(data, targets=["train_step_ms"])["train_step_ms"]
-    static = Batch.from_data_list(data).static
+    arrays = [node_arrays(graph, spec, "amp-fp16", True, False).with_static(
+        static_input(graph, spec, setting, "train", pred.manifest.net.run["train_step_ms"])[1])]
+    encoded = [graph_arrays(graph, "v2")]  # what the encoder reads
+    both = pred.predict_arrays(arrays, ["train_step_ms"], encoded)["train_step_ms"]
+    alone = P.Predictor(pred.manifest, pred.encoder, pred.heads, pred.scalers).predict_arrays(
+        arrays, ["train_step_ms"], encoded)["train_step_ms"]
+    static = Batch.from_data_list([to_data(a) for a in arrays]).static
     with torch.no_grad():
         mlp = np.stack([torch.exp(m(static)).numpy() for m in pred.mlps["train_step_ms"]], 1)
     w = blend["weights"]["train_step_ms"]

@@ -21,7 +21,7 @@ import torch
 from trappm_ray.graph.data import graph_data
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.model.static_mlp import GNN_SHARE, blend, blend_weight, fit_static_mlp
-from trappm_ray.train.gpu_predictor import auxiliary_rows, gnn_inputs, gnn_recipe
+from trappm_ray.train.gpu_predictor import auxiliary_rows, distinct_graphs, gnn_inputs, gnn_recipe, graph_embeddings
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.regressors import RECIPES, embed, fit, fit_task, for_target, predict_rows, prepare
 
@@ -126,33 +126,11 @@ class GnnModel:
         return self._answer("alone", train, val, idx, seed)
 
 
-def _distinct(ex: list[dict]) -> tuple[list[tuple], list[int]]:
-    """The examples' distinct graph keys, and each example's position among them."""
-    keys = [tuple(e["rkey"][:3]) for e in ex]
-    unique = list(dict.fromkeys(keys))
-    at = {k: i for i, k in enumerate(unique)}
-    return unique, [at[k] for k in keys]
-
-
 def _v2_graphs(ex: list[dict], index: dict) -> tuple[list, list[int]]:
     """The examples' distinct graphs as v2 data (each built once), and each example's position
     among them."""
-    unique, at = _distinct(ex)
+    unique, at = distinct_graphs(ex)
     return prepare([graph_data(row_to_graph(index[k]), "v2") for k in unique]), at
-
-
-def graph_embeddings(encoder, ex: list[dict], index: dict, chunk: int = 64) -> torch.Tensor:
-    """``[len(ex), d]``: each example's graph (v2 features) under the frozen ``encoder``, sum-pooled;
-    a graph shared by several examples is embedded once. Graphs are built ``chunk`` at a time and
-    let go once embedded: the RTX 3090's ~5,000 graphs with every node's features held at once
-    took the process to 21.5 GB."""
-    unique, at = _distinct(ex)
-    parts = []
-    for i in range(0, len(unique), chunk):
-        part = embed(encoder, [graph_data(row_to_graph(index[k]), "v2") for k in unique[i:i + chunk]], chunk)
-        assert part is not None
-        parts.append(part)
-    return torch.cat(parts)[at]
 
 
 def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_epochs: int = 60):
@@ -181,4 +159,4 @@ def encoder_recipe_model(ex: list[dict], index: dict, encoder, target: str, max_
     return run
 
 
-__all__ = ["GnnModel", "encoder_recipe_model", "graph_embeddings"]
+__all__ = ["GnnModel", "encoder_recipe_model"]

@@ -2,8 +2,8 @@
 from __future__ import annotations
 
 SPLITS = {"boosters": "the boosters' ensemble, each family held out alone",
-          "gnn": "the shipped recipe (GNN + static MLP, one seed), families held out in {groups} folds",
-          "gnn-pretrained": "the shipped recipe reading the pretrained GAE encoder's graph embedding too, the same {groups} folds"}
+          "gnn": "the GNN + static MLP recipe without the encoder (shipped until 2026-11-30), one seed, families held out in {groups} folds",
+          "gnn-pretrained": "the shipped recipe: the GNN reading the pretrained GAE encoder's graph embedding too, + static MLP, the same {groups} folds"}
 
 
 def _summary_table(rows: dict[str, dict]) -> list[str]:

@@ -152,13 +152,37 @@ def signed_log(t: np.ndarray) -> np.ndarray:
     return np.sign(t) * np.log1p(np.abs(t))
 
 
+# The last embedding made from graphs given apart from the networks' inputs, kept while they are
+# the same objects: a predictor asks once per target for the same graphs (as Batch keeps its
+# structure), and the encoder does not depend on the target.
+_last_embedding: list = []
+
+
+def _embedding_of(w: dict[str, np.ndarray], layers: int, graphs: Sequence[GraphArrays]) -> np.ndarray:
+    """:func:`encoder_embedding` of ``graphs``, reused while the weights and graphs are the same."""
+    arrays = (w, *(g.x for g in graphs))
+    if _last_embedding and len(_last_embedding[0]) == len(arrays) and all(
+            a is b for a, b in zip(arrays, _last_embedding[0])):
+        return _last_embedding[1]
+    emb = encoder_embedding(w, "encoder.", layers, Batch(graphs))
+    _last_embedding[:] = [arrays, emb]
+    return emb
+
+
 def predict(manifest: Manifest, w: dict[str, np.ndarray], graphs: Sequence[GraphArrays],
-            targets: Sequence[str] | None = None) -> dict[str, np.ndarray]:
+            targets: Sequence[str] | None = None, encoder_graphs: Sequence[GraphArrays] | None = None
+            ) -> dict[str, np.ndarray]:
     """Per target (default: every one the manifest names): ``[G, S]`` predictions (graphs x seeds)
-    in the network's unit, as :meth:`trappm_ray.model.predictor.Predictor.predict_data` gives them."""
-    b, net = Batch(graphs), manifest.net
+    in the network's unit, as :meth:`trappm_ray.model.predictor.Predictor.predict_data` gives them.
+
+    ``encoder_graphs``: the same graphs in the feature set the encoder reads, where the networks'
+    own node inputs are others (``roofline`` inputs); None: ``graphs`` themselves."""
+    net = manifest.net
     emb = None
-    if net.encoder:
+    if net.encoder and encoder_graphs is not None:
+        emb = _embedding_of(w, len(net.encoder["dims"]), encoder_graphs)
+    b = Batch(graphs)
+    if net.encoder and encoder_graphs is None:
         emb = encoder_embedding(w, "encoder.", len(net.encoder["dims"]), b)
     agg = b.neighbor_mean(b.x_cols)
     blend = (net.blend or {}).get("weights", {})

@@ -27,8 +27,9 @@ from trappm_ray.model.roofline_inputs import INPUTS, node_arrays
 from trappm_ray.physics.kernel_classes import layout_shares
 from trappm_ray.physics.units import attends
 
-# (graphs' arrays, targets) -> per target [graphs, seeds] in the network's unit
-Networks = Callable[[Sequence[GraphArrays], Sequence[str]], dict[str, np.ndarray]]
+# (graphs' arrays, targets, the same graphs as the encoder reads them or None) -> per target
+# [graphs, seeds] in the network's unit
+Networks = Callable[[Sequence[GraphArrays], Sequence[str], Sequence[GraphArrays] | None], dict[str, np.ndarray]]
 
 
 def answer_rows(manifest: Manifest, networks: Networks, graphs: Sequence[Graph],
@@ -53,7 +54,7 @@ def answer_rows(manifest: Manifest, networks: Networks, graphs: Sequence[Graph],
     rows: list[dict[str, float]] = []
     targets = manifest.targets
     for i in range(0, len(graphs), chunk):
-        preds = networks([graph_arrays(g, manifest.feature_set) for g in graphs[i:i + chunk]], targets)
+        preds = networks([graph_arrays(g, manifest.feature_set) for g in graphs[i:i + chunk]], targets, None)
         for j in range(len(graphs[i:i + chunk])):
             row = {}
             for target, p in preds.items():
@@ -70,6 +71,8 @@ def _roofline_rows(manifest: Manifest, networks: Networks, graphs, settings_list
                      for s in (settings_list or [default] * len(graphs))]
     rows: list[dict[str, float]] = [{} for _ in graphs]
     nodes: dict = {}
+    # the networks read the encoder's embedding of the graph's own features beside their inputs
+    encoded = [graph_arrays(g, manifest.feature_set) for g in graphs] if manifest.net.encoder else None
     for target, mode in TARGET_MODES:
         if target not in manifest.targets:
             continue
@@ -91,7 +94,7 @@ def _roofline_rows(manifest: Manifest, networks: Networks, graphs, settings_list
             inputs.append(nodes[key].with_static(found[1]))
             floors.append(found[0])
             kernels.append(round(math.exp(found[1][KERNELS_COL])))
-        ratio = np.concatenate([networks(inputs[i:i + chunk], [target])[target]
+        ratio = np.concatenate([networks(inputs[i:i + chunk], [target], None if encoded is None else encoded[i:i + chunk])[target]
                                 for i in range(0, len(inputs), chunk)])
         ms = np.maximum(ratio, 1.0) * np.asarray(floors)[:, None]  # no step beats the roofline
         for row, p, floor, k, s, graph, move in zip(rows, ms, floors, kernels, settings_list, graphs, moved):
@@ -136,9 +139,11 @@ class NetworkPredictor:
     def check(self, setting: dict) -> None:
         """Nothing to refuse beyond the manifest's options, which ``options.resolve`` checks."""
 
-    def networks(self, graphs: Sequence[GraphArrays], targets: Sequence[str]) -> dict[str, np.ndarray]:
-        """Per target ``[G, S]`` predictions (graphs x seeds) in the network's unit."""
-        return forward.predict(self.manifest, self.weights, graphs, targets)
+    def networks(self, graphs: Sequence[GraphArrays], targets: Sequence[str],
+                 encoder_graphs: Sequence[GraphArrays] | None = None) -> dict[str, np.ndarray]:
+        """Per target ``[G, S]`` predictions (graphs x seeds) in the network's unit
+        (``encoder_graphs``: :func:`trappm_ray.model.forward.predict`)."""
+        return forward.predict(self.manifest, self.weights, graphs, targets, encoder_graphs)
 
     def predict_graphs(self, graphs: Sequence[Graph], settings_list: Sequence[dict] | None = None,
                        chunk: int = 64) -> list[dict[str, float]]:

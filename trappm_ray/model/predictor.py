@@ -175,9 +175,16 @@ class Predictor:
             out[target] = torch.cat(cols, 1).cpu().numpy()
         return out
 
-    def predict_arrays(self, graphs: Sequence[GraphArrays], targets: Sequence[str]) -> dict[str, np.ndarray]:
-        """:meth:`predict_data` on graphs' arrays (:mod:`trappm_ray.graph.arrays`)."""
-        return self.predict_data([to_data(g) for g in graphs], targets=targets)
+    def predict_arrays(self, graphs: Sequence[GraphArrays], targets: Sequence[str],
+                       encoder_graphs: Sequence[GraphArrays] | None = None) -> dict[str, np.ndarray]:
+        """:meth:`predict_data` on graphs' arrays (:mod:`trappm_ray.graph.arrays`); the encoder
+        reads ``encoder_graphs`` where given (the networks' own inputs are other features)."""
+        emb = None
+        if encoder_graphs is not None and self.encoder is not None:
+            b = Batch.from_data_list([to_data(g) for g in encoder_graphs]).to(self.compute)
+            with torch.no_grad():
+                emb = pooled_embedding(self.encoder, b.x, b.edge_index, b.batch, b.num_graphs)
+        return self.predict_data([to_data(g) for g in graphs], emb, targets=targets)
 
     def predict_graphs(self, graphs: Sequence[Graph], settings_list: Sequence[dict] | None = None,
                        chunk: int = 64) -> list[dict[str, float]]:

@@ -1,11 +1,13 @@
 """Train a shipped GPU predictor: the physics-informed GNN on one device's measured labels.
 
 The network is the supervised GraphSAGE regressor (the ``nnlqp`` recipe of
-:mod:`trappm_ray.train.regressors`, no pretrained encoder: on the GPU labels pretraining did not
-earn its place, ``docs/training.md``) fed :mod:`trappm_ray.model.roofline_inputs`: v2 node
-features + per-node roofline terms, the device-aware static vector, target log(measured / floor).
-On the GPU evaluation's held-out architectures and families it beats the recipe of the CPU
-predictor by 5-11 MAPE points (``docs/results-gpu.md``, ``gnn`` vs ``encoder-recipe``).
+:mod:`trappm_ray.train.regressors`) fed :mod:`trappm_ray.model.roofline_inputs`: v2 node
+features + per-node roofline terms, the device-aware static vector and the frozen pretrained
+encoder's embedding of the graph (TraPPM's semi-supervised input: with families held out it took
+the RTX 3090's training step from 12.3 to 11.4% MAPE, and from 13.3 to 12.5% at a second seed,
+``docs/training.md``), target log(measured / floor). On the GPU evaluation's held-out
+architectures and families it beats the recipe of the CPU predictor by 5-11 MAPE points
+(``docs/results-gpu.md``, ``gnn`` vs ``encoder-recipe``).
 
 Beside the networks it stores the device's measurements by graph fingerprint
 (:mod:`trappm_ray.model.anchors`), which reference transfer moves for a graph they hold.
@@ -42,7 +44,7 @@ from trappm_ray.model.intervals import LEVELS, weighted_quantiles
 from trappm_ray.model.manifest import NETWORK, Manifest, Network
 from trappm_ray.model.options import label_options
 from trappm_ray.model.device_features import SETTING_COLS
-from trappm_ray.graph.data import to_data, with_static
+from trappm_ray.graph.data import graph_data, to_data, with_static
 from trappm_ray.model.roofline_inputs import INPUTS, STATIC_DIM, node_arrays
 from trappm_ray.model.stored import read_manifest, rewrite_manifest
 from trappm_ray.model.static_mlp import GNN_SHARE, blend, blend_weight, fit_static_mlp
@@ -53,7 +55,7 @@ from trappm_ray.train.correction_fit import correction_bounds
 from trappm_ray.train.fanout import fan_out, share_graphs
 from trappm_ray.train.gpu_examples import examples, graph_index
 from trappm_ray.train.layout_fit import fit_layout, layout_rows, run_key
-from trappm_ray.train.regressors import RECIPES, build_regressor, fit_task, prepare
+from trappm_ray.train.regressors import RECIPES, build_regressor, embed, fit_task, prepare
 from trappm_ray.train.splits import split
 
 log = logging.getLogger(__name__)
@@ -76,6 +78,10 @@ class GpuPredictorConfig:
             MLP; None: the share with the least error on the held-out architectures).
         registry, name: register as ``<registry>/<name>/vNNNN`` (name empty: the device slug).
         ship: also copy it into the package (``trappm_ray/predictors/<device>/``).
+        encoder: a predictor whose frozen pretrained encoder the networks read too (its sum-pooled
+            embedding of each graph's v2 features beside the roofline inputs: TraPPM's recipe);
+            "": none. With families held out it measured 11.4 / 12.5% MAPE against 12.3 / 13.3%
+            without, at two seeds (``docs/training.md``).
         ray_address: an existing cluster; None = ``RAY_ADDRESS`` or a private local one.
     """
 
@@ -90,6 +96,7 @@ class GpuPredictorConfig:
     registry: str = "artifacts/predictors"
     name: str = ""
     ship: bool = False
+    encoder: str = "trappm_ray/predictors/default"
     ray_address: str | None = None
 
 
@@ -112,6 +119,28 @@ def gnn_inputs(ex: list[dict], index: dict) -> list:
                                                      bool(compiled)))], keep_nodes=False)[0]
         out.append(with_static(base[key], e["x"]))
     return out
+
+
+def distinct_graphs(ex: list[dict]) -> tuple[list[tuple], list[int]]:
+    """The examples' distinct graph keys, and each example's position among them."""
+    keys = [tuple(e["rkey"][:3]) for e in ex]
+    unique = list(dict.fromkeys(keys))
+    at = {k: i for i, k in enumerate(unique)}
+    return unique, [at[k] for k in keys]
+
+
+def graph_embeddings(encoder, ex: list[dict], index: dict, chunk: int = 64) -> torch.Tensor:
+    """``[len(ex), d]``: each example's graph (v2 features) under the frozen ``encoder``, sum-pooled;
+    a graph shared by several examples is embedded once. Graphs are built ``chunk`` at a time and
+    let go once embedded: the RTX 3090's ~5,000 graphs with every node's features held at once
+    took the process to 21.5 GB."""
+    unique, at = distinct_graphs(ex)
+    parts = []
+    for i in range(0, len(unique), chunk):
+        part = embed(encoder, [graph_data(row_to_graph(index[k]), "v2") for k in unique[i:i + chunk]], chunk)
+        assert part is not None
+        parts.append(part)
+    return torch.cat(parts)[at]
 
 
 def auxiliary_rows(aux: list[dict], held: set) -> np.ndarray:
@@ -158,6 +187,13 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
     ratio = np.array([e["measured"] / e["floor"] for e in ex])
     static = np.stack([e["x"] for e in ex]).astype(np.float64)
     recipe = gnn_recipe(cfg.max_epochs)
+    source = P.Predictor.load(cfg.encoder) if cfg.encoder else None
+    encoder = None if source is None else source.encoder
+    if source is not None and encoder is None:
+        raise ValueError(f"{cfg.encoder} has no pretrained encoder to read")
+    emb = None if encoder is None else graph_embeddings(encoder, ex, index)
+    if encoder is not None:
+        recipe = replace(recipe, embedding="pretrained")
     data_ref, _ = share_graphs(data, None)
     example = data[0]
     del data
@@ -171,7 +207,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
             held_out[(target, seed)] = held = idx[held]  # stopped on, then predicted for the band
             own_rows[(target, seed)] = idx[np.r_[tr, va]]
             train = np.r_[idx[np.r_[tr, va]], other[auxiliary_rows([ex[i] for i in other], {ex[i]["arch"] for i in held})]]
-            calls[(target, seed)] = (fit_task, (data_ref, ratio, None, train, held, held,
+            calls[(target, seed)] = (fit_task, (data_ref, ratio, emb, train, held, held,
                                                 recipe, seed), {"keep_model": True})
     results = fan_out(calls, f"fitting {cfg.device} GNN")
     with_mlp = cfg.gnn_share is None or cfg.gnn_share < 1.0
@@ -180,7 +216,7 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
         heads[target], scalers[target], mlps[target], gnn, mlp = [], [], [], [], []
         for seed in cfg.seeds:
             r, held = results[(target, seed)], held_out[(target, seed)]
-            head = build_regressor(example, 0, recipe)
+            head = build_regressor(example, 0 if emb is None else emb.size(1), recipe)
             head.load_state_dict(r["state"])
             heads[target].append(head)
             scalers[target].append(r["scaler"])
@@ -210,10 +246,11 @@ def train_gpu_predictor(cfg: GpuPredictorConfig) -> dict:
                 ("chosen on the held-out rows" if cfg.gnn_share is None else "fixed (GpuPredictorConfig.gnn_share)")}
     manifest = manifest_of(cfg, ex, targets, recipe, residuals,
                            {"held_out_arch_mape_mean_over_seeds": held_mape,
-                            "held_out_arch_mape_networks_alone": alone}, blended)
+                            "held_out_arch_mape_networks_alone": alone}, blended,
+                           None if source is None else {**source.manifest.net.encoder, "source": cfg.encoder})
     manifest = manifest.replace(correction=correction_bounds(ex, index, manifest.launch),
                                 layout=layout_factors(ex, index, manifest))
-    uri = P.register(P.Predictor(manifest, None, heads, scalers, mlps if with_mlp else None), cfg.registry, cfg.name or cfg.device)
+    uri = P.register(P.Predictor(manifest, encoder, heads, scalers, mlps if with_mlp else None), cfg.registry, cfg.name or cfg.device)
     anchors = from_examples(ex, index, cfg.device, manifest.net.run)  # what transfer to a GPU without labels moves
     anchors.save(uri)
     if cfg.ship:
@@ -276,7 +313,7 @@ def layout_factors(ex: list[dict], index: dict, manifest: Manifest) -> dict[str,
 
 
 def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residuals, metrics: dict,
-                blend: dict | None) -> Manifest:
+                blend: dict | None, encoder: dict | None = None) -> Manifest:
     rows = [r for r in ok_labels(cfg.labels, cfg.device).to_pylist() if (r.get("gpus") or 1) == 1]
     dates = sorted(r["date"] for r in rows if r.get("date"))
     device = label_device(rows, cfg.device, ex[0]["spec"])
@@ -285,7 +322,7 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
         name=cfg.name or cfg.device, kind=NETWORK, feature_set="v2", targets=tuple(targets),
         units={t: unit(t) for t in targets},
         network=Network(
-            seeds=tuple(cfg.seeds), inputs=INPUTS, encoder=None, blend=blend,
+            seeds=tuple(cfg.seeds), inputs=INPUTS, encoder=encoder, blend=blend,
             head={"hidden": recipe.hidden, "fc": recipe.fc, "dropout": recipe.dropout,
                   "node_dropout": recipe.node_dropout, "batch_affine": [], "static_dim": STATIC_DIM},
             run={t: run_setting([e for e in ex if e["target"] == t]) for t in targets}),
@@ -306,5 +343,5 @@ def manifest_of(cfg: GpuPredictorConfig, ex: list[dict], targets, recipe, residu
         created=datetime.now(timezone.utc).isoformat(timespec="seconds"))
 
 
-__all__ = ["GpuPredictorConfig", "LabelsOfPredictor", "auxiliary_rows", "gnn_inputs", "gnn_recipe", "run_setting",
+__all__ = ["GpuPredictorConfig", "LabelsOfPredictor", "auxiliary_rows", "distinct_graphs", "graph_embeddings", "gnn_inputs", "gnn_recipe", "run_setting",
            "train_gpu_predictor", "write_anchors", "write_correction", "layout_factors", "manifest_of"]
