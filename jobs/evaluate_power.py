@@ -11,6 +11,7 @@ from pathlib import Path
 
 from trappm_ray.config_cli import parse_config
 from trappm_ray.evaluate import power
+from trappm_ray.evaluate.power_report import markdown
 from trappm_ray.physics.power import FITTED
 
 
@@ -27,7 +28,7 @@ if __name__ == "__main__":
     cfg = parse_config(PowerEvalConfig, description=__doc__)
     start = time.time()
     result = power.run(cfg.power_labels, labels_dir=cfg.labels or None)
-    text = power.markdown(result, time.time() - start)
+    text = markdown(result, time.time() - start)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(result, indent=1))
     if cfg.write_weights:
