@@ -73,6 +73,7 @@ class Cluster:
     links: str = ""  # GPU-to-GPU links of a node without a switch (physics/topology.py); "": switched
 
     def __post_init__(self):
+        object.__setattr__(self, "links", self.links.strip())  # "" and blanks alike: a switched node
         if not self.links:
             return
         gpus = {g for pair in parse_links(self.links) for g in pair}
@@ -112,10 +113,11 @@ class Cluster:
             d = {"slug": "custom", "name": "custom cluster", "gpu": "", "intra_latency_us": DEFAULT_LATENCY_US,
                  "inter_latency_us": DEFAULT_LATENCY_US, **{ALIASES.get(k, k): v for k, v in value.items()}}
             try:
-                return cls(**{f.name: NUMERIC.get(f.name, str)(d[f.name]) for f in fields(cls) if f.name in d})
+                values = {f.name: NUMERIC.get(f.name, str)(d[f.name]) for f in fields(cls) if f.name in d}
             except (KeyError, TypeError, ValueError) as e:
                 raise ValueError(f"a cluster needs gpus_per_node, intra_busbw_gbs (intra_node_gbs) and inter_gbps "
                                  f"(inter_node_gbps): {e}") from None
+            return cls(**values)  # its links checked against its node (ValueError)
         text = str(value)
         if text.lstrip().startswith("{"):  # a JSON object given inline (the API passes a dict so)
             try:
