@@ -1,6 +1,7 @@
 """Multi-GPU evaluation: all-reduce time against vTrain's measured tables, data-parallel step time
 against Pollux's placements and Gavel's K80/P100 runs (leave-one-GPU-out), and NeuSight's 4-GPU
-GPT-2 runs through the public Python call: docs/results-distributed.md and .json.
+GPT-2 runs through the public Python call, and ryujaehun's nn.DataParallel scaling (measured, not
+answered): docs/results-distributed.md and .json.
 
     .venv/bin/python jobs/evaluate_distributed.py      (about a minute; rows from data/labels-distributed and
     data/labels, the all-reduce tables from ../shared/data/public-distributed/vtrain/trace)
@@ -40,11 +41,12 @@ if __name__ == "__main__":
     dp = data_parallel.pollux(onnx_of)
     gv = multi_gpu.gavel(onnx_of)
     ns = multi_gpu.neusight(neusight_ms)
-    text = data_parallel.markdown(tables, dp, time.time() - start) + multi_gpu.markdown(gv, ns)
+    dpar = multi_gpu.dataparallel_scaling()
+    text = data_parallel.markdown(tables, dp, time.time() - start) + multi_gpu.markdown(gv, ns, dpar)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(
         {"allreduce": tables, "pollux": dp["summary"], "gavel": gv["summary"],
          "neusight": {k: ns[k] for k in ("mape", "worst")} | {"rows": [{k: r[k] for k in (
              "device", "model", "parallel", "micro_batch", "global_batch", "measured_ms", "predicted_ms")}
-             for r in ns["rows"]]}}, indent=1))
+             for r in ns["rows"]]}, "dataparallel": dpar}, indent=1))
     print(text)

@@ -61,3 +61,25 @@ def test_neusight_rows_name_the_layout_and_the_micro_batch(tmp_path):
                    "pp=4": (4, 4, 4, "a100-sxm4-40gb")}
     assert result["mape"] == pytest.approx(10.0) and "| dp=4 (micro-batch 1) | 450 | 495 | +10.0% |" in \
         multi_gpu.markdown({"summary": {}}, result)
+
+
+def test_dataparallel_scaling_is_each_models_n_gpu_iteration_over_its_one_gpu_one(tmp_path, monkeypatch):
+    """ryujaehun's files imported as the real ones are: the median over models measured on 1-4 GPUs."""
+    from trappm_ray.labels import public_ryujaehun
+
+    monkeypatch.setattr(public_ryujaehun, "torchvision_names", lambda: {"resnet18", "vgg16", "alexnet"})
+    folder = tmp_path / "src" / "ryujaehun" / "results" / "TitanRTX"
+    folder.mkdir(parents=True)
+    (folder / "config.json").write_text(json.dumps({"WARM_UP": 5, "NUM_TEST": 2, "BATCH_SIZE": 12}))
+    times = {1: (10.0, 40.0, 5.0), 2: (20.0, 60.0, None), 3: (25.0, 100.0, None), 4: (30.0, 80.0, None)}
+    for n, (r18, vgg, alex) in times.items():
+        cols = ["resnet18", "vgg16"] + (["alexnet"] if alex else [])
+        vals = [r18, vgg] + ([alex] if alex else [])
+        body = ",".join(cols) + "\n" + ("\n".join(",".join(str(v) for v in vals) for _ in range(2))) + "\n"
+        (folder / f"TITAN RTX_{n}_gpus__float_model_train_benchmark.csv").write_text(body)
+    import_public(str(tmp_path / "src"), str(tmp_path / "labels"), ("ryujaehun",), "2026-11-30")
+    got = multi_gpu.dataparallel_scaling(tmp_path / "labels")
+    # alexnet, measured on one GPU only, is left out; medians of (2, 1.5), (2.5, 2.5), (3, 2)
+    assert got == {"titan-rtx-fp32": {"models": 2, "x2": pytest.approx(1.75), "x3": pytest.approx(2.5),
+                                      "x4": pytest.approx(2.5)}}
+    assert "DataParallel" in multi_gpu.markdown({"summary": {}}, {"rows": [], "mape": None}, got)

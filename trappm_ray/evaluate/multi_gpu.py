@@ -28,7 +28,7 @@ from trappm_ray.evaluate.batch_scaling import GAVEL_DEVICES, LABELS, WORKLOAD_OF
 from trappm_ray.evaluate.data_parallel import beside_one_gpu
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.labels.public_distributed import GAVEL
-from trappm_ray.labels.public_rows import NEUSIGHT
+from trappm_ray.labels.public_rows import NEUSIGHT, RYUJAEHUN
 from trappm_ray.labels.store import device_slugs, source_rows
 from trappm_ray.physics.collectives import Cluster, exposed_allreduce_ms, gradient_buckets
 from trappm_ray.physics.step_model import step_time
@@ -128,7 +128,24 @@ def neusight(predict_ms: Callable[[dict], float], labels: Path = GPU_LABELS) -> 
             "worst": float(np.abs(err).max() * 100) if len(rows) else None}
 
 
-def markdown(gv: dict, ns: dict) -> str:
+def dataparallel_scaling(labels: Path = GPU_LABELS) -> dict[str, dict]:
+    """ryujaehun's torch.nn.DataParallel rows (one process driving 1-4 GPUs, the global batch of
+    12 split among them, forward + backward) per label device: the median over models of the
+    iteration on n GPUs over the same model's on one, and the models measured on every count."""
+    out = {}
+    for slug in device_slugs(str(labels)):
+        times: dict[str, dict[int, float]] = defaultdict(dict)
+        for r in source_rows(str(labels), slug, RYUJAEHUN.repo):
+            if r.get("train_step_ms"):
+                times[r["arch"]][int(r["gpus"] or 1)] = r["train_step_ms"]
+        full = {a: t for a, t in times.items() if set(t) >= {1, 2, 3, 4}}
+        if full:
+            out[slug] = {"models": len(full), **{f"x{n}": float(np.median([t[n] / t[1] for t in full.values()]))
+                                                 for n in (2, 3, 4)}}
+    return out
+
+
+def markdown(gv: dict, ns: dict, dpar: dict | None = None) -> str:
     """The Gavel and NeuSight sections of ``docs/results-distributed.md``."""
     lines = ["## Data-parallel step time, Gavel (K80 and P100, 2-8 GPUs, leave-one-GPU-out)", "",
              "Predicted per-GPU iteration = the measured one-GPU iteration at the same per-GPU batch + the exposed "
@@ -161,7 +178,25 @@ def markdown(gv: dict, ns: dict) -> str:
     if ns["mape"] is not None:
         lines += ["", f"MAPE {ns['mape']:.1f}%, worst {ns['worst']:.0f}% (NeuSight publishes 1.2-13.1% on its own "
                   "4-GPU runs)."]
+    if dpar:
+        lines += ["", "## torch.nn.DataParallel on 1-4 GPUs, ryujaehun (measured, not answered)", "",
+                  "ryujaehun's benchmark wraps each torchvision model in `nn.DataParallel` (one Python process "
+                  "copies the model to every GPU each iteration, splits the batch of 12 among them, gathers the "
+                  "outputs on the first and sums the gradients there) and times forward + backward. The product "
+                  "answers `--gpus N` as DistributedDataParallel (one process per GPU, gradients all-reduced), "
+                  "the layout every current framework uses; these rows measure the other one, which runs slower on "
+                  "2-4 GPUs than on one at this batch, as no DDP answer reads:", "",
+                  "| label device | models | 2 GPUs / 1 | 3 GPUs / 1 | 4 GPUs / 1 |", "|---|---|---|---|---|"]
+        lines += [f"| {k} | {v['models']} | {v['x2']:.2f}x | {v['x3']:.2f}x | {v['x4']:.2f}x |" for k, v in dpar.items()]
+        lines += ["", "(Median over the models measured on 1, 2, 3 and 4 GPUs of the same device; the same global "
+                  "batch, so perfect scaling would read 0.50x, 0.33x, 0.25x.) Only where each GPU's own work is "
+                  "long (fp64, several times the fp32 step on every one of these GPUs) does the added time stay "
+                  "small beside it; elsewhere "
+                  "a second GPU doubles the iteration: tens of ms a GPU, beyond what the step model reads for "
+                  "the host to issue the forward (a few ms) or for copying the weights over PCIe, so the "
+                  "per-iteration replication in one Python process. Modelling it would take a figure fitted "
+                  "on these rows per host; not done. Use DDP (`--gpus N`), as the answer assumes."]
     return "\n".join(lines + [""])
 
 
-__all__ = ["gavel_rows", "gavel", "neusight_rows", "neusight", "markdown"]
+__all__ = ["gavel_rows", "gavel", "neusight_rows", "neusight", "dataparallel_scaling", "markdown"]
