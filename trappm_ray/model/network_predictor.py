@@ -71,8 +71,10 @@ def _roofline_rows(manifest: Manifest, networks: Networks, graphs, settings_list
                      for s in (settings_list or [default] * len(graphs))]
     rows: list[dict[str, float]] = [{} for _ in graphs]
     nodes: dict = {}
-    # the networks read the encoder's embedding of the graph's own features beside their inputs
-    encoded = [graph_arrays(g, manifest.feature_set) for g in graphs] if manifest.net.encoder else None
+    # each graph's own (v2) arrays, made once: the base of its roofline inputs in every setting,
+    # and what the encoder reads where the networks take its embedding beside those inputs
+    own = [graph_arrays(g, "v2") for g in graphs]
+    encoded = own if manifest.net.encoder else None
     for target, mode in TARGET_MODES:
         if target not in manifest.targets:
             continue
@@ -90,7 +92,7 @@ def _roofline_rows(manifest: Manifest, networks: Networks, graphs, settings_list
             torch2 = bool(run["torch2"]) and attends(graph)
             key = (i, s["precision"], torch2, run["compiled"])
             if key not in nodes:
-                nodes[key] = node_arrays(graph, spec, s["precision"], torch2, bool(run["compiled"]))
+                nodes[key] = node_arrays(graph, spec, s["precision"], torch2, bool(run["compiled"]), own[i])
             inputs.append(nodes[key].with_static(found[1]))
             floors.append(found[0])
             kernels.append(round(math.exp(found[1][KERNELS_COL])))

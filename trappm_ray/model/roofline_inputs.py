@@ -23,12 +23,15 @@ NODE_DIM = features.get("v2").node_dim + len(FEATURE_NAMES)
 STATIC_DIM = len(feature_names())
 
 
-def node_arrays(graph, spec: devices.DeviceSpec, precision: str, torch2: bool, compiled: bool) -> GraphArrays:
-    """``graph``'s v2 arrays with the per-node roofline features on ``spec`` appended (forward
-    pass at ``precision``; fused attention under PyTorch 2, fusion under ``compiled``); its
-    static vector is set per setting with :meth:`~trappm_ray.graph.arrays.GraphArrays.with_static`."""
+def node_arrays(graph, spec: devices.DeviceSpec, precision: str, torch2: bool, compiled: bool,
+                own: GraphArrays | None = None) -> GraphArrays:
+    """``graph``'s v2 arrays (``own`` where the caller has them) with the per-node roofline
+    features on ``spec`` appended (forward pass at ``precision``; fused attention under PyTorch 2,
+    fusion under ``compiled``); its static vector is set per setting with
+    :meth:`~trappm_ray.graph.arrays.GraphArrays.with_static`."""
     est = roofline(graph, spec, precision, "infer", fused_attention=torch2, compiled=compiled)
-    return graph_arrays(graph, "v2").with_node_columns(node_features(graph, spec, precision, est))
+    base = own if own is not None else graph_arrays(graph, "v2")
+    return base.with_node_columns(node_features(graph, spec, precision, est))
 
 
 __all__ = ["INPUTS", "NODE_DIM", "STATIC_DIM", "node_arrays"]
