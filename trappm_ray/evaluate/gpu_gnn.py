@@ -1,7 +1,8 @@
 """The GNN variants of the GPU evaluation.
 
 ``gnn``: the shipped GPU predictors' recipe (:mod:`trappm_ray.train.gpu_predictor`): the supervised GraphSAGE regressor (the ``nnlqp`` recipe of
-:mod:`trappm_ray.train.regressors`, no pretrained encoder) on v2 node features with the per-node
+:mod:`trappm_ray.train.regressors`; without a pretrained encoder unless ``GnnModel(encoder=...)``,
+as the RTX 3090's ships since 2026-11-30) on v2 node features with the per-node
 roofline features appended (:func:`trappm_ray.physics.roofline.node_features`), the GPU
 evaluation's graph-level inputs as its static vector (v2 static + log roofline terms + device spec
 vector + run settings), predicting log(measured / roofline floor).
