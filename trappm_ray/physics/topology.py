@@ -2,13 +2,17 @@
 
 NCCL runs a ring all-reduce on several rings ("channels") at once, each a cycle through every GPU
 of the job; on a mesh each ring takes one link in each hop, so the bus bandwidth is the number of
-link-disjoint rings the job's GPUs hold times what one link carries. A DGX-1 (V100) joins its 8
+rings the job's GPUs' links carry at once times what one link carries: the most rings, rings
+sharing a link each taking a share of it, that no link carries beyond its capacity (a linear
+program over the job's rings; on a DGX-1's GPUs 0..n-1 it is a whole number, the rings NCCL
+builds). A DGX-1 (V100) joins its 8
 GPUs by 24 NVLinks in a hybrid cube mesh (NVIDIA's DGX-1 V100 system architecture white paper:
 a cube whose 12 edges are NVLinks, some doubled, plus the diagonals of two opposite faces; "three
 interwoven rings" of single links), so all 8 hold 6 one-way rings while GPUs 0 and 1 share one
 link: vTrain's measured V100 tables read 22.5 GB/s on 2 GPUs and 134 on 8. Where the job's GPUs
-hold no ring over direct links (GPUs 0-4 of a DGX-1: GPU 4 reaches only GPU 0), a hop may pass
-through one other GPU of the job, using a link of each (NCCL's NVLink-through-a-GPU path).
+hold no ring over direct links (GPUs 0-4 of a DGX-1: GPU 4 reaches only GPU 0), a hop between
+two GPUs with no link of their own may pass through one other GPU of the job, using a link of
+each (NCCL's NVLink-through-a-GPU path).
 
 Links are data: ``"0-1:1 0-3:2 ..."`` (GPU pair and link count), a cluster's ``links`` field
 (``data/clusters.csv``). A job of n GPUs on a node is taken to run on its first n GPUs (what
@@ -18,6 +22,8 @@ from __future__ import annotations
 
 import itertools
 from functools import lru_cache
+
+import numpy as np
 
 # Ring counting enumerates the orders of the GPUs: meshes without a switch have at most 8 GPUs.
 MAX_MESH_GPUS = 8
@@ -42,12 +48,13 @@ def parse_links(text: str) -> dict[tuple[int, int], int]:
 
 def _hops(arcs: dict[tuple[int, int], int], a: int, b: int, members: range, through: bool
           ) -> list[tuple[tuple[int, int], ...]]:
-    """The ways from GPU ``a`` to ``b``: the direct link, and with ``through`` each path over one
-    other GPU of ``members``."""
-    ways: list[tuple[tuple[int, int], ...]] = [((a, b),)] if (a, b) in arcs else []
-    if through:
-        ways += [((a, m), (m, b)) for m in members if m not in (a, b) and (a, m) in arcs and (m, b) in arcs]
-    return ways
+    """The ways from GPU ``a`` to ``b``: their direct link, else with ``through`` each path over
+    one other GPU of ``members``."""
+    if (a, b) in arcs:
+        return [((a, b),)]
+    if not through:
+        return []
+    return [((a, m), (m, b)) for m in members if m not in (a, b) and (a, m) in arcs and (m, b) in arcs]
 
 
 def _cycles(arcs: dict[tuple[int, int], int], n: int, through: bool) -> list[tuple[tuple[int, int], ...]]:
@@ -61,51 +68,43 @@ def _cycles(arcs: dict[tuple[int, int], int], n: int, through: bool) -> list[tup
     return out
 
 
-def _pack(cycles: list[tuple[tuple[int, int], ...]], capacity: dict[tuple[int, int], int], bound: int) -> int:
-    """The most rings of ``cycles`` (each taken any number of times) that fit ``capacity``,
-    stopping at ``bound``: a depth-first search over rings in order, memoised on what is left."""
-    seen: dict[tuple[tuple[int, ...], int], int] = {}
+def _pack(cycles: list[tuple[tuple[int, int], ...]], capacity: dict[tuple[int, int], int]) -> float:
+    """The most rings of ``cycles`` at once, a ring's share of a link counted against the link's
+    capacity: max sum x subject to, per link, the rings through it summing to at most its
+    capacity (HiGHS; a few thousand rings on 56 links solve in milliseconds, where an exhaustive
+    search for whole rings ran for minutes on 8 GPUs all joined by one link each)."""
+    # the solver is imported here, not with the module: every prediction imports the cluster
+    # model, and only a meshed cluster (a DGX-1, a user's links) ever counts rings
+    from scipy.optimize import linprog
+
     keys = sorted(capacity)
-
-    def search(start: int, left: dict[tuple[int, int], int]) -> int:
-        state = (tuple(left[k] for k in keys), start)
-        if state in seen:
-            return seen[state]
-        best = 0
-        for i in range(start, len(cycles)):
-            use = cycles[i]
-            if all(left[a] >= use.count(a) for a in set(use)):
-                for a in use:
-                    left[a] -= 1
-                best = max(best, 1 + search(i, left))
-                for a in use:
-                    left[a] += 1
-                if best >= bound:
-                    break
-        seen[state] = best
-        return best
-
-    return search(0, dict(capacity))
+    at = {k: i for i, k in enumerate(keys)}
+    uses = np.zeros((len(keys), len(cycles)))
+    for j, cycle in enumerate(cycles):
+        for arc in cycle:
+            uses[at[arc], j] += 1
+    found = linprog(-np.ones(len(cycles)), A_ub=uses, b_ub=[capacity[k] for k in keys], bounds=(0, None),
+                    method="highs")
+    return round(-found.fun, 6) if found.success else 0.0
 
 
 @lru_cache(maxsize=64)
-def ring_count(links: str, n: int) -> int:
-    """Link-disjoint one-way rings through GPUs 0..n-1 of the mesh ``links`` (:func:`parse_links`):
-    over direct links, else (none) with hops through one other GPU of the job; 0 if still none.
-    ValueError beyond :data:`MAX_MESH_GPUS` GPUs."""
+def ring_count(links: str, n: int) -> float:
+    """One-way rings through GPUs 0..n-1 of the mesh ``links`` (:func:`parse_links`) carried at
+    once (:func:`_pack`): over direct links, else (none) with hops through one other GPU of the
+    job; 0 if still none. ValueError beyond :data:`MAX_MESH_GPUS` GPUs."""
     if n > MAX_MESH_GPUS:
         raise ValueError(f"ring counting on a mesh covers up to {MAX_MESH_GPUS} GPUs, not {n}")
     if n < 2:
-        return 0
+        return 0.0
     arcs = {k: v for k, v in parse_links(links).items() if max(k) < n}
-    bound = min(sum(v for (a, _), v in arcs.items() if a == g) for g in range(n))
-    if bound == 0:
-        return 0
+    if any(not any(a == g for a, _ in arcs) for g in range(n)):
+        return 0.0  # a GPU of the job with no link to another
     for through in (False, True):
         cycles = _cycles(arcs, n, through)
         if cycles:
-            return _pack(cycles, arcs, bound)
-    return 0
+            return _pack(cycles, arcs)
+    return 0.0
 
 
 __all__ = ["MAX_MESH_GPUS", "parse_links", "ring_count"]
