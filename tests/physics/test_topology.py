@@ -65,3 +65,14 @@ def test_a_users_mesh_is_checked_against_its_node():
         C.Cluster.of({"gpus_per_node": 4, "intra_busbw_gbs": 80, "inter_gbps": 100, "links": "0-1:1 2-3:1"})
     island = C.Cluster.of({"gpus_per_node": 2, "intra_busbw_gbs": 80, "inter_gbps": 100, "links": "0-1:1"})
     assert island.busbw_gbs(2) == 80
+
+
+def test_the_cluster_table_loads_without_the_solver():
+    """Every multi-GPU answer reads the table; only a job on part of a meshed node counts rings."""
+    import subprocess
+    import sys
+
+    code = ("import sys; from trappm_ray.physics.collectives import load_clusters; "
+            "load_clusters(); print('scipy.optimize' in sys.modules)")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    assert out.stdout.strip() == "False"

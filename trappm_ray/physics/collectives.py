@@ -29,7 +29,7 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.physics.step_model import node_device_us
-from trappm_ray.physics.topology import MAX_MESH_GPUS, parse_links, ring_count
+from trappm_ray.physics.topology import MAX_MESH_GPUS, holds_ring, parse_links, ring_count
 
 CLUSTERS_CSV = Path(__file__).resolve().parents[1] / "data" / "clusters.csv"
 DDP_BUCKET_BYTES = 25 * 2**20  # torch DistributedDataParallel's default bucket_cap_mb
@@ -80,7 +80,7 @@ class Cluster:
         if self.gpus_per_node > MAX_MESH_GPUS or max(gpus) >= self.gpus_per_node:
             raise ValueError(f"links name GPUs 0-{self.gpus_per_node - 1} of a node of at most "
                              f"{MAX_MESH_GPUS} GPUs; these name GPU {max(gpus)} of {self.gpus_per_node}")
-        if not ring_count(self.links, self.gpus_per_node):
+        if not holds_ring(self.links, self.gpus_per_node):  # checked without the solver: the table loads fast
             raise ValueError(f"links hold no ring through all {self.gpus_per_node} GPUs of a node")
 
     def busbw_gbs(self, gpus: int) -> float:

@@ -5,8 +5,7 @@ of the job; on a mesh each ring takes one link in each hop, so the bus bandwidth
 rings the job's GPUs' links carry at once times what one link carries: the most rings, rings
 sharing a link each taking a share of it, that no link carries beyond its capacity (a linear
 program over the job's rings; on a DGX-1's GPUs 0..n-1 it is a whole number, the rings NCCL
-builds). A DGX-1 (V100) joins its 8
-GPUs by 24 NVLinks in a hybrid cube mesh (NVIDIA's DGX-1 V100 system architecture white paper:
+builds). A DGX-1 (V100) joins its 8 GPUs by 24 NVLinks in a hybrid cube mesh (NVIDIA's DGX-1 V100 system architecture white paper:
 a cube whose 12 edges are NVLinks, some doubled, plus the diagonals of two opposite faces; "three
 interwoven rings" of single links), so all 8 hold 6 one-way rings while GPUs 0 and 1 share one
 link: vTrain's measured V100 tables read 22.5 GB/s on 2 GPUs and 134 on 8. Where the job's GPUs
@@ -89,22 +88,33 @@ def _pack(cycles: list[tuple[tuple[int, int], ...]], capacity: dict[tuple[int, i
 
 
 @lru_cache(maxsize=64)
-def ring_count(links: str, n: int) -> float:
-    """One-way rings through GPUs 0..n-1 of the mesh ``links`` (:func:`parse_links`) carried at
-    once (:func:`_pack`): over direct links, else (none) with hops through one other GPU of the
-    job; 0 if still none. ValueError beyond :data:`MAX_MESH_GPUS` GPUs."""
+def _job_rings(links: str, n: int) -> tuple[dict[tuple[int, int], int], list[tuple[tuple[int, int], ...]]]:
+    """The links among GPUs 0..n-1 of the mesh ``links`` and the rings through all of them: over
+    direct links, else (none) with hops through one other GPU of the job; none if still none.
+    ValueError beyond :data:`MAX_MESH_GPUS` GPUs."""
     if n > MAX_MESH_GPUS:
         raise ValueError(f"ring counting on a mesh covers up to {MAX_MESH_GPUS} GPUs, not {n}")
-    if n < 2:
-        return 0.0
     arcs = {k: v for k, v in parse_links(links).items() if max(k) < n}
-    if any(not any(a == g for a, _ in arcs) for g in range(n)):
-        return 0.0  # a GPU of the job with no link to another
+    if n < 2 or any(not any(a == g for a, _ in arcs) for g in range(n)):
+        return arcs, []  # a GPU of the job with no link to another
     for through in (False, True):
         cycles = _cycles(arcs, n, through)
         if cycles:
-            return _pack(cycles, arcs)
-    return 0.0
+            return arcs, cycles
+    return arcs, []
 
 
-__all__ = ["MAX_MESH_GPUS", "parse_links", "ring_count"]
+def holds_ring(links: str, n: int) -> bool:
+    """Whether GPUs 0..n-1 of the mesh ``links`` hold any ring (no solver needed to say so)."""
+    return bool(_job_rings(links, n)[1])
+
+
+@lru_cache(maxsize=64)
+def ring_count(links: str, n: int) -> float:
+    """One-way rings through GPUs 0..n-1 of the mesh ``links`` (:func:`parse_links`) carried at
+    once (:func:`_pack`; the rings of :func:`_job_rings`), 0 where they hold none."""
+    arcs, cycles = _job_rings(links, n)
+    return _pack(cycles, arcs) if cycles else 0.0
+
+
+__all__ = ["MAX_MESH_GPUS", "parse_links", "holds_ring", "ring_count"]
