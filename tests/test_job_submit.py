@@ -9,12 +9,13 @@ import json
 import os
 import re
 import shlex
-import socket
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
+
+from ports import free_ports
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAD = ROOT / "cluster/local_head.sh"
@@ -137,17 +138,6 @@ def test_every_readme_job_command_names_real_flags():
 
 # ---------------------------------------------------------------- end to end
 
-def _free_ports(n: int) -> list[int]:
-    socks = [socket.socket() for _ in range(n)]
-    try:
-        for s in socks:
-            s.bind(("127.0.0.1", 0))
-        return [s.getsockname()[1] for s in socks]
-    finally:
-        for s in socks:
-            s.close()
-
-
 @pytest.fixture(scope="module")
 def head(tmp_path_factory):
     """A Ray head of our own: fresh state dir, free ports, the S3 settings in its environment."""
@@ -155,7 +145,7 @@ def head(tmp_path_factory):
         if os.environ.get("CI"):
             pytest.fail("AWS_ENDPOINT_URL unset in CI: scripts/test.sh must start the S3 server")
         pytest.skip("no S3 server: run through scripts/test.sh")
-    gcs, dash, agent, client = _free_ports(4)
+    gcs, dash, agent, client = free_ports(4)
     env = {**os.environ,
            "TRAPPM_RAY_DIR": str(tmp_path_factory.mktemp("ray-head")),
            "TRAPPM_RAY_PORT": str(gcs), "TRAPPM_DASHBOARD_PORT": str(dash),

@@ -3,8 +3,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import os
-import random
-import socket
 import subprocess
 import sys
 import time
@@ -17,6 +15,7 @@ import pytest
 import yaml
 
 import onnx_builders as B
+from ports import free_ports
 from predictor_builders import random_predictor
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -28,19 +27,7 @@ BUCKET = os.environ.get("TRAPPM_S3_BUCKET", "trappm")  # as the s3_prefix fixtur
 
 
 def free_port() -> int:
-    """A port free now, drawn from 20000-32767: below Linux's ephemeral range (32768-60999),
-    where the OS hands ports to Ray's own processes starting meanwhile (a port it had just handed
-    here was taken before `serve run` bound it), and above Ray's worker ports (10002-19999)."""
-    rng = random.Random()
-    for _ in range(200):
-        port = rng.randrange(20000, 32768)
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", port))
-            except OSError:
-                continue
-            return port
-    raise RuntimeError("no free port in 20000-32767")
+    return free_ports(1)[0]
 
 
 @pytest.fixture(scope="module")
