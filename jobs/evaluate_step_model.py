@@ -1,5 +1,6 @@
 """The physics step model and the product against public measured batch sweeps (Pollux, Gavel),
-precision pairs (ryujaehun) and optimizer pairs (Zeus): docs/results-step-model.md and .json.
+precision pairs (ryujaehun), optimizer pairs (Zeus) and NeuSight's LMs on nine GPUs, each GPU
+unseen: docs/results-step-model.md and .json.
 
     .venv/bin/python jobs/evaluate_step_model.py         (about 2 minutes on 2 cores)
 """
@@ -11,7 +12,7 @@ from pathlib import Path
 
 import trappm_ray
 from trappm_ray.config_cli import parse_config
-from trappm_ray.evaluate import batch_scaling, power, setting_moves
+from trappm_ray.evaluate import batch_scaling, lm_gpus, power, setting_moves
 from trappm_ray.evaluate.step_model_report import markdown
 
 
@@ -20,6 +21,7 @@ class StepModelEvalConfig:
     labels: str = "data/labels"
     cache: str = "artifacts/workloads"  # the sweeps' ONNX exports, made once
     out: str = "docs/results-step-model"  # .md and .json are written
+    spec_predictor: str = "trappm_ray/predictors/gpu-spec"  # its manifest's leave-one-device-out figures
 
 
 def product_ms(onnx_bytes: bytes, batch: int, dims: dict, device: str, precision: str, optimizer: str) -> float:
@@ -40,7 +42,10 @@ if __name__ == "__main__":
     batch = batch_scaling.run(sweeps, Path(cfg.cache), answer=product_ms)
     zeus = power.zeus_rows()
     settings = setting_moves.run(cfg.labels, zeus, power.row_graphs(power.LABELS, zeus))
-    text = markdown(batch, settings, "python jobs/evaluate_step_model.py", time.time() - start)
+    lodo = json.loads((Path(cfg.spec_predictor) / "manifest.json").read_text())["boosters"]["lodo"]
+    lm = lm_gpus.run(cfg.labels, lodo)
+    text = markdown(batch, settings, "python jobs/evaluate_step_model.py", time.time() - start, lm)
     Path(f"{cfg.out}.md").write_text(text)
-    Path(f"{cfg.out}.json").write_text(json.dumps({"batch_scaling": batch, "setting_moves": settings}, indent=1))
+    Path(f"{cfg.out}.json").write_text(json.dumps({"batch_scaling": batch, "setting_moves": settings,
+                                                   "lm_gpus": lm}, indent=1))
     print(text)

@@ -27,6 +27,21 @@ def test_fill_counts_waves_of_blocks_over_the_sms():
     assert S.fill(np.array([5.0]), np.array([1.0]), np.array([1]), None) == pytest.approx([1.0])
 
 
+def test_split_k_fills_idle_sms_and_never_slows_a_doubled_gemm():
+    slots, tile = 108, 128 * 128
+    # 4 output tiles of a 16,384-long reduction: 16 slices (the power of two under 108 / 4)
+    assert S.split_k(np.array([64 * 1024.0]), np.array([16384.0]), tile, slots) == pytest.approx([16.0])
+    # a short reduction, or tiles that fill the SMs already, are not split
+    assert S.split_k(np.array([64 * 1024.0, 200 * tile]), np.array([300.0, 16384.0]), tile, slots) == pytest.approx([1, 1])
+    assert S.split_k(np.array([64.0]), np.array([1e6]), tile, None) == pytest.approx([1.0])
+    for k in (256.0, 1000.0, 4096.0, 65536.0):
+        out = tile * np.arange(1, 400, dtype=np.float64)
+        blocks = np.ceil(out / tile) * S.split_k(out, np.full(out.shape, k), tile, slots)
+        share = S.fill(blocks * tile, np.full(out.shape, tile), np.ones(out.shape), slots)
+        # a GEMM of twice the tiles never fills the GPU worse: its time at most doubles
+        assert np.all(share[1::2] >= share[:len(share[1::2])] - 1e-12), k
+
+
 @pytest.mark.parametrize("slug", ["rtx3090", "h100-sxm5-80gb", "t4", "k80"])
 def test_throughput_never_falls_as_the_batch_grows_and_no_step_beats_the_roofline(slug):
     spec = devices.get(slug)

@@ -7,7 +7,8 @@ spec sheet alone, so that the answer holds at every batch and in every setting:
 
 * **Fill.** A kernel runs in waves of thread blocks over the SMs; a kernel of fewer blocks than
   the GPU has slots leaves SMs idle, and the last wave of a larger one is partly empty (the
-  *wave quantization* of GEMMs and convolutions, whose blocks are output tiles). A node's compute
+  *wave quantization* of GEMMs and convolutions, whose blocks are output tiles); a GEMM of too
+  few tiles but a long reduction is split along it (*split-K*, :func:`split_k`). A node's compute
   time is its FLOPs at an achievable share of the peak (:class:`Efficiency`) divided by its fill
   ``blocks / (waves x slots)``; its memory time is its bytes at the achievable bandwidth; its
   device time the larger, never less than the least time of any kernel.
@@ -59,6 +60,11 @@ AMP_UNSCALE = (1, 2)  # GradScaler: each fp32 gradient read, checked, scaled and
 # multi_tensor_apply launches a kernel per full table: at most this many tensors or blocks
 # of this many elements each.
 FOREACH_TENSORS, FOREACH_BLOCKS, FOREACH_BLOCK_ELEMS = 110, 320, 65536
+# A GEMM or convolution whose output tiles leave block slots idle is split along its reduction
+# (split-K: cuBLAS's and cuDNN's heuristics, CUTLASS's ``splitk`` kernels), each slice of at least
+# this many products per output a block of its own, the partial tiles summed by a second pass.
+SPLIT_K_MIN = 256
+RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 TENSORS_PER_WEIGHTED_NODE = 2  # a weight and a bias (or a norm's scale and shift)
 MODES = {"train_step_ms": "train", "inference_ms": "infer"}  # a target's mode of step_time
 
@@ -197,6 +203,20 @@ def fill(elements: np.ndarray, per_block: np.ndarray, blocks_per_sm: np.ndarray,
     return blocks / (np.ceil(blocks / slots) * slots)
 
 
+def split_k(out_elems: np.ndarray, reduction: np.ndarray, tile: int, slots: int | None) -> np.ndarray:
+    """Slices a GEMM's reduction is split into (1: not split): the largest power of two whose
+    blocks still fit the block slots its output tiles leave idle, none shorter than
+    :data:`SPLIT_K_MIN`. Without it a projection of few tokens through a wide layer (a 64 x 16,384
+    by 16,384 x 1,024 MatMul: 4 tiles on 108 SMs) would read 27x its time at full fill, where
+    the library runs it on most SMs. Powers of two keep throughput from falling as the batch
+    doubles: twice the tiles take half the slices, so the blocks never fall in number."""
+    if not slots:
+        return np.ones_like(out_elems, dtype=np.float64)
+    tiles = np.maximum(np.ceil(out_elems / tile), 1.0)
+    most = np.maximum(np.minimum(slots / tiles, np.floor(reduction / SPLIT_K_MIN)), 1.0)
+    return 2.0 ** np.floor(np.log2(most))
+
+
 def queue_ms(host_us: np.ndarray, device_us: np.ndarray) -> float:
     """When the last of a sequence of kernels ends: kernel k is issued after the host's time for
     kernels 0..k and starts when issued and the previous one is done."""
@@ -220,13 +240,21 @@ def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency 
     allocates = walk(graph).real[:graph.num_nodes]
     work = (est.node_class != FREE) & (est.flops + est.bytes > 0) & allocates
     tensor = est.node_class == TENSOR
-    share = fill(np.asarray(graph.out_elems, np.float64), np.where(tensor, eff.tile, eff.vector_block),
+    out = np.asarray(graph.out_elems, np.float64)
+    # products per output element: a GEMM's reduction length (a convolution's C_in x k_h x k_w)
+    reduction = np.where(tensor, est.flops / 2 / np.maximum(out, 1.0), 1.0)
+    # a recurrent layer's steps run one after another, each on its own few outputs: not split
+    splittable = tensor & ~np.isin(np.asarray(graph.ops), list(RECURRENT_OPS))
+    splits = np.where(splittable, split_k(out, reduction, eff.tile,
+                                      spec.sm_count and spec.sm_count * eff.tensor_blocks_per_sm), 1.0)
+    share = fill(out * splits, np.where(tensor, eff.tile, eff.vector_block),
                  np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
     peak_share = np.where(tensor & (est.peak >= est.peak_tensor), eff.tensor, eff.vector)
     # tiles fill the SMs or leave them idle; a kernel's traffic (split-K GEMMs, many blocks over
     # weights) streams at the achievable bandwidth whatever its output size
     compute = est.compute_ms * 1e3 / peak_share / share
-    memory = est.memory_ms * 1e3 / eff.bandwidth
+    partials = np.where(splits > 1, 2 * 4 * splits * out, 0.0)  # fp32 partial tiles written, read
+    memory = (est.memory_ms * 1e3 + partials / bandwidth_of(spec) * 1e6) / eff.bandwidth
     cast = est.cast_ms * 1e3 / eff.bandwidth
     bn = est.bn_ms * 1e3 / eff.bandwidth
     return work, compute, memory, bn, cast, share
@@ -344,4 +372,4 @@ def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dic
 
 
 __all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
-           "device_scale", "fill", "launches", "node_terms", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
+           "device_scale", "fill", "split_k", "launches", "node_terms", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]
