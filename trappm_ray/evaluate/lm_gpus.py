@@ -3,7 +3,7 @@
 NeuSight (Lee et al., "Forecasting GPU Performance for Deep Learning Training and Inference",
 ASPLOS 2025) predicts each GEMM from its tiles and waves and each elementwise or normalization op
 from the bandwidth, and reports 7.1% (training) and 9.2% (inference) mean error on GPUs its
-predictor never saw (H100, L4, A100 80 GB PCIe). Its public measurements of five LMs on nine GPUs
+predictor never saw (H100, L4, A100 80 GB PCIe). Its public measurements of six LMs on nine GPUs
 (``sitar-lab/NeuSight``, imported as label rows) are checked here two ways, per GPU and target:
 
 * the physics step model (:mod:`trappm_ray.physics.step_model`: per kernel, tiles and waves of

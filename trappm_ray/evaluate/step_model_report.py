@@ -14,8 +14,8 @@ def _pct(v: dict | None) -> str:
 def _lm_section(lm: dict) -> list[str]:
     """Transformer LMs on GPUs left out (:mod:`trappm_ray.evaluate.lm_gpus`)."""
     lines = ["## Transformer LMs on GPUs left out (NeuSight's protocol)", "",
-             "NeuSight's public measurements of five LMs (BERT-large, GPT-2 large, GPT-3 XL and 2.7B, OPT-1.3B, "
-             "a Switch MoE) at batch 1-16 on nine GPUs, fp32, eager attention. The step model has no learned "
+             "NeuSight's public measurements of six LMs (BERT-large, GPT-2 large, GPT-3 XL and 2.7B, OPT-1.3B, "
+             "a Switch Transformer MoE) at batch 1-16 on nine GPUs, fp32, eager attention. The step model has no learned "
              "part: every GPU is unseen. The spec-based predictor (`trappm_ray/predictors/gpu-spec`) is scored "
              "on each GPU by its fit on all the other GPUs (leave one device out, as its manifest stores it). "
              "NeuSight reports its per-kernel tile-and-wave predictor at 7.1% (training) and 9.2% (inference) "
