@@ -30,3 +30,16 @@ def test_layouts_are_ranked_within_one_model_gpu_count_and_batch():
     r = parallel.ranking(rows)
     assert (r.groups, r.median, r.share_at_least_0_9, r.worst, r.worst_group) == (2, 0.0, 0.5, -1.0, "b")
     assert parallel.ranking(rows, "ideal_ms").median == 0.0  # ties rank nothing
+
+
+def test_micro_batch_ratios_are_scale_free_within_each_layout():
+    def row(mb: int, measured: float, predicted: float, gb: int = 16) -> dict:
+        return {"row": f"h1024 L12 tp1 pp1 dp2 mb{mb} gb{gb}", "micro_batch": mb, "measured_ms": measured,
+                "predicted_ms": predicted}
+    # against micro-batch 4: micro-batch 1 reads 2x as measured, micro-batch 2 1.2x where 1.5x was measured
+    found = [row(1, 200.0, 100.0), row(2, 150.0, 60.0), row(4, 100.0, 50.0),
+             row(8, 80.0, 80.0, gb=32)]  # a sweep of one micro-batch size: no ratio
+    ratios = parallel.micro_batch_ratios(found)
+    assert (ratios["sweeps"], ratios["n"]) == (1, 2)
+    assert ratios["mape"] == pytest.approx((0.0 + 20.0) / 2)
+    assert ratios["worst"] == pytest.approx(20.0)
