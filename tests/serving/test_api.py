@@ -208,7 +208,10 @@ def test_gpu_answers_carry_power_energy_and_a_power_limits_slowdown():
 
 def test_layers_break_the_step_down_costliest_first():
     p = P.predict(SAMPLE_FILE, 64, device="a100", layers=5)
-    assert len(p.layers) == 5 and [r["layer"] for r in p.layers][0] == "layer4"
+    names = [r["layer"] for r in p.layers]
+    # the deep stem at 32 x 32 and the last stage lead (split-K fills the SMs for the last stage's
+    # few output tiles of long reductions, so at 64 px neither dominates by far)
+    assert len(names) == 5 and set(names[:2]) == {"conv1", "layer4"}
     shares = [r["share"] for r in p.layers]
     assert shares == sorted(shares, reverse=True) and 0.8 < sum(shares) <= 1.0 + 1e-9
     assert all(r["params"] >= 0 and r["macs"] >= 0 and r["activation_mb"] >= 0 for r in p.layers)

@@ -32,7 +32,14 @@ def _lm_section(lm: dict) -> list[str]:
         m = {k: "-" if x is None else f"{x:.1f}%" for k, x in v["mean"].items()}
         lines += [f"| **mean over GPUs** | | **{m['step']}** | {m['ratio']} | **{m['spec_lodo']}** |", "",
                   f"NeuSight, published on its unseen GPUs: {v['published']:.1f}%.", ""]
-    return lines
+    lines += ["Per sweep (measured ms, repeats averaged; the step model's ratio errors in %, smallest batch first, "
+              "the largest the reference):", "", "| target | GPU | model | tokens | batches | measured ms | step model |",
+              "|---|---|---|---|---|---|---|"]
+    for w in lm["sweeps"]:
+        lines.append(f"| {w['target']} | {w['device']} | {w['arch']} | {w['seq']} | {', '.join(map(str, w['batches']))} | "
+                     f"{', '.join(f'{m:.0f}' for m in w['measured_ms'])} | "
+                     f"{' '.join(f'{100 * e:+.0f}' for e in w['ratio_error'])} |")
+    return lines + [""]
 
 
 def markdown(batch: dict, settings: dict, command: str, seconds: float, lm: dict | None = None) -> str:
