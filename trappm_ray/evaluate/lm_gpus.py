@@ -106,8 +106,8 @@ def sweeps(points: list[LmPoint]) -> list[dict]:
 
 def summary(points: list[LmPoint], found_sweeps: list[dict], lodo: dict) -> dict[str, dict]:
     """Per target and GPU: the step model's absolute and batch-ratio errors and the spec-based
-    predictor's leave-one-device-out MAPE (``lodo``: its manifest's ``boosters.lodo``); ``all``
-    the mean over GPUs, as NeuSight reports it."""
+    predictor's leave-one-device-out MAPE (``lodo``: its manifest's ``boosters.lodo``); ``mean``
+    each over GPUs, as NeuSight reports it; ``published`` NeuSight's figure."""
     out: dict[str, dict] = {}
     for target in MODES:
         per: dict[str, dict] = {}
