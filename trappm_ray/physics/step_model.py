@@ -254,7 +254,7 @@ def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency 
     # weights) streams at the achievable bandwidth whatever its output size
     compute = est.compute_ms * 1e3 / peak_share / share
     partials = np.where(splits > 1, 2 * 4 * splits * out, 0.0)  # fp32 partial tiles written, read
-    memory = (est.memory_ms * 1e3 + partials / bandwidth_of(spec) * 1e6) / eff.bandwidth
+    memory = (est.memory_ms * 1e3 + partials / est.bandwidth * 1e6) / eff.bandwidth
     cast = est.cast_ms * 1e3 / eff.bandwidth
     bn = est.bn_ms * 1e3 / eff.bandwidth
     return work, compute, memory, bn, cast, share
