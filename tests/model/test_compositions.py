@@ -6,7 +6,7 @@ from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.compositions import SettingMove
 from trappm_ray.model.manifest import Device, Manifest
-from trappm_ray.physics.step_model import step_time
+from trappm_ray.physics.step_model import DEVICE_SCALE, device_scale, step_time
 
 H100 = devices.get("h100-sxm5-80gb")
 HOST = {"train_step_ms": {"host_us_per_kernel": 300.0}, "inference_ms": {"host_us_per_kernel": 100.0}}
@@ -38,7 +38,11 @@ def test_a_setting_move_is_the_step_models_ratio_at_the_batch_with_the_predictor
     assert move.base(asked) == base
     row = move.predict_graphs([g], [asked])[0]
     host = {"forward": 100.0, "backward": 200.0}  # the predictor's own host figures (model/launch.step_host_us)
-    ratio = step_time(g, H100, asked, "train", host).total_ms / step_time(g, H100, base, "train", host).total_ms
+    # both settings on the device the answer reads: kernel times scaled so the held one reads 40 ms
+    held = step_time(g, H100, base, "train", host)
+    scale = device_scale(held, 40.0)
+    assert held.with_device_scale(scale) == pytest.approx(40.0, rel=1e-6) or scale in DEVICE_SCALE
+    ratio = step_time(g, H100, asked, "train", host).with_device_scale(scale) / held.with_device_scale(scale)
     assert row["train_step_ms"] == pytest.approx(40.0 * ratio)
     assert row["train_step_ms_high"] / row["train_step_ms_low"] == pytest.approx(4.0)  # the band moves along
     # TF32 only pays where the GPU, not the host, sets the step

@@ -62,8 +62,9 @@ def test_moved_scales_the_gpus_kernels_to_the_anchors_answer_and_keeps_the_host(
     assert row["train_step_ms_high"] == pytest.approx(row["train_step_ms"] * 2.0)
     # the anchor's floor is not the batch's, nor are targets the step model does not move
     assert set(row) == {"train_step_ms", "train_step_ms_low", "train_step_ms_high", "train_step_ms_measured_batch",
-                        "train_step_ms_anchor"}
+                        "train_step_ms_anchor", "train_step_ms_device_scale"}
     assert len(notes) == 1 and "batch 64" in notes[0] and "x 1.98" in notes[0]  # (40 - 0.5) / 20 = 1.975
+    assert row["train_step_ms_device_scale"] == pytest.approx(1.975)  # kept for a setting move after it
     floored, _ = E.moved(anchor, 1, 64, lambda b, t: steps[b], {"train_step_ms": 9.0})
     assert floored["train_step_ms"] == 9.0  # never below the floor
     # an anchor answer 100x the step model: the correction stops at its bound

@@ -306,6 +306,14 @@ def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
     assert text.model_version.startswith("gpu-spec:rtx3090") and any("text model" in n for n in text.notes)
     image = P.predict(B.cnn_model(hw=32), 8, device="rtx3090")
     assert image.model_version.startswith("rtx3090-amp") and not any("text model" in n for n in image.notes)
+    # the settings transformers train in are composed as for any model (they were refused: "the
+    # rtx3090 predictor was trained on optimizer sgd-momentum, none, not 'adamw'")
+    times = {}
+    for asked in ({"optimizer": "sgd-momentum"}, {"optimizer": "adamw"}, {"precision": "amp-bf16", "optimizer": "adamw"}):
+        moved = P.predict(B.text_model(), 8, device="rtx3090", dims={"seq": 128}, **asked)
+        assert any("text model: the rtx3090-amp predictor's labels" in n for n in moved.notes), asked
+        times[tuple(asked.values())] = moved.train_step_ms.value
+    assert times[("adamw",)] >= times[("sgd-momentum",)]
     rtx4090 = R.spec_predictor("rtx4090")
     assert rtx4090.reference is not None and "train_step_ms" in rtx4090.moved
     graph = P.featurize_with(B.text_model(), P.PredictOptions(8, dims=(("seq", 128),)), 8)

@@ -177,7 +177,13 @@ class StepEstimate:
         return queue_ms(self.host_us, self.device_us * scale)
 
 
-def device_scale(est: StepEstimate, measured_ms: float, bounds: tuple[float, float]) -> float:
+# How far a learned answer may move the step model's GPU kernel times (a factor each way): the
+# spread of measured / step-model time over the public sweeps (docs/results-step-model.md) with
+# room to spare; beyond it the learned answer is not trusted to set the device's efficiency.
+DEVICE_SCALE = (0.25, 4.0)
+
+
+def device_scale(est: StepEstimate, measured_ms: float, bounds: tuple[float, float] = DEVICE_SCALE) -> float:
     """The factor on the device's kernel times that makes ``est`` read ``measured_ms`` (a learned
     answer, a measurement), within ``bounds``: the correction a learned model may make to the
     GPU's efficiency, never to the host's issue time nor beyond the bounds."""
@@ -371,5 +377,5 @@ def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dic
                            (accum * len(f_comp), accum * len(b_comp), len(o_mem)), mean_fill)
 
 
-__all__ = ["HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
+__all__ = ["DEVICE_SCALE", "HOST_US", "MODES", "OPTIMIZER_PASSES", "FUSED_OPTIMIZER_PASSES", "Efficiency", "Setting", "StepEstimate",
            "device_scale", "fill", "split_k", "launches", "node_terms", "node_device_us", "queue_ms", "forward_kernels", "optimizer_kernels", "step_time"]

@@ -236,7 +236,7 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
             graph = cached((*at, opts.batch_size), lambda: graph_at(proto, opts, opts.batch_size, known.get(at))
                            if opts.batch_size else featurize_with(proto, opts))
             known.setdefault(at, graph)
-            text = graph.meta.get("token_ids") and for_text(chosen, asdict(opts))
+            text = graph.meta.get("token_ids") and for_text(chosen, requested_setting(opts, chosen))
             if text:  # a text model on a predictor of image models
                 chosen, setting, text_notes[i] = text
             batch, spec = int(graph.static["batch_size"]), gpu_spec(chosen)

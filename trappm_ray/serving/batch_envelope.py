@@ -27,15 +27,11 @@ doubling from batch 32 to 256 where the GPU is full from about 64).
 """
 from __future__ import annotations
 
-from trappm_ray.physics.step_model import MODES as STEP_MODES, device_scale
+from trappm_ray.physics.step_model import DEVICE_SCALE, MODES as STEP_MODES, device_scale
 
 HELD = ("train_step_ms", "inference_ms", "train_memory_mb")  # costs that grow with batch
 SCALED = ("", "_std", "_low", "_high")  # a target's value and interval move together
 REPORT_CHANGE = 0.01  # relative change worth a note
-# How far a learned answer may move the step model's GPU kernel times (a factor each way): the
-# spread of measured / step-model time over the public sweeps (docs/results-step-model.md) with
-# room to spare; beyond it the learned answer is not trusted to set the device's efficiency.
-DEVICE_SCALE = (0.25, 4.0)
 
 
 def ladder(batch: int, top: int) -> list[int]:
@@ -77,7 +73,7 @@ def moved(anchor_row: dict[str, float], batch: int, anchor: int, step, floors: d
           ) -> tuple[dict[str, float], list[str]]:
     """The answer at ``batch``: the physics step model there, with the GPU's kernel times
     corrected as the predictor's answer at ``anchor`` (``anchor_row``) says
-    (:func:`trappm_ray.physics.step_model.device_scale`, within :data:`DEVICE_SCALE`): the learned
+    (:func:`trappm_ray.physics.step_model.device_scale`, within its ``DEVICE_SCALE``): the learned
     part corrects the device's efficiency where its labels are, physics carries it to the batch
     asked, the host's issue time included: below the anchor never above its answer, above it
     never below it nor above it in proportion to the batch. The interval moves with the value;
@@ -89,8 +85,9 @@ def moved(anchor_row: dict[str, float], batch: int, anchor: int, step, floors: d
         floors: per target the least time of the graph at ``batch`` (ms).
 
     Returns:
-        The row at ``batch`` (per moved target its value, interval and spread, and what else the
-        anchor's row says of its derivation) and one note per target saying how it was derived.
+        The row at ``batch`` (per moved target its value, interval and spread, the scale on the
+        kernel times as ``<target>_device_scale``, and what else the anchor's row says of its
+        derivation) and one note per target saying how it was derived.
     """
     row: dict[str, float] = {}
     out = []
@@ -110,6 +107,7 @@ def moved(anchor_row: dict[str, float], batch: int, anchor: int, step, floors: d
         after = max(min(step(batch, t).with_device_scale(scale), at_most), at_least, floors.get(t, 0.0))
         row.update({f"{t}{suffix}": anchor_row[f"{t}{suffix}"] * after / anchor_row[t]
                     for suffix in SCALED if f"{t}{suffix}" in anchor_row})
+        row[f"{t}_device_scale"] = scale  # a setting move after this one keeps the same device
         if f"{t}_measured_batch" in anchor_row:  # the anchor's answer moved a measurement of this graph
             row.update({f"{t}_measured_batch": anchor_row[f"{t}_measured_batch"], f"{t}_anchor": anchor})
         why = (f"so that at batch {anchor} (the largest that fits this GPU, where its labels measure a "

@@ -305,14 +305,18 @@ def from_reference(chosen: Estimator, setting: dict) -> Estimator:
 def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] | None:
     """For a text model (token-id input): where ``chosen`` rests on a GPU predictor whose labels
     hold image models only (timm's), the spec-based predictor of the same device, whose rows
-    include transformer LMs on several GPUs: ``(predictor, resolved setting, note)``; else None.
+    include transformer LMs on several GPUs, composed for the setting asked as any predictor is
+    (:func:`settled`: AdamW or bf16 on an RTX 3090 moved by the step model from what its rows
+    hold): ``(predictor, resolved setting, note)``; else None.
 
     Raises:
-        errors.UnsupportedOption: the spec-based predictor was not trained on the setting either.
+        errors.UnsupportedOption: no composition of the spec-based predictor answers the setting.
     """
-    inner = getattr(chosen, "shipped", chosen)
+    inner = chosen
+    while isinstance(inner, SettingMove | SettingRatio | TargetFill):  # the device's own predictor under its compositions
+        inner = inner.inner if isinstance(inner, SettingMove) else inner.shipped
     spec = inner.manifest.device.spec
-    if isinstance(chosen, SpecPredictor) or not spec or not image_only(inner.manifest):
+    if isinstance(inner, SpecPredictor) or not spec or not image_only(inner.manifest):
         return None
     try:
         alt = spec_predictor(spec)
@@ -321,9 +325,9 @@ def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] 
     note = (f"a text model: the {inner.manifest.name} predictor's labels hold image models only "
             f"({', '.join(inner.manifest.data['model_sources'])}); the spec-based predictor answers, "
             f"from its rows of this device and of transformer LMs on other GPUs")
-    setting = resolve_options(requested, alt.manifest)
-    alt.check(setting)
-    return alt, setting, note
+    composed, setting = settled(requested, alt)
+    composed.check(setting)
+    return composed, setting, note
 
 
 def device_catalog() -> list[dict]:
