@@ -40,6 +40,15 @@ def test_plan_ranks_every_layout_that_fits_fastest_first(config):
     assert answers[0].energy_kj == pytest.approx(answers[0].power_w * 8 * times[0] / 1e6)
 
 
+def test_a_layouts_power_is_held_at_the_boards_limit(tmp_path):
+    # an H100's units at full clock would draw more than its 700 W (890 W read at micro-batch 4 and
+    # 8 here): held at the limit, as one GPU's answer is
+    wide = tmp_path / "config.json"
+    wide.write_text(json.dumps({**TINY, "n_embd": 2048, "n_layer": 2, "n_head": 16, "n_positions": 1024}))
+    hopper = plan.plan(str(wide), gpus=8, device="h100", global_batch=64, seq=1024, only={"tp": 1, "pp": 1, "zero": 0})
+    assert hopper and all(a.power_w <= 700 for a in hopper) and max(a.power_w for a in hopper) > 600
+
+
 def test_plan_answers_a_given_layout(config):
     answers = plan.plan(config, gpus=8, device="a100", global_batch=16, seq=128, only={"tp": 2, "pp": 2, "zero": 0})
     assert answers and {(a.layout.tp, a.layout.pp, a.layout.dp, a.layout.zero) for a in answers} == {(2, 2, 2, 0)}

@@ -22,7 +22,7 @@ from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import Cluster, cluster_for
 from trappm_ray.physics.parallel import (FUSED_ATTENTION, IterationEstimate, Layout, build_stack, iteration,
                                          megatron_setting, memory_per_gpu, padded_vocab)
-from trappm_ray.physics.power import PowerModel, power_at
+from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.roofline import OPTIMIZER_BYTES, precision_refusal
 from trappm_ray.physics.step_model import step_time
 from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model
@@ -156,7 +156,8 @@ def plan(model: str | dict, gpus: int, device: str | devices.DeviceSpec, global_
     for lo in options:
         est = iteration(stacks[lo.micro_batch], lo, nodes)
         memory = memory_per_gpu(stacks[lo.micro_batch], lo) / 1e9
-        watts = (power_at(steps[lo.micro_batch], spec, power, 1.0, min(est.device_ms / est.total_ms, 1.0))[0]
+        # held at the board's limit as one GPU's answer is (an H100's units would draw 926 W at full clock)
+        watts = (step_power(steps[lo.micro_batch], spec, power, busy=min(est.device_ms / est.total_ms, 1.0)).power_w
                  if spec.tdp_w else None)
         answers.append(LayoutAnswer(lo, est, memory, memory <= (spec.memory_gb or 0), global_batch / est.total_ms * 1e3,
                                     nodes, watts))
