@@ -329,7 +329,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--gpus", type=int, default=None,
                    help="GPUs: on a GPU, data parallelism at --batch-size per GPU (see --cluster, --parallel)")
     p.add_argument("--parallel", default=None, metavar="dp|fsdp|zero1-3|tp=T,pp=P[,dp=D]",
-                   help="the layout over --gpus; tp/pp/ZeRO for a transformers config, --batch-size its micro-batch")
+                   help="the layout over --gpus: dp, fsdp or zero1-3 for any model; tp/pp for a transformers config")
     p.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step over every GPU")
     p.add_argument("--cluster", default=None, metavar="NAME|FILE.json", help="where --gpus run: dgx-a100, dgx-h100, "
                    "hgx-h200, aws-p5, ... (data/clusters.csv) or a JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps")

@@ -80,3 +80,19 @@ def test_a_gpu_without_a_cluster_in_the_table_is_assumed_in_pcie_servers_of_its_
     assert ada.slug == "pcie4-server" and ada.intra_busbw_gbs == pytest.approx(0.65 * 31.5) and "assumed" in ada.name
     assert volta.slug == "pcie3-server" and volta.gpus_per_node == 8 and volta.gpu == "v100-pcie-32gb"
     assert C.cluster_for(devices.get("h100-pcie-80gb")).intra_busbw_gbs == pytest.approx(0.65 * 63.0)
+
+
+def test_zero_moves_an_all_reduces_traffic_and_fsdp_half_as_much_again():
+    a100, grads, weights = C.Cluster.of("dgx-a100"), 400e6, 200e6
+    half = lambda b: C.allreduce_ms(b / 2, 8, a100)  # noqa: E731 - a reduce-scatter or all-gather
+    total, exposed = C.sharded_sync_ms(grads, weights, 50.0, 100.0, 8, a100, zero=1)
+    assert total == pytest.approx(half(grads) + half(weights))
+    # the reduce-scatter hides behind a long backward, the all-gather after the optimizer does not
+    assert exposed == pytest.approx(C.exposed_allreduce_ms(grads / 2, 100.0, 8, a100) + half(weights))
+    assert C.sharded_sync_ms(grads, weights, 50.0, 100.0, 8, a100, zero=2) == (total, exposed)
+    fsdp_total, fsdp_exposed = C.sharded_sync_ms(grads, weights, 50.0, 100.0, 8, a100, zero=3)
+    assert fsdp_total == pytest.approx(half(grads) + 2 * half(weights)) and fsdp_exposed == 0.0  # prefetched
+    short = C.sharded_sync_ms(grads, weights, 0.1, 0.1, 8, a100, zero=3)[1]
+    assert short == pytest.approx(fsdp_total - 0.2)  # passes too short to hide the gathers
+    with pytest.raises(ValueError, match="zero must be 1, 2 or 3"):
+        C.sharded_sync_ms(grads, weights, 1.0, 1.0, 8, a100, zero=0)

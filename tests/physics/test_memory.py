@@ -277,3 +277,19 @@ def test_a_mask_every_block_reads_does_not_merge_the_blocks():
     checkpointed block, not the stream between blocks: the blocks stay segments of their own."""
     with_mask, without = (checkpoint_segments(walk(blocks_reading_a_mask(4, m))) for m in (True, False))
     assert with_mask.max() + 1 == without.max() + 1 >= 4
+
+
+def test_zero_shards_each_gpus_states_stage_by_stage():
+    """ZeRO over 4 GPUs: stage 1 keeps a quarter of the optimizer state, 2 of the gradients too,
+    3 of the weights too, with two layers gathered whole; the floor is this GPU's share."""
+    g, w = cnn(), (W_CONV + W_FC) * 4.0
+    plain, *staged = (est(g, optimizer="adam", grads_set_to_none=False, zero=z, shards=4) for z in (0, 1, 2, 3))
+    assert [e.floor for e in (plain, *staged)] == pytest.approx([4 * w, 2.5 * w, 1.75 * w, w])
+    quarter = sum(rb(x * 4 / 4) for x in (W_CONV, W_FC))  # a quarter of each tensor, in allocator blocks
+    assert [e.optimizer_state for e in staged] == pytest.approx([2 * quarter] * 3)
+    assert staged[1].grads == pytest.approx(quarter) and staged[0].grads == plain.grads
+    assert staged[2].weights == pytest.approx(quarter + rb(2 * max(W_CONV, W_FC) * 4))
+    assert plain.device_used >= staged[0].device_used >= staged[1].device_used
+    assert est(g, optimizer="adam", zero=3, shards=1).floor == pytest.approx(plain.floor)  # one GPU: nothing shared
+    with pytest.raises(ValueError, match="zero must be 0-3"):
+        est(g, zero=4, shards=2)

@@ -17,6 +17,7 @@ from trappm_ray.model.launch import step_host_us
 from trappm_ray.physics.step_model import device_scale, step_time
 from trappm_ray.serving import api as P
 from trappm_ray.serving.app import ApiError, parse_options
+from trappm_ray.serving.batch import file_options
 from trappm_ray.serving import routing as R
 
 SAMPLE_FILE = "data/sample/onnx/resnet10t@64.onnx"
@@ -230,6 +231,31 @@ def test_several_gpus_are_data_parallel_on_a_cluster():
     l4 = P.predict(SAMPLE_FILE, 64, device="l4", gpus=4)
     assert l4.distributed["cluster"] == "pcie4-server" and any("PCIe 4.0 x16 (assumed" in n for n in l4.notes)
     assert P.predict(SAMPLE_FILE, 64, device="l4", gpus=4, cluster="pcie-l40s-8x").distributed["nodes"] == 1
+
+
+def test_zero_and_fsdp_shard_any_graphs_data_parallel_step():
+    """``parallel`` zero1-3 / fsdp on an ONNX graph: the data-parallel step with ZeRO's collectives,
+    each GPU's memory with its states sharded (it was refused: 'plan reads a transformers config')."""
+    dp = P.predict(SAMPLE_FILE, 64, device="a100", gpus=8, optimizer="adamw")
+    staged = {z: P.predict(SAMPLE_FILE, 64, device="a100", gpus=8, optimizer="adamw", parallel=z)
+              for z in ("zero1", "zero2", "fsdp")}
+    assert [p.distributed["parallel"] for p in staged.values()] == ["zero1", "zero2", "fsdp"]
+    assert [p.options["zero"] for p in staged.values()] == [1, 2, 3] and dp.options["zero"] == 0
+    memory = [p.train_memory_mb.value for p in (dp, *staged.values())]
+    # FSDP holds two layers gathered whole: on a 5M-parameter net about what ZeRO-2 holds
+    assert memory[0] > memory[1] > memory[2] and memory[3] < memory[0]
+    floors = [p.floors["train_memory_mb"] for p in staged.values()]
+    assert floors == sorted(floors, reverse=True) and all(m >= f for m, f in zip(memory[1:], floors))
+    assert all(p.train_step_ms.value > 0 and p.throughput_samples_s > 0 for p in staged.values())
+    assert any("ZeRO-3 (FSDP): each GPU keeps 1/8 of the weights" in n for n in staged["fsdp"].notes)
+    assert any("not checked against measured ZeRO or FSDP steps" in n for n in staged["zero1"].notes)
+    with pytest.raises(errors.BadOption, match="ZeRO 3 shards over data-parallel GPUs"):
+        P.PredictOptions(8, zero=3)
+    # the same options over HTTP and in the batch job; a tensor or pipeline layout stays a config's
+    assert parse_options({"batch_size": "64", "gpus": "8", "parallel": "fsdp"}, 4096).zero == 3
+    with pytest.raises(ApiError, match="tensor or pipeline layout is answered for a transformers config"):
+        parse_options({"batch_size": "64", "gpus": "8", "parallel": "tp=2"}, 4096)
+    assert file_options(64, None, {"gpus": 8}, "zero2").zero == 2 and file_options(64, None, {"gpus": 8}, "tp=2") is None
 
 
 def test_data_parallel_cost_and_energy_count_every_gpu():

@@ -69,11 +69,13 @@ def time_floors_ms(graph, device: dict, precision: str, optimizer: str,
     return out
 
 
-def gpu_memory_mb(graph, precision: str, optimizer: str, recompute: bool = False, grad_accum: int = 1) -> dict:
+def gpu_memory_mb(graph, precision: str, optimizer: str, recompute: bool = False, grad_accum: int = 1,
+                  zero: int = 0, shards: int = 1) -> dict:
     """Training memory on a GPU from the CUDA memory model (device memory in use, as NVML
-    reports it): value, interval and each term, in MB; ``recompute`` and ``grad_accum`` as
-    :func:`~trappm_ray.physics.memory.training_memory` takes them."""
-    est = training_memory(graph, precision, optimizer, recompute=recompute, grad_accum=grad_accum)
+    reports it): value, interval and each term, in MB; ``recompute``, ``grad_accum`` and ZeRO's
+    ``zero`` and ``shards`` as :func:`~trappm_ray.physics.memory.training_memory` takes them."""
+    est = training_memory(graph, precision, optimizer, recompute=recompute, grad_accum=grad_accum, zero=zero,
+                          shards=shards)
     terms = est.to_mb()
     value = terms["device_used"]
     return {"value": value, "low": max(value * (1 - GPU_MEMORY_TOLERANCE), terms["floor"]),

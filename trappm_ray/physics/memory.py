@@ -83,7 +83,8 @@ class MemoryEstimate:
         reserved: what ``torch.cuda.max_memory_reserved`` reports.
         device_used: what NVML reports as used (reserved + CUDA context): the value to compare
             with a GPU's or MIG slice's memory.
-        floor: master weights + their gradients + optimizer state; no prediction goes below it.
+        floor: master weights + their gradients + optimizer state (this GPU's share of them under
+            ZeRO); no prediction goes below it.
         peak_phase: where the allocated peak falls: ``forward``, ``backward`` or ``optimizer``.
         saved_at_backward: activations kept for backward when backward starts (the data input
             included), comparable with what ``saved_tensors_hooks`` see in PyTorch.
@@ -135,7 +136,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
                     grads_set_to_none: bool = True, foreach: bool = True,
                     context: str | float = "lazy", walked: Walk | None = None,
                     fragmentation: float = FRAGMENTATION, fused_attention: bool = True,
-                    grad_accum: int = 1, recompute: bool = False) -> MemoryEstimate:
+                    grad_accum: int = 1, recompute: bool = False, zero: int = 0, shards: int = 1) -> MemoryEstimate:
     """Predict the peak CUDA memory of one training step of ``graph``.
 
     Args:
@@ -164,6 +165,11 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
             (:func:`~trappm_ray.physics.graph_walk.checkpoint_segments`): forward keeps each
             block's output alone; backward runs the block's forward again and keeps what it
             saves until the block's gradients are done.
+        zero, shards: ZeRO stage of data parallelism over ``shards`` GPUs (Rajbhandari et al.,
+            SC 2020): from 1 each GPU keeps ``1 / shards`` of the optimizer state (and updates
+            only that share, so the optimizer's temporaries shrink alike), from 2 of the
+            gradients, at 3 (FSDP's full sharding) of the weights too, with two layers' weights
+            gathered whole at a time (the one running and the one prefetched).
 
     Raises:
         ValueError: unknown precision or optimizer, or a non-positive batch size.
@@ -177,6 +183,10 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     b = b0 if batch_size is None else int(batch_size)
     if b < 1:
         raise ValueError("batch_size must be >= 1")
+    if zero not in (0, 1, 2, 3) or shards < 1:
+        raise ValueError(f"zero must be 0-3 and shards >= 1; got {zero!r}, {shards!r}")
+    # per GPU, the share kept of the weights, the gradients and the optimizer state
+    kept = [1.0 / shards if zero >= stage else 1.0 for stage in (3, 2, 1)]
     if walked is None:
         if folded_norm is None:
             folded_norm = guess_folded_norm(graph)
@@ -205,14 +215,15 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     param_bytes = float(wb.sum())
     owner = np.flatnonzero(wb > 0)
     grad_start = (2 * n - owner) if grads_set_to_none else np.zeros(len(owner), np.int64)
-    temp = n_temp * (param_bytes if foreach else (float(wb.max()) if len(wb) else 0.0))
+    temp = n_temp * (param_bytes if foreach else (float(wb.max()) if len(wb) else 0.0)) * kept[2]
+    gathered = 2 * float(wb.max()) if zero >= 3 and len(wb) and shards > 1 else 0.0  # ZeRO-3's whole layers
     cat = np.concatenate([cat, np.full(len(owner), _W), np.full(len(owner), _G),
-                          np.full(n_state * len(owner), _O), [_T, _K]])
-    size = np.concatenate([size, wb[owner], wb[owner], np.tile(wb[owner], n_state),
-                           [temp, CUBLAS_WORKSPACE]])
+                          np.full(n_state * len(owner), _O), [_T, _K, _W]])
+    size = np.concatenate([size, wb[owner] * kept[0], wb[owner] * kept[1], np.tile(wb[owner], n_state) * kept[2],
+                           [temp, CUBLAS_WORKSPACE, gathered]])
     start = np.concatenate([start, np.zeros(len(owner), np.int64), grad_start,
-                            np.zeros(n_state * len(owner), np.int64), [2 * n + 1, 0]])
-    end = np.concatenate([end, np.full(len(owner) * (2 + n_state), steps), [steps, steps]])
+                            np.zeros(n_state * len(owner), np.int64), [2 * n + 1, 0, 0]])
+    end = np.concatenate([end, np.full(len(owner) * (2 + n_state), steps), [steps, steps, steps]])
     size = _round_block(size)
     keep = (size > 0) & (end > start)
     cat, size, start, end = cat[keep], size[keep], start[keep].astype(np.int64), end[keep]
@@ -227,7 +238,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     allocated = float(total[t])
     overhead = _reserved_extra(live, fragmentation)
     ctx = float(CONTEXT_BYTES[context] if isinstance(context, str) else context)
-    floor = param_bytes * (2 + n_state)
+    floor = param_bytes * (kept[0] + kept[1] + n_state * kept[2])
     phase = "forward" if t <= n else ("backward" if t <= 2 * n else "optimizer")
     cast_cache = float(iv.size[iv.cat == _W].sum()) if low else 0.0
     est = MemoryEstimate(

@@ -38,7 +38,7 @@ from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
 from trappm_ray.serving.model_input import featurize_with, graph_at, model_bytes
 from trappm_ray.serving.passes import with_data_parallel, with_power
-from trappm_ray.serving.plan import cluster_text, config_dims, layout_prediction, parse_parallel
+from trappm_ray.serving.plan import cluster_text, config_dims, is_config, layout_prediction, parse_parallel
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
@@ -344,8 +344,9 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             ``cluster`` (a ``data/clusters.csv`` name, a JSON file, or a dict such as
             ``{"gpus_per_node": 8, "intra_node_gbs": 150, "inter_node_gbps": 800}``; None: the
             table's first of that GPU).
-        parallel: the layout over ``gpus``: ``dp`` (the default), or for a transformers config
-            ``fsdp``, ``zero1``-``zero3``, ``tp=T,pp=P[,dp=D][,zero=Z]``: then ``batch_size`` is the
+        parallel: the layout over ``gpus``: ``dp`` (the default), ``fsdp`` or ``zero1``-``zero3``
+            (any model: the data-parallel step with ZeRO's collectives and states sharded), or for
+            a transformers config also ``tp=T,pp=P[,dp=D][,zero=Z]``: then ``batch_size`` is the
             micro-batch, the step one optimizer step over ``global_batch`` sequences of the
             config's positions (or ``dims["seq"]``), answered by the layout model alone
             (:func:`trappm_ray.serving.plan.layout_prediction`; precision and optimizer default to
@@ -359,8 +360,10 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             unknown device (the message says how to pass ``device_spec``).
     """
     cluster = cluster_text(cluster)
-    layout = parse_parallel(parallel, gpus) if parallel else None
-    if layout is not None and (layout["tp"], layout["pp"], layout["zero"]) != (1, 1, 0):
+    layout = parse_parallel(parallel, gpus) if parallel else {"tp": 1, "pp": 1, "zero": 0}
+    # a transformers config's layouts split its blocks (the layout model); ZeRO over plain data
+    # parallelism shards any graph's states (the data-parallel pass)
+    if (layout["tp"], layout["pp"]) != (1, 1) or (layout["zero"] and is_config(model)):
         return layout_prediction(model, batch_size, gpu_spec(load_predictor(predictor, device, device_spec)),
                                  layout, global_batch, dict(dims or {}).get("seq"), precision, optimizer,
                                  bool(recompute), cluster, interval_z, (steps, price_per_hour, price_per_kwh), power_limit_w)
@@ -369,7 +372,8 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
                           optimizer=optimizer, gpus=gpus, memory_format=memory_format,
                           recompute=recompute, grad_accum=grad_accum, power_limit_w=power_limit_w,
-                          price_per_kwh=price_per_kwh, layers=layers, cluster=cluster, global_batch=global_batch)
+                          price_per_kwh=price_per_kwh, layers=layers, cluster=cluster, global_batch=global_batch,
+                          zero=layout["zero"])
     chosen = load_predictor(predictor, device, device_spec)
     data, label = model_bytes(model, resolution, input_shape)
     result = predict_many([(data, opts, label)], chosen)[0]

@@ -28,7 +28,7 @@ from ray import serve
 from trappm_ray import errors
 from trappm_ray import storage
 from trappm_ray.graph.onnx_io import MAX_FILE_BYTES, Limits, read_model
-from trappm_ray.serving.plan import cluster_text
+from trappm_ray.serving.plan import cluster_text, parse_parallel
 
 RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx",
              "application/x-protobuf",
@@ -151,12 +151,18 @@ def _as_api_errors():
 
 
 def parse_options(raw: dict, max_batch: int):
-    """:class:`PredictOptions` from query or JSON fields; 400 on bad values."""
+    """:class:`PredictOptions` from query or JSON fields (``parallel``: ``dp``, ``fsdp`` or
+    ``zero1``-``zero3``, the layouts a graph is answered in); 400 on bad values."""
     from trappm_ray.serving.api import PredictOptions
 
     with _as_api_errors():
         kw = _fields(raw)
-        return PredictOptions(**{**kw, "dims": tuple(sorted(kw["dims"].items()))}, max_batch=max_batch)
+        layout = parse_parallel(str(raw["parallel"]), kw.get("gpus")) if raw.get("parallel") else {"tp": 1, "pp": 1, "zero": 0}
+        if (layout["tp"], layout["pp"]) != (1, 1):
+            raise errors.BadOption("a tensor or pipeline layout is answered for a transformers config (POST it as "
+                                   "JSON), not an ONNX file")
+        return PredictOptions(**{**kw, "dims": tuple(sorted(kw["dims"].items()))}, max_batch=max_batch,
+                              zero=layout["zero"])
 
 
 def config_options(raw: dict) -> dict:

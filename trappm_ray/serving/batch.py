@@ -190,7 +190,7 @@ class PredictActor:
                 if path.endswith(".json"):
                     configs.append((path, self._read(path)))
                 elif self.opts is None:
-                    raise errors.NotAModel("a tensor, pipeline or ZeRO layout is answered for a transformers "
+                    raise errors.NotAModel("a tensor or pipeline layout is answered for a transformers "
                                            "config (config.json), not an ONNX file")
                 else:
                     items.append((self._read(path), self.opts, path))
@@ -248,15 +248,16 @@ class PredictActor:
 
 
 def file_options(batch_size: int, resolution: int | None, setting: dict, parallel: str | None):
-    """The options every ONNX file is predicted with; None under a tensor, pipeline or ZeRO layout
-    (it lays out configs only, and its global batch divides by the data-parallel replicas)."""
+    """The options every ONNX file is predicted with (ZeRO over data parallelism included); None
+    under a tensor or pipeline layout (it lays out configs only, and its global batch divides by
+    the data-parallel replicas)."""
     from trappm_ray.serving.api import PredictOptions
     from trappm_ray.serving.plan import parse_parallel
 
-    layout = parse_parallel(parallel, setting.get("gpus")) if parallel else None
-    if layout is not None and (layout["tp"], layout["pp"], layout["zero"]) != (1, 1, 0):
+    layout = parse_parallel(parallel, setting.get("gpus")) if parallel else {"tp": 1, "pp": 1, "zero": 0}
+    if (layout["tp"], layout["pp"]) != (1, 1):
         return None
-    return PredictOptions(batch_size, resolution, **setting)
+    return PredictOptions(batch_size, resolution, **setting, zero=layout["zero"])
 
 
 def _grouped(tables, rows: int):

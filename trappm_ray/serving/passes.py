@@ -9,9 +9,12 @@ import functools
 from trappm_ray import errors
 from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph
+from trappm_ray.model.device_features import HALF
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.options import step_fields
-from trappm_ray.physics.collectives import allreduce_ms, cluster_for, exposed_allreduce_ms, gradient_buckets
+from trappm_ray.physics.collectives import (allreduce_ms, cluster_for, exposed_allreduce_ms, gradient_buckets,
+                                            sharded_sync_ms)
+from trappm_ray.physics.floors import gpu_memory_mb
 from trappm_ray.physics.power import PowerModel, limit_refusal, power_basis, step_power
 from trappm_ray.physics.step_model import step_time
 from trappm_ray.serving.prediction import Estimate, PredictOptions, Prediction
@@ -29,34 +32,59 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     GPUs: plus the gradient all-reduce the backward does not hide (DDP buckets, ring or
     hierarchical on the cluster, :mod:`trappm_ray.physics.collectives`); memory plus DDP's
     gradient buckets; returns the note. The backward's share of the step is the step model's,
-    with the predictor's host figures (``launch_profiles``) as the batch move and power use."""
+    with the predictor's host figures (``launch_profiles``) as the batch move and power use.
+    Under ZeRO (``opts.zero``) the collectives are ZeRO's, each GPU updates its share of the
+    parameters, and its memory is the CUDA memory model's with the states sharded."""
     try:
         cluster = cluster_for(spec, opts.cluster)
     except ValueError as bad:
         raise errors.UnsupportedOption(str(bad)) from None
-    gpus, params = int(opts.gpus or 1), float(graph.static["params"])
+    gpus, params, zero = int(opts.gpus or 1), float(graph.static["params"]), opts.zero
     accum = step_fields(setting)["grad_accum"]
     step = step_time(graph, spec, setting, "train", step_host_us(launch_profiles))
+    # the answer's time in each phase, at the step model's shares of it
+    share = (p.train_step_ms.value / step.total_ms) if p.train_step_ms and step.total_ms else 0.0
     # with gradient accumulation DDP reduces once, during the last pass's backward
-    backward = (p.train_step_ms.value * step.backward_ms / step.total_ms / accum
-                if p.train_step_ms and step.total_ms else 0.0)
+    backward, forward = share * step.backward_ms / accum, share * step.forward_ms / accum
     grad_bytes = 4 * params  # fp32 gradients, also under AMP
-    total = allreduce_ms(grad_bytes, gpus, cluster)
-    exposed = exposed_allreduce_ms(grad_bytes, backward, gpus, cluster, buckets=gradient_buckets(graph, spec, setting["precision"]))
+    buckets = gradient_buckets(graph, spec, setting["precision"])
+    if zero:
+        total, exposed = sharded_sync_ms(grad_bytes, params * (2 if setting["precision"] in HALF else 4), forward,
+                                         backward, gpus, cluster, zero, buckets)
+        exposed -= share * step.optimizer_ms * (1 - 1 / gpus)  # each GPU updates its share of the parameters
+    else:
+        total = allreduce_ms(grad_bytes, gpus, cluster)
+        exposed = exposed_allreduce_ms(grad_bytes, backward, gpus, cluster, buckets=buckets)
     if p.train_step_ms is not None:
         e = p.train_step_ms
         p.train_step_ms = Estimate(e.value + exposed, e.low + exposed, e.high + exposed, e.std, e.unit)
-    if p.train_memory_mb is not None:  # DDP's gradient buckets: a second copy of the gradients
-        e, extra = p.train_memory_mb, grad_bytes / 2**20
+    if p.train_memory_mb is not None:  # DDP's gradient buckets: a second copy of the gradients; ZeRO's shards
+        extra = grad_bytes / 2**20
+        if zero:
+            plain, kept = (gpu_memory_mb(graph, setting["precision"], setting["optimizer"], zero=z, shards=gpus,
+                                         **step_fields(setting)) for z in (0, zero))
+            extra = kept["value"] - plain["value"]
+            p.floors["train_memory_mb"] = kept["terms"]["floor"]  # weights, gradients, optimizer state: its share
+            if p.memory_terms:  # the terms of the answer it gives, the CUDA memory model's
+                p.memory_terms = kept["terms"]
+        e = p.train_memory_mb
         p.train_memory_mb = Estimate(e.value + extra, e.low + extra, e.high + extra, e.std, e.unit)
-    nodes, p.options = -(-gpus // cluster.gpus_per_node), {**p.options, "gpus": gpus}  # one GPU's step on each
+    layout = ("dp", "zero1", "zero2", "fsdp")[zero]
+    nodes, p.options = -(-gpus // cluster.gpus_per_node), {**p.options, "gpus": gpus, "zero": zero}  # one GPU's step on each
     p.distributed = {"gpus": gpus, "nodes": nodes, "cluster": cluster.slug, "global_batch": gpus * p.batch_size * accum,
-                     "allreduce_ms": total, "exposed_allreduce_ms": exposed, "parallel": "dp",
-                     "network_bytes_per_gpu": 2 * (gpus - 1) / gpus * grad_bytes}
-    return (f"data parallel over {gpus} GPUs on {nodes} node(s) of {cluster.name} (batch {p.batch_size} per GPU, "
-            f"{gpus * p.batch_size * accum} in all per step): the gradient all-reduce ({grad_bytes / 2**20:.0f} MB, {total:.3g} ms) "
-            f"overlaps the backward in DDP's buckets as the backward makes them, {exposed:.3g} ms of it is not hidden; "
-            f"Pollux's data-parallel steps read 3-11% off on one node, 7-9% across 2-4 nodes (docs/results-distributed.md)")
+                     "allreduce_ms": total, "exposed_allreduce_ms": exposed, "parallel": layout, "zero": zero,
+                     "network_bytes_per_gpu": 2 * (gpus - 1) / gpus * grad_bytes * (1.5 if zero == 3 else 1.0)}
+    where = (f"data parallel over {gpus} GPUs on {nodes} node(s) of {cluster.name} (batch {p.batch_size} per GPU, "
+             f"{gpus * p.batch_size * accum} in all per step)")
+    if not zero:
+        return (f"{where}: the gradient all-reduce ({grad_bytes / 2**20:.0f} MB, {total:.3g} ms) overlaps the backward "
+                f"in DDP's buckets as the backward makes them, {exposed:.3g} ms of it is not hidden; Pollux's "
+                f"data-parallel steps read 3-11% off on one node, 7-9% across 2-4 nodes (docs/results-distributed.md)")
+    sharded = ("optimizer state", "optimizer state and gradients", "weights, gradients and optimizer state")[zero - 1]
+    return (f"{where}, ZeRO-{zero}{' (FSDP)' if zero == 3 else ''}: each GPU keeps 1/{gpus} of the {sharded} and updates "
+            f"its share of the parameters; its collectives ({total:.3g} ms) change the step by {exposed:+.3g} ms where the "
+            f"passes do not hide them; derived from the DDP model and the CUDA memory model, not checked against "
+            f"measured ZeRO or FSDP steps")
 
 
 def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, limit_w: float | None) -> list[str]:

@@ -67,6 +67,14 @@ class LayoutAnswer:
                 "where_ms": self.iteration.where()}
 
 
+def is_config(model) -> bool:
+    """Whether ``model`` is a transformers config (a dict, a ``config.json`` or its folder, a
+    cached Hugging Face id) rather than a graph (an ONNX file, bytes, a module)."""
+    if isinstance(model, dict):
+        return True
+    return isinstance(model, (str, Path)) and (config_file(Path(model)) is not None or cached_config(str(model)) is not None)
+
+
 def read_config(model: str | dict) -> dict:
     """The config dict of a ``config.json``, its folder, a Hugging Face id in the local cache, or
     the dict itself."""
@@ -302,5 +310,5 @@ def table(answers: list[LayoutAnswer], top: int, title: str = "") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LAYOUT_ERROR_P90", "LayoutAnswer", "read_config",
+__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LAYOUT_ERROR_P90", "LayoutAnswer", "is_config", "read_config",
            "layouts", "plan", "parse_parallel", "cluster_text", "config_dims", "layout_prediction", "table"]

@@ -63,6 +63,8 @@ class PredictOptions:
             ``data/clusters.csv``, a JSON file or JSON text; None: the table's first of that GPU).
         global_batch: samples per optimizer step over every GPU; gradient accumulation makes it up
             (``grad_accum`` becomes ``global_batch / (batch_size x gpus)``, which must divide).
+        zero: the ZeRO stage of the data parallelism over ``gpus`` (0: DDP; 1-2: optimizer state
+            and gradients sharded; 3: FSDP's full sharding, the weights too).
     """
 
     batch_size: int | None = 1
@@ -85,6 +87,7 @@ class PredictOptions:
     layers: int = 0
     cluster: str | None = None
     global_batch: int | None = None
+    zero: int = 0
 
     def __post_init__(self) -> None:
         if self.batch_size is not None and not 1 <= self.batch_size <= self.max_batch:
@@ -108,6 +111,10 @@ class PredictOptions:
             object.__setattr__(self, "grad_accum", self.global_batch // per_pass)  # frozen: set once, here
         if self.grad_accum is not None and not 1 <= self.grad_accum <= 4096:
             raise errors.BadOption(f"grad_accum must be in 1..4096, got {self.grad_accum}")
+        if self.zero not in (0, 1, 2, 3):
+            raise errors.BadOption(f"zero must be 0, 1, 2 or 3, got {self.zero}")
+        if self.zero and (self.gpus or 1) < 2:
+            raise errors.BadOption(f"ZeRO {self.zero} shards over data-parallel GPUs: give gpus above 1")
         if not 0 <= self.interval_z <= 10:
             raise errors.BadOption(f"interval_z must be in 0..10, got {self.interval_z}")
 
