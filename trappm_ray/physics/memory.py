@@ -116,6 +116,14 @@ class MemoryEstimate:
         return {k: (v / MiB if isinstance(v, float) else v) for k, v in asdict(self).items()}
 
 
+def zero_shares(zero: int, shards: int) -> tuple[float, float, float]:
+    """The share of the weights, the gradients and the optimizer state each GPU keeps under ZeRO
+    stage ``zero`` over ``shards`` data-parallel GPUs (Rajbhandari et al., SC 2020): stage 1
+    shards the optimizer state, 2 the gradients too, 3 (FSDP) the weights too."""
+    w, g, o = (1.0 / shards if zero >= stage else 1.0 for stage in (3, 2, 1))
+    return w, g, o
+
+
 def _round_block(x: np.ndarray) -> np.ndarray:
     return np.ceil(x / BLOCK) * BLOCK
 
@@ -185,8 +193,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         raise ValueError("batch_size must be >= 1")
     if zero not in (0, 1, 2, 3) or shards < 1:
         raise ValueError(f"zero must be 0-3 and shards >= 1; got {zero!r}, {shards!r}")
-    # per GPU, the share kept of the weights, the gradients and the optimizer state
-    kept = [1.0 / shards if zero >= stage else 1.0 for stage in (3, 2, 1)]
+    kept = zero_shares(zero, shards)
     if walked is None:
         if folded_norm is None:
             folded_norm = guess_folded_norm(graph)
@@ -326,5 +333,5 @@ def state_floor_bytes(params: float, precision: str = "fp32", optimizer: str = "
     return params * width * (2 + OPTIMIZERS.get(optimizer, OPTIMIZERS["adam"])[0])
 
 
-__all__ = ["CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "OPTIMIZERS", "PRECISIONS",
+__all__ = ["zero_shares", "CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "OPTIMIZERS", "PRECISIONS",
            "MemoryEstimate", "fitting_batch", "state_floor_bytes", "training_memory"]

@@ -46,7 +46,7 @@ import numpy as np
 
 from trappm_ray.physics.collectives import Cluster, allreduce_ms
 from trappm_ray import devices
-from trappm_ray.physics.memory import MemoryEstimate, training_memory
+from trappm_ray.physics.memory import MemoryEstimate, training_memory, zero_shares
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, PRECISIONS
 from trappm_ray.physics.step_model import (FUSED_OPTIMIZER_PASSES, Setting, StepEstimate, node_device_us,
                                            step_time)
@@ -186,8 +186,8 @@ class PartMemory:
 
     def state(self, zero: int, dp: int) -> float:
         """Weights, gradients and optimizer state kept per GPU under ZeRO ``zero`` over ``dp`` replicas."""
-        shard = [1 / dp if zero >= stage else 1.0 for stage in (3, 2, 1)]
-        return self.weights * shard[0] + self.grads * shard[1] + self.optimizer * shard[2]
+        w, g, o = zero_shares(zero, dp)
+        return self.weights * w + self.grads * g + self.optimizer * o
 
 
 @dataclass(frozen=True)
