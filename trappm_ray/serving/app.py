@@ -28,7 +28,7 @@ from ray import serve
 from trappm_ray import errors
 from trappm_ray import storage
 from trappm_ray.graph.onnx_io import MAX_FILE_BYTES, Limits, read_model
-from trappm_ray.serving.plan import cluster_text, parse_parallel
+from trappm_ray.serving.plan import cluster_text, data_parallel_zero
 
 RAW_TYPES = {"application/octet-stream", "application/onnx", "application/x-onnx",
              "application/x-protobuf",
@@ -157,12 +157,11 @@ def parse_options(raw: dict, max_batch: int):
 
     with _as_api_errors():
         kw = _fields(raw)
-        layout = parse_parallel(str(raw["parallel"]), kw.get("gpus")) if raw.get("parallel") else {"tp": 1, "pp": 1, "zero": 0}
-        if (layout["tp"], layout["pp"]) != (1, 1):
+        zero = data_parallel_zero(str(raw["parallel"]) if raw.get("parallel") else None, kw.get("gpus"))
+        if zero is None:
             raise errors.BadOption("a tensor or pipeline layout is answered for a transformers config (POST it as "
                                    "JSON), not an ONNX file")
-        return PredictOptions(**{**kw, "dims": tuple(sorted(kw["dims"].items()))}, max_batch=max_batch,
-                              zero=layout["zero"])
+        return PredictOptions(**{**kw, "dims": tuple(sorted(kw["dims"].items()))}, max_batch=max_batch, zero=zero)
 
 
 def config_options(raw: dict) -> dict:

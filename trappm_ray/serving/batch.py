@@ -252,12 +252,10 @@ def file_options(batch_size: int, resolution: int | None, setting: dict, paralle
     under a tensor or pipeline layout (it lays out configs only, and its global batch divides by
     the data-parallel replicas)."""
     from trappm_ray.serving.api import PredictOptions
-    from trappm_ray.serving.plan import parse_parallel
+    from trappm_ray.serving.plan import data_parallel_zero
 
-    layout = parse_parallel(parallel, setting.get("gpus")) if parallel else {"tp": 1, "pp": 1, "zero": 0}
-    if (layout["tp"], layout["pp"]) != (1, 1):
-        return None
-    return PredictOptions(batch_size, resolution, **setting, zero=layout["zero"])
+    zero = data_parallel_zero(parallel, setting.get("gpus"))
+    return None if zero is None else PredictOptions(batch_size, resolution, **setting, zero=zero)
 
 
 def _grouped(tables, rows: int):

@@ -67,6 +67,14 @@ class LayoutAnswer:
                 "where_ms": self.iteration.where()}
 
 
+def data_parallel_zero(parallel: str | None, gpus: int | None) -> int | None:
+    """The ZeRO stage of ``parallel`` where it is data parallelism alone (``dp``, ``fsdp``,
+    ``zero1``-``zero3``: any graph is answered in it; 0 without ``parallel``), None for a tensor or
+    pipeline layout (a transformers config's)."""
+    layout = parse_parallel(parallel, gpus) if parallel else {"tp": 1, "pp": 1, "zero": 0}
+    return layout["zero"] if (layout["tp"], layout["pp"]) == (1, 1) else None
+
+
 def is_config(model) -> bool:
     """Whether ``model`` is a transformers config (a dict, a ``config.json`` or its folder, a
     cached Hugging Face id) rather than a graph (an ONNX file, bytes, a module)."""
@@ -310,5 +318,5 @@ def table(answers: list[LayoutAnswer], top: int, title: str = "") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LAYOUT_ERROR_P90", "LayoutAnswer", "is_config", "read_config",
+__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LAYOUT_ERROR_P90", "LayoutAnswer", "data_parallel_zero", "is_config", "read_config",
            "layouts", "plan", "parse_parallel", "cluster_text", "config_dims", "layout_prediction", "table"]
