@@ -164,8 +164,9 @@ def test_dry_run_writes_every_column(dry_run):
         parts = r["forward_ms"] + r["backward_ms"] + r["optimizer_ms"]
         # medians of the parts (timed in their own steps) against the whole step's: the same order
         # (a unit slip would be 1000x off); on a busy CPU the two sets of steps see different load
-        # (seen in a CI run beside other work: parts 20 ms, whole 73 ms), so no tighter than 4x
-        assert r["train_step_ms"] / 4 <= parts <= r["train_step_ms"] * 4
+        # (seen in a CI run beside other work: parts 20 ms, whole 73 ms; beside a second test run:
+        # parts 35 ms, whole 304 ms), so no tighter than 30x
+        assert r["train_step_ms"] / 30 <= parts <= r["train_step_ms"] * 30
         assert r["power_w_mean"] is None and r["cuda_max_reserved_mb"] is None  # the CPU has neither
     kinds = {(r["precision"], r["memory_format"], r["recompute"], r["grad_accum"], r["model_source"]) for r in ok}
     assert ("amp-bf16", "nchw", "full", 1, "timm") in kinds and ("amp-bf16", "none", "none", 2, "transformers") in kinds
