@@ -316,6 +316,19 @@ def test_graph_and_predict_agree_on_gpu_memory(capsys):
     assert graph["gpu_training_memory_setting"].startswith("amp-fp16 + adamw")
 
 
+def test_fsdp_over_an_onnx_file_with_its_micro_batch(capsys):
+    sample = "data/sample/onnx/resnet10t@64.onnx"
+    runs = {}
+    for flag, layout in (("--batch-size", "dp"), ("--micro-batch", "fsdp")):
+        rc, out, err = run_predict(capsys, sample, flag, "32", "--device", "h100", "--gpus", "8", "--parallel", layout,
+                                   "--optimizer", "adamw", "--json")
+        assert rc == 0, err
+        runs[layout] = json.loads(out)
+    assert runs["fsdp"]["batch_size"] == runs["dp"]["batch_size"] == 32
+    assert runs["fsdp"]["distributed"]["parallel"] == "fsdp" and runs["fsdp"]["options"]["zero"] == 3
+    assert runs["fsdp"]["train_memory_mb"] < runs["dp"]["train_memory_mb"]
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["missing.onnx", "--device", "h100"], "not_a_model: missing.onnx is not a file"),
     (["README.md", "--device", "h100"], "corrupt_protobuf"),

@@ -309,9 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("predict", help="predict training step time, memory and inference latency")
     p.add_argument("file", help="ONNX file or s3:// URI (a timm name with the zoo extra)")
-    p.add_argument("--batch-size", type=_batch, default=1,
-                   help="batch size, or 'exported' for the file's own (a fixed batch is re-bound "
-                        "where sound; default 1)")
+    p.add_argument("--batch-size", "--micro-batch", type=_batch, default=1,
+                   help="batch size (per GPU: a layout's micro-batch), or 'exported' for the file's own (a fixed "
+                        "batch is re-bound where sound; default 1)")
     p.add_argument("--resolution", type=int, default=None,
                    help="value for symbolic spatial dims of image inputs")
     p.add_argument("--dim", action="append", default=[], metavar="NAME=N",
