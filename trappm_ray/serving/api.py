@@ -38,7 +38,8 @@ from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
 from trappm_ray.serving.model_input import featurize_with, graph_at, model_bytes
 from trappm_ray.serving.passes import with_data_parallel, with_power
-from trappm_ray.serving.plan import cluster_text, config_dims, is_config, layout_prediction, parse_parallel
+from trappm_ray.serving.plan import (cluster_text, config_dims, data_parallel_zero, is_config, layout_prediction,
+                                     parse_parallel)
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
 from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
@@ -360,20 +361,21 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             unknown device (the message says how to pass ``device_spec``).
     """
     cluster = cluster_text(cluster)
-    layout = parse_parallel(parallel, gpus) if parallel else {"tp": 1, "pp": 1, "zero": 0}
     # a transformers config's layouts split its blocks (the layout model); ZeRO over plain data
     # parallelism shards any graph's states (the data-parallel pass)
-    if (layout["tp"], layout["pp"]) != (1, 1) or (layout["zero"] and is_config(model)):
+    zero = data_parallel_zero(parallel, gpus)
+    if zero is None or (zero and is_config(model)):
         return layout_prediction(model, batch_size, gpu_spec(load_predictor(predictor, device, device_spec)),
-                                 layout, global_batch, dict(dims or {}).get("seq"), precision, optimizer,
-                                 bool(recompute), cluster, interval_z, (steps, price_per_hour, price_per_kwh), power_limit_w)
+                                 parse_parallel(parallel, gpus), global_batch, dict(dims or {}).get("seq"), precision,
+                                 optimizer, bool(recompute), cluster, interval_z, (steps, price_per_hour, price_per_kwh),
+                                 power_limit_w)
     dims = {**config_dims(model), **(dims or {})}
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
                           optimizer=optimizer, gpus=gpus, memory_format=memory_format,
                           recompute=recompute, grad_accum=grad_accum, power_limit_w=power_limit_w,
                           price_per_kwh=price_per_kwh, layers=layers, cluster=cluster, global_batch=global_batch,
-                          zero=layout["zero"])
+                          zero=zero)
     chosen = load_predictor(predictor, device, device_spec)
     data, label = model_bytes(model, resolution, input_shape)
     result = predict_many([(data, opts, label)], chosen)[0]

@@ -318,5 +318,5 @@ def table(answers: list[LayoutAnswer], top: int, title: str = "") -> str:
     return "\n".join(lines)
 
 
-__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LAYOUT_ERROR_P90", "LayoutAnswer", "data_parallel_zero", "is_config", "read_config",
-           "layouts", "plan", "parse_parallel", "cluster_text", "config_dims", "layout_prediction", "table"]
+__all__ = ["LAYER_KEYS", "HEAD_KEYS", "HIDDEN_KEYS", "MICRO_BATCHES", "LAYOUT_ERROR_P90", "LayoutAnswer",
+           "data_parallel_zero", "is_config", "read_config", "layouts", "plan", "parse_parallel", "cluster_text", "config_dims", "layout_prediction", "table"]
