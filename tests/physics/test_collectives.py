@@ -94,5 +94,8 @@ def test_zero_moves_an_all_reduces_traffic_and_fsdp_half_as_much_again():
     assert fsdp_total == pytest.approx(half(grads) + 2 * half(weights)) and fsdp_exposed == 0.0  # prefetched
     short = C.sharded_sync_ms(grads, weights, 0.1, 0.1, 8, a100, zero=3)[1]
     assert short == pytest.approx(fsdp_total - 0.2)  # passes too short to hide the gathers
+    # accumulating over 4 passes gathers and scatters in each of them
+    assert C.sharded_sync_ms(grads, weights, 0.1, 0.1, 8, a100, zero=3, passes=4) == pytest.approx(
+        (4 * fsdp_total, 4 * short))
     with pytest.raises(ValueError, match="zero must be 1, 2 or 3"):
         C.sharded_sync_ms(grads, weights, 1.0, 1.0, 8, a100, zero=0)

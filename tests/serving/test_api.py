@@ -317,7 +317,7 @@ def test_a_moved_setting_keeps_the_step_models_ratio_at_the_batch_asked():
 @pytest.mark.parametrize("device", ["rtx3090", "h100-sxm5-80gb", "l4", "t4"])
 def test_every_settings_answers_keep_physics_as_the_batch_grows(device):
     """Whatever composition answers (a shipped predictor, the spec-based one, a setting moved by
-    the step model), throughput never falls as the batch grows, memory never shrinks, inference
+    the step model), training and inference throughput never fall as the batch grows, memory never shrinks, inference
     is never slower than the training step and power stays within the board's limit. A setting
     moved after the batch move runs on the device the answer reads (the batch move's scale on the
     kernel times): unscaled, its ratio took the host's share from another device, and ResNet-50's
@@ -333,6 +333,7 @@ def test_every_settings_answers_keep_physics_as_the_batch_grows(device):
             for small, large, b, a in zip(answers, answers[1:], batches[1:], batches):
                 where = (model, device, asked, b)
                 assert large.train_step_ms.value / b <= small.train_step_ms.value / a * 1.001, where
+                assert large.inference_ms.value / b <= small.inference_ms.value / a * 1.001, where
                 assert large.train_memory_mb.value >= small.train_memory_mb.value - 4, where  # allocator rounding
             for a in answers:
                 assert a.inference_ms.value <= a.train_step_ms.value * 1.001, (model, device, asked)

@@ -228,7 +228,8 @@ def exposed_allreduce_ms(grad_bytes: float, backward_ms: float, gpus: int, clust
 
 
 def sharded_sync_ms(grad_bytes: float, weight_bytes: float, forward_ms: float, backward_ms: float, gpus: int,
-                    cluster: Cluster, zero: int, buckets: list[tuple[float, float]] | None = None) -> tuple[float, float]:
+                    cluster: Cluster, zero: int, buckets: list[tuple[float, float]] | None = None,
+                    passes: int = 1) -> tuple[float, float]:
     """(all, exposed) ms of ZeRO's collectives in one data-parallel step over ``gpus`` GPUs
     (Rajbhandari et al., SC 2020). A ring reduce-scatter or all-gather moves half an all-reduce's
     traffic, so each is costed as an all-reduce of half the bytes.
@@ -239,11 +240,12 @@ def sharded_sync_ms(grad_bytes: float, weight_bytes: float, forward_ms: float, b
       all-gathered, with nothing left to hide it behind.
     * ZeRO-3 / FSDP: the weights are all-gathered layer by layer for the forward and again for
       the backward, prefetched behind the compute, and the gradients reduce-scattered during the
-      backward; what outlasts the forward or the backward is exposed.
+      backward, in each of the step's ``passes`` (gradient accumulation); what outlasts a
+      forward or a backward is exposed.
 
     Args:
         grad_bytes: the gradients reduced (fp32, also under AMP).
-        forward_ms, backward_ms: the passes' time on one GPU, what the collectives hide behind.
+        forward_ms, backward_ms: one pass's time on one GPU, what the collectives hide behind.
         buckets: the gradient buckets (:func:`gradient_buckets`), for ZeRO-1/2's reduce-scatter.
     """
     if zero not in (1, 2, 3):
@@ -253,7 +255,8 @@ def sharded_sync_ms(grad_bytes: float, weight_bytes: float, forward_ms: float, b
     if zero < 3:
         halved = None if buckets is None else [(size / 2, ready) for size, ready in buckets]
         return scatter + gather, exposed_allreduce_ms(grad_bytes / 2, backward_ms, gpus, cluster, buckets=halved) + gather
-    return scatter + 2 * gather, max(gather - forward_ms, 0.0) + max(gather + scatter - backward_ms, 0.0)
+    return (passes * (scatter + 2 * gather),
+            passes * (max(gather - forward_ms, 0.0) + max(gather + scatter - backward_ms, 0.0)))
 
 
 __all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "cluster_for", "pcie_server", "load_clusters", "ring_allreduce_ms", "allreduce_ms",

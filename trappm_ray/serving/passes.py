@@ -50,7 +50,7 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     buckets = gradient_buckets(graph, spec, setting["precision"])
     if zero:
         total, exposed = sharded_sync_ms(grad_bytes, params * (2 if setting["precision"] in HALF else 4), forward,
-                                         backward, gpus, cluster, zero, buckets)
+                                         backward, gpus, cluster, zero, buckets, passes=accum)
         exposed -= share * step.optimizer_ms * (1 - 1 / gpus)  # each GPU updates its share of the parameters
     else:
         total = allreduce_ms(grad_bytes, gpus, cluster)
