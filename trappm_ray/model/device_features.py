@@ -15,6 +15,7 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.graph import features
+from trappm_ray.physics.floors import HALF_PRECISIONS
 from trappm_ray.physics.roofline import roofline
 
 ROOF_COLS = ("log_total_ms", "log_forward_ms", "log_optimizer_ms", "compute_bound_share",
@@ -22,7 +23,6 @@ ROOF_COLS = ("log_total_ms", "log_forward_ms", "log_optimizer_ms", "compute_boun
 SETTING_COLS = ("train", "nhwc", "compiled", "torch2", "half", "fp64")
 # where log(kernel count) sits in roofline_features' vector and in feature_vector, which starts with it
 KERNELS_COL = len(features.V2_STATIC) + ROOF_COLS.index("log_kernels")
-HALF = ("amp-fp16", "amp-bf16", "fp16", "bf16")
 
 
 def feature_names() -> list[str]:
@@ -54,7 +54,7 @@ def settings(train: bool, precision: str, nhwc: bool = False, compiled: bool = F
         torch2: PyTorch 2 (fused attention in the roofline).
     """
     return {"train": float(train), "nhwc": float(nhwc), "compiled": float(compiled),
-            "torch2": float(torch2), "half": float(precision in HALF), "fp64": float(precision == "fp64")}
+            "torch2": float(torch2), "half": float(precision in HALF_PRECISIONS), "fp64": float(precision == "fp64")}
 
 
 def roofline_features(graph, spec: devices.DeviceSpec, precision: str, mode: str, optimizer: str,

@@ -9,12 +9,12 @@ import functools
 from trappm_ray import errors
 from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph
-from trappm_ray.model.device_features import HALF
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.options import step_fields
 from trappm_ray.physics.collectives import (allreduce_ms, cluster_for, exposed_allreduce_ms, gradient_buckets,
                                             sharded_sync_ms)
 from trappm_ray.physics.floors import gpu_memory_mb
+from trappm_ray.physics.memory import PRECISIONS
 from trappm_ray.physics.power import PowerModel, limit_refusal, power_basis, step_power
 from trappm_ray.physics.step_model import step_time
 from trappm_ray.serving.prediction import Estimate, PredictOptions, Prediction
@@ -49,8 +49,9 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     grad_bytes = 4 * params  # fp32 gradients, also under AMP
     buckets = gradient_buckets(graph, spec, setting["precision"])
     if zero:
-        total, exposed = sharded_sync_ms(grad_bytes, params * (2 if setting["precision"] in HALF else 4), forward,
-                                         backward, gpus, cluster, zero, buckets, passes=accum)
+        master, _, low = PRECISIONS[setting["precision"]]  # the weights gathered are those the kernels run in
+        total, exposed = sharded_sync_ms(grad_bytes, params * (low or master), forward, backward, gpus, cluster,
+                                         zero, buckets, passes=accum)
         exposed -= share * step.optimizer_ms * (1 - 1 / gpus)  # each GPU updates its share of the parameters
     else:
         total = allreduce_ms(grad_bytes, gpus, cluster)

@@ -22,7 +22,7 @@ from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.floor_ratio import covers, image_only, keeps_own
 from trappm_ray.model.compositions import SettingMove, SettingRatio, TargetFill
-from trappm_ray.model.device_features import HALF
+from trappm_ray.physics.floors import HALF_PRECISIONS
 
 _LOADED: dict[str, Any] = {}  # URI or key -> a loaded predictor, model or anchors
 SPEC_HELP = ("describe the GPU in a JSON file and pass --device-spec FILE.json (API: device_spec=..., "
@@ -277,7 +277,7 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
 # 22.6% (42.1%), which took TF32 transformers for barely slower than AMP; inference 24.4% against
 # 31.3%. fp32 keeps the spec model's own answer, trained on many fp32 rows: 10.5% median on the
 # campaign's 49 fp32 rows, 10.8% moved (experiments/tf32_route.py).
-MOVED_FROM_AMP = (*HALF, "tf32")
+MOVED_FROM_AMP = (*HALF_PRECISIONS, "tf32")
 
 
 def from_reference(chosen: Estimator, setting: dict) -> Estimator:
@@ -294,7 +294,7 @@ def from_reference(chosen: Estimator, setting: dict) -> Estimator:
     base = chosen.base(setting) if isinstance(chosen, SettingMove) else setting
     options = ref.manifest.options
     held = {"optimizer": list(options.get("optimizer") or []),
-            "precision": [p for p in options.get("precision") or [] if p in HALF]
+            "precision": [p for p in options.get("precision") or [] if p in HALF_PRECISIONS]
             if setting.get("precision") in MOVED_FROM_AMP else []}
     held = {f: values for f, values in held.items() if values and base.get(f) not in values}
     if not held or not covers(ref.manifest, {**base, **{f: v[0] for f, v in held.items()}}, "train"):
