@@ -329,6 +329,18 @@ def test_fsdp_over_an_onnx_file_with_its_micro_batch(capsys):
     assert runs["fsdp"]["train_memory_mb"] < runs["dp"]["train_memory_mb"]
 
 
+def test_gpus_per_node_spreads_the_gpus_over_nodes(capsys):
+    sample = "data/sample/onnx/resnet10t@64.onnx"
+    runs = {}
+    for per_node in (None, "4", "1"):
+        extra = ("--gpus-per-node", per_node) if per_node else ()
+        rc, out, err = run_predict(capsys, sample, "--batch-size", "32", "--device", "h100", "--gpus", "8", *extra, "--json")
+        assert rc == 0, err
+        runs[per_node] = json.loads(out)["distributed"]
+    assert [runs[k]["nodes"] for k in (None, "4", "1")] == [1, 2, 8]
+    assert runs["4"]["cluster"] == "dgx-h100, gpus_per_node 4"
+
+
 @pytest.mark.parametrize("argv,needle", [
     (["missing.onnx", "--device", "h100"], "not_a_model: missing.onnx is not a file"),
     (["README.md", "--device", "h100"], "corrupt_protobuf"),
@@ -344,6 +356,7 @@ def test_fsdp_over_an_onnx_file_with_its_micro_batch(capsys):
     (["CNN", "--device", "t4", "--precision", "amp-bf16"], "unsupported_option: NVIDIA T4 cannot run amp-bf16"),
     (["CNN", "--device", "h100", "--power-limit", "10"], "unsupported_option: power limit 10 W is outside"),
     (["CNN", "--device", "h100", "--gpus", "2", "--cluster", "nosuch"], "unsupported_option: unknown cluster 'nosuch'"),
+    (["CNN", "--device", "h100", "--gpus", "2", "--gpus-per-node", "0"], "unsupported_option: gpus_per_node must be at"),
     (["CNN", "--device-spec", "missing.json"], "DeviceSpecError: missing.json: cannot read device spec JSON"),
     (["CYCLE"], "cycle: graph has a cycle through node"),
     (["IF"], "unsupported: node 'if' is control flow (If)"),

@@ -15,7 +15,7 @@ from dataclasses import replace
 
 from trappm_ray import errors
 from trappm_ray.model import options
-from trappm_ray.serving.report import plot_layouts, plot_sweep, print_comparison, print_report
+from trappm_ray.serving.report import plot_layouts, plot_sweep, print_comparison, print_devices, print_report
 
 
 def _batch(text: str) -> int | None:
@@ -31,6 +31,13 @@ def _dims(items: list[str]) -> dict[str, int]:
             raise argparse.ArgumentTypeError(f"--dim expects NAME=INT, got '{item}'")
         out[name] = int(value)
     return out
+
+
+def _cluster(args: argparse.Namespace) -> str | None:
+    """``--cluster`` as given, or with ``--gpus-per-node`` a change to it (or to the GPU's own)."""
+    if args.gpus_per_node is None:
+        return args.cluster
+    return json.dumps({"gpus_per_node": args.gpus_per_node, **({"of": args.cluster} if args.cluster else {})})
 
 
 def cmd_graph(args: argparse.Namespace) -> int:
@@ -95,7 +102,7 @@ def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
 
     from trappm_ray import devices
     from trappm_ray.graph.onnx_io import declared_fixed_size, read_model, symbolic_dims
-    from trappm_ray.physics.collectives import Cluster
+    from trappm_ray.physics.collectives import check_cluster
     from trappm_ray.physics.power import limit_refusal
     from trappm_ray.physics.roofline import precision_refusal
     from trappm_ray.serving.model_input import cached_config, check_timm_name, checked_config, config_file, model_bytes
@@ -137,9 +144,9 @@ def _precheck(args: argparse.Namespace, names: list[str], opts: dict) -> None:
                    or (args.power_limit is not None and limit_refusal(spec, args.power_limit)))
         if refusal:
             raise errors.UnsupportedOption(refusal)
-    if args.cluster:
+    if opts["cluster"]:
         try:
-            Cluster.of(args.cluster)
+            check_cluster(opts["cluster"])
         except ValueError as e:
             raise errors.UnsupportedOption(str(e)) from None
     step = ["recompute"] * bool(opts.get("recompute")) + ["grad_accum"] * (opts.get("grad_accum") not in (None, 1))
@@ -182,7 +189,7 @@ def _predict(args: argparse.Namespace) -> int:
     opts = dict(resolution=args.resolution, dims=_dims(args.dim), interval_z=args.interval_z,
                 memory_budget_mb=args.memory_budget_mb, steps=args.steps,
                 price_per_hour=args.price_per_hour, power_limit_w=args.power_limit,
-                price_per_kwh=args.price_per_kwh, layers=args.layers, cluster=args.cluster, **setting)
+                price_per_kwh=args.price_per_kwh, layers=args.layers, cluster=_cluster(args), **setting)
     _precheck(args, names, opts)
     if len(names) > 1:
         if args.sweep or args.device_spec:
@@ -222,55 +229,13 @@ def _predict(args: argparse.Namespace) -> int:
 def cmd_devices(args: argparse.Namespace) -> int:
     """The shipped predictors (what each was trained on), the spec-based predictor with its
     leave-one-device-out error, and the devices of the spec table."""
-    import os
+    from trappm_ray.serving.routing import device_listing
 
-    from trappm_ray import devices
-    from trappm_ray.model.spec_model import SPEC_DIR
-    from trappm_ray.model.stored import read_manifest
-    from trappm_ray.serving.routing import device_catalog
-
-    catalog = device_catalog()
-    shipped = [d for d in catalog if d["predictor"] != "gpu-spec"]
-    spec_m = read_manifest(SPEC_DIR) if os.path.exists(os.path.join(SPEC_DIR, "manifest.json")) else None
-    spec_info = None if spec_m is None or spec_m.boosters is None else {
-        "predictor": "gpu-spec", "kind": spec_m.kind, "variant": spec_m.boosters.variant,
-        "targets": list(spec_m.targets), "options": spec_m.options,
-        "trained_on": {"devices": sorted(spec_m.data.get("rows_per_device") or {}), "rows": spec_m.data.get("rows")},
-        "lodo_mape": {t: v.get("mean_device_mape") for t, v in spec_m.boosters.lodo.items()},
-        "devices": [d["device"] for d in catalog if d["predictor"] == "gpu-spec"], "command": spec_m.command}
-    served = {d["device"]: d for d in catalog if d["predictor"] == "gpu-spec"}
-    specs = [{"slug": s.slug, "kind": s.kind, "name": s.name, "memory_gb": s.memory_gb,
-              "predictor": next((d["predictor"] for d in catalog if d["device"] == s.slug
-                                 or str(d["device"]).startswith(s.slug + "-")), None),
-              "transfer": {t: served[s.slug]["reference"] for t in served[s.slug]["transferred"]}
-              if s.slug in served else {},
-              "mig_profiles": [p.profile for p in devices.mig_profiles(s.slug)]}
-             for s in devices.load_specs().values()]
+    listing = device_listing()
     if args.json:
-        print(json.dumps({"predictors": shipped, "spec_predictor": spec_info, "specs": specs}))
-        return 0
-    print("shipped predictors (trappm-ray predict MODEL --device DEVICE):")
-    for d in shipped:
-        opts = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in (d["options"] or {}).items())
-        filled = f" (+ {', '.join(d['filled_by_spec'])} from gpu-spec)" if d.get("filled_by_spec") else ""
-        print(f"  {d['device']:<30} {d['kind'] or '?':<5} {d['labels']} labels; targets "
-              f"{', '.join(d['targets'] or [])}{filled}; {opts}")
-    if spec_info:
-        err = ", ".join(f"{t} {v:.0f}%" for t, v in spec_info["lodo_mape"].items() if v is not None)
-        print(f"\nspec-based predictor gpu-spec (any other GPU of the table, or --device-spec FILE.json):"
-              f"\n  trained on {spec_info['trained_on']['rows']} rows of "
-              f"{len(spec_info['trained_on']['devices'])} devices ({', '.join(spec_info['trained_on']['devices'])});"
-              f"\n  leave-one-device-out MAPE, mean over held-out devices: {err};"
-              f"\n  'transfer': in its reference predictor's setting, these targets are that predictor's answer x "
-              f"the ratio of roofline floors, or, for a graph that predictor's labels measured (same operators, "
-              f"edges and parameters, a batch within 2x), that measurement x the same ratio (docs/predict.md)")
-    print(f"\ndevice spec table ({len(specs)} devices, data/devices.csv; predictor, GPU/MIG fit, roofline):")
-    for d in specs:
-        mig = f"MIG {' '.join(d['mig_profiles'])}" if d["mig_profiles"] else ""
-        moved = sorted(set(d["transfer"].values()))
-        via = f"transfer from {moved[0]} ({', '.join(d['transfer'])})" if moved else ""
-        print(f"  {d['slug']:<30} {d['kind']:<5} {str(d['memory_gb'] or '?') + ' GB':<9} "
-              f"{d['predictor'] or '-':<13} {mig} {via}".rstrip())
+        print(json.dumps(listing))
+    else:
+        print_devices(listing)
     return 0
 
 
@@ -280,7 +245,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _check_device_name(args.device)
     only = {k: v for k in ("tp", "pp", "dp", "zero", "micro_batch") if (v := getattr(args, k)) is not None}
     answers = plan.plan(args.model, args.gpus, args.device, args.global_batch, args.seq, args.precision,
-                        args.optimizer, not args.no_recompute, args.cluster, only=only)
+                        args.optimizer, not args.no_recompute, _cluster(args), only=only)
     title = f"{args.model} on {args.gpus} x {args.device}, global batch {args.global_batch} x {args.seq} tokens"
     rows = [a.to_dict() for a in answers]
     print(json.dumps(rows) if args.json else plan.table(answers, args.top, title))
@@ -333,6 +298,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--global-batch", type=int, default=None, help="samples per optimizer step over every GPU")
     p.add_argument("--cluster", default=None, metavar="NAME|FILE.json", help="where --gpus run: dgx-a100, dgx-h100, "
                    "hgx-h200, aws-p5, ... (data/clusters.csv) or a JSON file of gpus_per_node, intra_busbw_gbs, inter_gbps")
+    p.add_argument("--gpus-per-node", type=int, default=None, metavar="G", help="GPUs a node of --cluster holds "
+                   "(default: the cluster's; of the GPU's own cluster without --cluster)")
     p.add_argument("--memory-format", default=None, choices=options.MEMORY_FORMATS)
     p.add_argument("--recompute", action="store_true",
                    help="activation checkpointing of every residual block (GPUs): less memory, a longer step")
@@ -364,6 +331,7 @@ def build_parser() -> argparse.ArgumentParser:
     pl.add_argument("--global-batch", type=int, required=True, help="sequences per iteration, all GPUs")
     pl.add_argument("--seq", type=int, required=True, help="tokens per sequence")
     pl.add_argument("--cluster", default=None, help="a data/clusters.csv name or JSON file (default: the GPU's first)")
+    pl.add_argument("--gpus-per-node", type=int, default=None, metavar="G", help="GPUs a node of the cluster holds")
     pl.add_argument("--precision", default="amp-fp16", choices=options.PRECISIONS)
     pl.add_argument("--optimizer", default="adam", choices=options.OPTIMIZERS)
     pl.add_argument("--no-recompute", action="store_true", help="keep every activation (default: checkpoint blocks)")

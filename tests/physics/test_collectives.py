@@ -72,6 +72,25 @@ def test_clusters_come_from_the_table_a_dict_or_a_file(tmp_path):
         C.Cluster.of({"gpus_per_node": 4})
 
 
+def test_some_fields_change_a_named_cluster_or_the_gpus_own():
+    """--gpus-per-node G (a dict of some fields): the rest is the cluster's it changes."""
+    h100 = devices.get("h100-sxm5-80gb")
+    four = C.cluster_for(h100, json.dumps({"gpus_per_node": 4}))
+    own = C.cluster_for(h100)
+    assert four.gpus_per_node == 4 and four.inter_gbps == own.inter_gbps / 2 and "gpus_per_node 4" in four.name
+    assert C.allreduce_ms(1e9, 8, four) > C.allreduce_ms(1e9, 8, own)  # two nodes: the network joins them
+    dgx1 = C.Cluster.of("dgx-1-v100")
+    cut = C.Cluster.of({"of": "dgx-1-v100", "gpus_per_node": 4})
+    assert not cut.links and cut.intra_busbw_gbs == pytest.approx(dgx1.busbw_gbs(4))  # the rings 4 GPUs hold
+    with pytest.raises(ValueError, match="direct links"):
+        C.Cluster.of({"of": "dgx-1-v100", "gpus_per_node": 16})
+    with pytest.raises(ValueError, match="no field 'gpus'"):
+        C.cluster_for(h100, json.dumps({"gpus": 4}))
+    with pytest.raises(ValueError, match="at least 1"):
+        C.check_cluster({"gpus_per_node": 0})
+    C.check_cluster({"inter_node_gbps": 400})  # checked before the GPU is known
+
+
 def test_a_gpu_without_a_cluster_in_the_table_is_assumed_in_pcie_servers_of_its_generation():
     h100, l4, v100 = (devices.get(s) for s in ("h100-sxm5-80gb", "l4", "v100-pcie-32gb"))
     assert C.cluster_for(h100).slug == "dgx-h100" and C.cluster_for(devices.get("b200")).slug == "dgx-b200"

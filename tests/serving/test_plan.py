@@ -137,8 +137,11 @@ def test_the_api_answers_a_layout_of_a_config_dict_on_a_cluster_dict():
         trappm_ray.predict("data/sample/onnx/resnet10t@64.onnx", batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2")
     with pytest.raises(errors.UnsupportedOption, match="T4 cannot run amp-bf16"):
         trappm_ray.predict(gpt, batch_size=2, device="t4", gpus=4, parallel="tp=2,pp=2", precision="amp-bf16")
-    with pytest.raises(errors.BadOption, match="a cluster needs intra_busbw_gbs, inter_gbps"):
-        trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2", cluster={"gpus_per_node": 8})
+    with pytest.raises(errors.BadOption, match="a cluster has no field 'gpus'"):
+        trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2", cluster={"gpus": 8})
+    # some fields change the GPU's own cluster: a DGX A100 cut to servers of two spans two nodes
+    two = trappm_ray.predict(gpt, batch_size=2, device="a100", gpus=4, parallel="tp=2,pp=2", cluster={"gpus_per_node": 2})
+    assert two.distributed["nodes"] == 2 and two.distributed["cluster"] == "dgx-a100, gpus_per_node 2"
 
 
 def test_a_layout_counts_every_gpus_power_and_energy_and_the_cost_of_n_steps():

@@ -20,7 +20,7 @@ from __future__ import annotations
 import csv
 import json
 import math
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, fields, replace
 from functools import lru_cache
 from pathlib import Path
 from typing import Any, Callable
@@ -100,16 +100,48 @@ class Cluster:
         """GB/s of one connection between nodes: the network's, or its per-flow cap."""
         return min(self.inter_gbps, self.flow_gbps or self.inter_gbps) / 8
 
+    def amended(self, changes: dict) -> Cluster:
+        """This cluster with some fields changed (``{"gpus_per_node": 4}``: a user's servers of
+        four). Another number of GPUs a node keeps the network per GPU (a NIC per GPU, as DGX and
+        HGX systems are built) unless ``inter_gbps`` is given; a mesh node (:attr:`links`) cut to
+        fewer GPUs keeps the rings those GPUs hold: the bus bandwidth :meth:`busbw_gbs` reads for
+        them, as a switched node of that many."""
+        values = {ALIASES.get(k, k): v for k, v in changes.items() if k != "of"}
+        unknown = sorted(set(values) - {f.name for f in fields(self)})
+        if unknown:
+            raise ValueError(f"a cluster has no field {unknown[0]!r} (fields: {', '.join(NUMERIC)}, links)")
+        try:
+            values = {k: NUMERIC.get(k, str)(v) for k, v in values.items()}
+        except (TypeError, ValueError) as e:
+            raise ValueError(f"a cluster's fields are numbers: {e}") from None
+        label = ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in values.items())
+        gpus = values.get("gpus_per_node", self.gpus_per_node)
+        if gpus < 1:
+            raise ValueError(f"gpus_per_node must be at least 1, not {gpus}")
+        if self.links and gpus != self.gpus_per_node and "links" not in values:
+            if gpus > self.gpus_per_node:
+                raise ValueError(f"{self.name} joins its {self.gpus_per_node} GPUs by direct links, without a "
+                                 f"switch: a node of {gpus} is another system (give its links or intra_busbw_gbs)")
+            values = {"intra_busbw_gbs": self.busbw_gbs(gpus), "links": "", **values}
+        if gpus != self.gpus_per_node and "inter_gbps" not in values:  # a NIC per GPU, as DGX/HGX rails are
+            values["inter_gbps"] = self.inter_gbps * gpus / self.gpus_per_node
+        return replace(self, slug=f"{self.slug}, {label}", name=f"{self.name} ({label})", **values)
+
     @classmethod
-    def of(cls, value: str | dict | Path) -> Cluster:
+    def of(cls, value: str | dict | Path, default: Cluster | None = None) -> Cluster:
         """A table name, a dict of the fields (missing ``slug``/``name``/``gpu``/``source`` are
-        filled), a JSON object of them as text, or a JSON file of one."""
+        filled), a JSON object of them as text, or a JSON file of one. A dict that names only some
+        of the fields changes a cluster (:meth:`amended`): the one its ``of`` names, else
+        ``default`` (the GPU's own, :func:`cluster_for`)."""
         if isinstance(value, dict):
             missing = [k for k in ("gpus_per_node", "intra_busbw_gbs", "inter_gbps")
                        if k not in value and not any(value.get(a) is not None for a, t in ALIASES.items() if t == k)]
+            base = cls.of(value["of"]) if value.get("of") else default if missing and value else None
+            if base is not None:
+                return base.amended(value)
             if missing:
-                raise ValueError(f"a cluster needs {', '.join(missing)} (or intra_node_gbs / inter_node_gbps); "
-                                 f"it has {', '.join(sorted(value)) or 'nothing'}")
+                raise ValueError(f"a cluster needs {', '.join(missing)} (or intra_node_gbs / inter_node_gbps), or "
+                                 f"the cluster it changes as 'of'; it has {', '.join(sorted(value)) or 'nothing'}")
             d = {"slug": "custom", "name": "custom cluster", "gpu": "", "intra_latency_us": DEFAULT_LATENCY_US,
                  "inter_latency_us": DEFAULT_LATENCY_US, **{ALIASES.get(k, k): v for k, v in value.items()}}
             try:
@@ -121,7 +153,7 @@ class Cluster:
         text = str(value)
         if text.lstrip().startswith("{"):  # a JSON object given inline (the API passes a dict so)
             try:
-                return cls.of(json.loads(text))
+                return cls.of(json.loads(text), default)
             except json.JSONDecodeError as e:
                 raise ValueError(f"a cluster given as JSON does not parse: {e}") from None
         table = load_clusters()
@@ -129,17 +161,21 @@ class Cluster:
             return table[text]
         path = Path(text)
         if path.suffix == ".json" and path.is_file():
-            return cls.of(json.loads(path.read_text()))
+            return cls.of(json.loads(path.read_text()), default)
         raise ValueError(f"unknown cluster {text!r}; known: {', '.join(table)} (or a JSON file of the fields)")
 
 
+def check_cluster(value: str | dict | Path) -> None:
+    """Raise ValueError if ``value`` is no cluster; changes to the GPU's own (a dict of some
+    fields) are checked on a switched node, the GPU being not yet known."""
+    Cluster.of(value, Cluster("check", "check", "", PCIE_SERVER_GPUS, 1.0, DEFAULT_LATENCY_US, 1.0, DEFAULT_LATENCY_US))
+
+
 def cluster_for(spec: devices.DeviceSpec, name: str | None = None) -> Cluster:
-    """``name`` (a table name or JSON file), else the table's first cluster of the GPU ``spec``,
-    else :func:`pcie_server` of it."""
-    if name:
-        return Cluster.of(name)
-    found = next((c for c in load_clusters().values() if c.gpu == spec.slug), None)
-    return found or pcie_server(spec)
+    """``name`` (a table name, a JSON file or text), else the table's first cluster of the GPU
+    ``spec``, else :func:`pcie_server` of it; a JSON object of some fields changes that default."""
+    found = next((c for c in load_clusters().values() if c.gpu == spec.slug), None) or pcie_server(spec)
+    return Cluster.of(name, found) if name else found
 
 
 def pcie_server(spec: devices.DeviceSpec) -> Cluster:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from trappm_ray import devices, errors
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.physics.collectives import Cluster, cluster_for
+from trappm_ray.physics.collectives import Cluster, check_cluster, cluster_for
 from trappm_ray.physics.parallel import (FUSED_ATTENTION, IterationEstimate, Layout, build_stack, iteration,
                                          megatron_setting, memory_per_gpu, padded_vocab)
 from trappm_ray.physics.power import PowerModel, step_power
@@ -214,7 +214,7 @@ def cluster_text(cluster) -> str | None:
     if not isinstance(cluster, dict):
         return None if cluster is None else str(cluster)
     try:
-        Cluster.of(cluster)
+        check_cluster(cluster)
     except ValueError as e:
         raise errors.BadOption(str(e)) from None
     return json.dumps(cluster, sort_keys=True)

@@ -1,5 +1,5 @@
 """A prediction in words and pictures: the report ``trappm-ray predict`` prints, the table that
-compares devices, the batch sweep's plot and ``trappm-ray plan``'s."""
+compares devices, the device listing, the batch sweep's plot and ``trappm-ray plan``'s."""
 from __future__ import annotations
 
 from trappm_ray.serving.prediction import Prediction
@@ -164,3 +164,31 @@ def print_comparison(label: str, batch_size: int, names: list[str], results: lis
 
 
 __all__ = ["print_report", "print_comparison", "plot_sweep", "plot_layouts"]
+
+
+def print_devices(listing: dict) -> None:
+    """``trappm-ray devices`` in words (:func:`trappm_ray.serving.routing.device_listing`)."""
+    spec_info = listing["spec_predictor"]
+    print("shipped predictors (trappm-ray predict MODEL --device DEVICE):")
+    for d in listing["predictors"]:
+        opts = ", ".join(f"{k} {'/'.join(map(str, v))}" for k, v in (d["options"] or {}).items())
+        filled = f" (+ {', '.join(d['filled_by_spec'])} from gpu-spec)" if d.get("filled_by_spec") else ""
+        print(f"  {d['device']:<30} {d['kind'] or '?':<5} {d['labels']} labels; targets "
+              f"{', '.join(d['targets'] or [])}{filled}; {opts}")
+    if spec_info:
+        err = ", ".join(f"{t} {v:.0f}%" for t, v in spec_info["lodo_mape"].items() if v is not None)
+        print(f"\nspec-based predictor gpu-spec (any other GPU of the table, or --device-spec FILE.json):"
+              f"\n  trained on {spec_info['trained_on']['rows']} rows of "
+              f"{len(spec_info['trained_on']['devices'])} devices ({', '.join(spec_info['trained_on']['devices'])});"
+              f"\n  leave-one-device-out MAPE, mean over held-out devices: {err};"
+              f"\n  'transfer': in its reference predictor's setting, these targets are that predictor's answer x "
+              f"the ratio of roofline floors, or, for a graph that predictor's labels measured (same operators, "
+              f"edges and parameters, a batch within 2x), that measurement x the same ratio (docs/predict.md)")
+    specs = listing["specs"]
+    print(f"\ndevice spec table ({len(specs)} devices, data/devices.csv; predictor, GPU/MIG fit, roofline):")
+    for d in specs:
+        mig = f"MIG {' '.join(d['mig_profiles'])}" if d["mig_profiles"] else ""
+        moved = sorted(set(d["transfer"].values()))
+        via = f"transfer from {moved[0]} ({', '.join(d['transfer'])})" if moved else ""
+        print(f"  {d['slug']:<30} {d['kind']:<5} {str(d['memory_gb'] or '?') + ' GB':<9} "
+              f"{d['predictor'] or '-':<13} {mig} {via}".rstrip())

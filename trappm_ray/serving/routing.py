@@ -360,5 +360,27 @@ def device_catalog() -> list[dict]:
     return out
 
 
+def device_listing() -> dict:
+    """``trappm-ray devices``: the shipped predictors, the spec-based one (what it was trained on,
+    its leave-one-device-out error) and every GPU of the spec table with who answers it."""
+    catalog = device_catalog()
+    spec_m = _spec_manifest()
+    spec_info = None if spec_m is None or spec_m.boosters is None else {
+        "predictor": KIND, "kind": spec_m.kind, "variant": spec_m.boosters.variant,
+        "targets": list(spec_m.targets), "options": spec_m.options,
+        "trained_on": {"devices": sorted(spec_m.data.get("rows_per_device") or {}), "rows": spec_m.data.get("rows")},
+        "lodo_mape": {t: v.get("mean_device_mape") for t, v in spec_m.boosters.lodo.items()},
+        "devices": [d["device"] for d in catalog if d["predictor"] == KIND], "command": spec_m.command}
+    served = {d["device"]: d for d in catalog if d["predictor"] == KIND}
+    specs = [{"slug": s.slug, "kind": s.kind, "name": s.name, "memory_gb": s.memory_gb,
+              "predictor": next((d["predictor"] for d in catalog if d["device"] == s.slug
+                                 or str(d["device"]).startswith(s.slug + "-")), None),
+              "transfer": {t: served[s.slug]["reference"] for t in served[s.slug]["transferred"]}
+              if s.slug in served else {},
+              "mig_profiles": [p.profile for p in devices.mig_profiles(s.slug)]}
+             for s in devices.load_specs().values()]
+    return {"predictors": [d for d in catalog if d["predictor"] != KIND], "spec_predictor": spec_info, "specs": specs}
+
+
 __all__ = ["SPEC_HELP", "shipped", "spec_model", "reference_path", "reference_for", "reference_anchors", "for_spec",
-           "spec_predictor", "predictor_for", "settled", "gpu_spec", "for_text", "device_catalog", "completed", "filled_by_spec"]
+           "spec_predictor", "predictor_for", "settled", "gpu_spec", "for_text", "device_catalog", "device_listing", "completed", "filled_by_spec"]
