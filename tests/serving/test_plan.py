@@ -82,6 +82,16 @@ def test_the_cli_prints_the_ranked_table(config, capsys):
     assert out[1].split()[:5] == ["tp", "pp", "dp", "zero", "micro"]
 
 
+def test_the_cli_reports_a_layout_in_words(config, capsys):
+    """predict's human report of a layout: no inference figures to print, power and cost over every GPU."""
+    assert cli.main(["predict", config, "--device", "h100", "--gpus", "4", "--parallel", "tp=2,pp=2",
+                     "--global-batch", "8", "--micro-batch", "2", "--steps", "100", "--price-per-kwh", "0.3"]) == 0
+    out = capsys.readouterr().out
+    assert "training power" in out and "inference power" not in out and "sha256" not in out
+    cost = next(line for line in out.splitlines() if "per kWh" in line).split()[-1]
+    assert 0 < float(cost) < 0.01  # a hundred steps of a tiny model: a fraction of a cent, not 0.00
+
+
 def test_the_cli_plots_time_against_memory_and_where_the_time_goes(config, tmp_path, capsys):
     png = tmp_path / "plan.png"
     assert cli.main(["plan", config, "--gpus", "4", "--device", "h100", "--global-batch", "8", "--seq", "128",

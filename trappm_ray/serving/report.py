@@ -9,12 +9,17 @@ def _fmt(e) -> str:
     return f"{e.value:10.2f} {e.unit:<3} [{e.low:.2f}, {e.high:.2f}]" if e else "         -"
 
 
+def _money(amount: float) -> str:
+    """Cents where there are any, else three figures (a hundred steps may cost a fraction of one)."""
+    return f"{amount:10.2f}" if amount >= 1 else f"{amount:10.3g}"
+
+
 def print_report(p: Prediction, sweep_rows: list[dict] | None = None, plot: str | None = None) -> None:
     """The human-readable report: one summary line, one table of predictions, then the derived
     quantities."""
     dev = p.device
     print(p.summary() + "\n")
-    print(f"model      {p.model}  (sha256 {p.model_sha256[:12]})")
+    print(f"model      {p.model}" + (f"  (sha256 {p.model_sha256[:12]})" if p.model_sha256 else ""))
     if "blocks" in p.graph:  # a transformers config laid out over GPUs (no one graph answers)
         print(f"graph      {p.graph['blocks']} blocks, {p.graph['seq']} tokens a sequence")
     else:
@@ -37,18 +42,19 @@ def print_report(p: Prediction, sweep_rows: list[dict] | None = None, plot: str 
     if p.power:
         low, high = p.power.get("inference_power_interval_w") or (None, None)
         band = f"   [{low:.2f}, {high:.2f}]" if low is not None else ""
-        rows.append(("inference power", f"{p.power['inference_power_w']:10.2f} W{band}"))
+        if p.power.get("inference_power_w") is not None:  # a layout answers training alone
+            rows.append(("inference power", f"{p.power['inference_power_w']:10.2f} W{band}"))
         if p.power.get("energy_per_step_j") is not None:
             rows.append(("energy per training step", f"{p.power['energy_per_step_j']:10.3g} J"))
     if p.training_cost:
         c = p.training_cost
         rows.append((f"{c.steps} steps", f"{c.hours:10.3g} h"))
         if c.cost is not None:
-            rows.append((f"  at {c.price_per_hour:g} per GPU-hour", f"{c.cost:10.2f}"))
+            rows.append((f"  at {c.price_per_hour:g} per GPU-hour", _money(c.cost)))
         if c.energy_kwh is not None:
             rows.append(("  energy", f"{c.energy_kwh:10.3g} kWh"))
         if c.energy_cost is not None:
-            rows.append((f"  at {c.price_per_kwh:g} per kWh", f"{c.energy_cost:10.2f}"))
+            rows.append((f"  at {c.price_per_kwh:g} per kWh", _money(c.energy_cost)))
     print(f"  {'quantity':<28} prediction")
     for row in filter(None, rows):
         print(f"  {row[0]:<28}{row[1]}")
