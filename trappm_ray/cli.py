@@ -165,7 +165,8 @@ def _compare(args: argparse.Namespace, names: list[str], opts: dict) -> int:
     from trappm_ray.serving import api
 
     data, label = api.model_bytes(args.file, args.resolution)
-    base = api.PredictOptions(args.batch_size, opts.pop("resolution"), tuple(sorted(opts.pop("dims").items())), **opts)
+    dims = {**api.config_dims(args.file), **opts.pop("dims")}  # a config's context where no --dim seq
+    base = api.PredictOptions(args.batch_size, opts.pop("resolution"), tuple(sorted(dims.items())), **opts)
     items = [(data, replace(base, device=n), label) for n in names]
     results = api.predict_many(items, api.load_predictor(args.predictor))
     rows = [r.to_dict() if isinstance(r, api.Prediction) else {"device": {"slug": n}, "error": str(r)}
@@ -204,7 +205,8 @@ def _predict(args: argparse.Namespace) -> int:
     if args.sweep:
         data, label = api.model_bytes(args.file, args.resolution)
         sizes = [2 ** i for i in range(args.sweep_max.bit_length()) if 2 ** i <= args.sweep_max]
-        base = api.PredictOptions(1, args.resolution, tuple(sorted(opts["dims"].items())),
+        dims = {**api.config_dims(args.file), **opts["dims"]}
+        base = api.PredictOptions(1, args.resolution, tuple(sorted(dims.items())),
                                   interval_z=args.interval_z, max_batch=max(sizes), **setting)
         items = [(data, replace(base, batch_size=b), label) for b in sizes]
         results = api.predict_many(items, predictor)

@@ -92,6 +92,17 @@ def test_the_cli_reports_a_layout_in_words(config, capsys):
     assert 0 < float(cost) < 0.01  # a hundred steps of a tiny model: a fraction of a cent, not 0.00
 
 
+def test_a_config_sweeps_and_compares_devices_at_its_context(config, tmp_path, capsys):
+    """--sweep and --device a,b read a config's sequence length from its positions, as one answer does."""
+    assert cli.main(["predict", config, "--device", "h100", "--sweep", "--sweep-max", "4", "--json",
+                     "--plot", str(tmp_path / "sweep.png")]) == 0
+    sweep = json.loads(capsys.readouterr().out)["sweep"]
+    assert [r["batch_size"] for r in sweep] == [1, 2, 4]
+    assert cli.main(["predict", config, "--device", "a100,h100", "--json"]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r.get("error") for r in rows] == [None, None] and all(r["train_step_ms"] > 0 for r in rows)
+
+
 def test_the_cli_plots_time_against_memory_and_where_the_time_goes(config, tmp_path, capsys):
     png = tmp_path / "plan.png"
     assert cli.main(["plan", config, "--gpus", "4", "--device", "h100", "--global-batch", "8", "--seq", "128",

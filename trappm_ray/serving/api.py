@@ -385,4 +385,4 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
 
 
 __all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict", "predict_many", "answer_rows", "Answered", "load_predictor",
-           "device_catalog", "model_bytes", "build_prediction", "model_version", "device_of"]
+           "device_catalog", "model_bytes", "config_dims", "build_prediction", "model_version", "device_of"]
