@@ -186,6 +186,17 @@ def test_budget_search_on_a_gpu_predictor_uses_the_memory_model():
     assert p.max_batch_size >= 1 and p.train_memory_mb.value < 2000
 
 
+@pytest.mark.parametrize("parallel", [None, "fsdp"])
+def test_the_largest_batch_of_a_data_parallel_job_is_one_gpus(parallel):
+    """With gpus 8 the budget holds one GPU's memory (DDP's gradient copy, ZeRO's shards): the
+    batch found fits it and the next does not, read from the answers themselves."""
+    found = P.predict(SAMPLE_FILE, 16, device="h100", gpus=8, parallel=parallel, memory_budget_mb=2000).max_batch_size
+    assert found > 16
+    at, over = (P.predict(SAMPLE_FILE, b, device="h100", gpus=8, parallel=parallel).train_memory_mb.high
+                for b in (found, found + 1))
+    assert at <= 2000 < over
+
+
 def test_gpu_answers_carry_power_energy_and_a_power_limits_slowdown():
     free = P.predict(SAMPLE_FILE, 256, device="v100")
     assert free.train_power_w is not None and free.power and free.power["limit_w"] == 300.0

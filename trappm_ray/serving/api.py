@@ -37,7 +37,7 @@ from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, ste
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
 from trappm_ray.serving.model_input import featurize_with, graph_at, model_bytes
-from trappm_ray.serving.passes import with_data_parallel, with_power
+from trappm_ray.serving.passes import data_parallel_memory, with_data_parallel, with_power
 from trappm_ray.serving.plan import (cluster_text, config_dims, data_parallel_zero, is_config, layout_prediction,
                                      parse_parallel)
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
@@ -149,9 +149,11 @@ def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
     """Training memory (MB) of ``proto`` at ``batch_size`` that a budget must hold: on a GPU the
     CUDA memory model's upper end (a fit is a promise), else the predictor's answer."""
     graph = graph_at(proto, opts, batch_size, known)
-    setting = resolve_options(asdict(opts), predictor.manifest)
+    gpus = int(opts.gpus or 1)  # one GPU's setting: the predictor's labels are one GPU's
+    setting = resolve_options(asdict(replace(opts, gpus=None, zero=0)) if gpus > 1 else asdict(opts), predictor.manifest)
     if "train_memory_mb" not in predictor.targets:  # a GPU predictor: the CUDA memory model
-        return gpu_memory_mb(graph, setting["precision"], setting["optimizer"], **step_fields(setting))["high"]
+        one = gpu_memory_mb(graph, setting["precision"], setting["optimizer"], **step_fields(setting))["high"]
+        return one + (data_parallel_memory(graph, setting, gpus, opts.zero)[0] if gpus > 1 else 0.0)  # as the answer's
     return max(predictor.predict_graphs([graph], [setting])[0]["train_memory_mb"],
                memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
 

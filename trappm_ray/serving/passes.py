@@ -26,6 +26,17 @@ def power_model() -> PowerModel:
     return PowerModel.load()
 
 
+def data_parallel_memory(graph: Graph, setting: dict, gpus: int, zero: int) -> tuple[float, dict | None]:
+    """(MB one GPU holds beyond its single-GPU training memory, ZeRO's CUDA memory model answer or
+    None) under data parallelism over ``gpus``: DDP's gradient buckets, a second copy of the fp32
+    gradients; under ZeRO (``zero`` 1-3) the states sharded, less than one GPU alone."""
+    if not zero:
+        return 4 * float(graph.static["params"]) / 2**20, None
+    plain, kept = (gpu_memory_mb(graph, setting["precision"], setting["optimizer"], zero=z, shards=gpus,
+                                 **step_fields(setting)) for z in (0, zero))
+    return kept["value"] - plain["value"], kept
+
+
 def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, opts: PredictOptions,
                        launch_profiles: dict) -> str:
     """Make ``p`` (one GPU's step at the per-GPU batch) the step of ``opts.gpus`` data-parallel
@@ -59,12 +70,9 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     if p.train_step_ms is not None:
         e = p.train_step_ms
         p.train_step_ms = Estimate(e.value + exposed, e.low + exposed, e.high + exposed, e.std, e.unit)
-    if p.train_memory_mb is not None:  # DDP's gradient buckets: a second copy of the gradients; ZeRO's shards
-        extra = grad_bytes / 2**20
-        if zero:
-            plain, kept = (gpu_memory_mb(graph, setting["precision"], setting["optimizer"], zero=z, shards=gpus,
-                                         **step_fields(setting)) for z in (0, zero))
-            extra = kept["value"] - plain["value"]
+    if p.train_memory_mb is not None:
+        extra, kept = data_parallel_memory(graph, setting, gpus, zero)
+        if kept is not None:
             p.floors["train_memory_mb"] = kept["terms"]["floor"]  # weights, gradients, optimizer state: its share
             if p.memory_terms:  # the terms of the answer it gives, the CUDA memory model's
                 p.memory_terms = kept["terms"]
