@@ -294,6 +294,7 @@ def test_checkpointing_and_gradient_accumulation_on_a_gpu():
     assert accum.throughput_samples_s == pytest.approx(4 * 256e3 / accum.train_step_ms.value)
     assert accum.throughput_samples_s > plain.throughput_samples_s
     assert accum.options["grad_accum"] == 4 and "grad_accum" not in plain.options
+    assert "at batch 1024 (256 per pass)" in accum.summary() and "at batch 256 (" in plain.summary()
     assert any("grad_accum 4: no label of this GPU holds it" in n for n in accum.notes)
     dp = P.predict(SAMPLE_FILE, 64, device="a100", gpus=8, grad_accum=2)
     assert dp.distributed["global_batch"] == 8 * 64 * 2

@@ -177,8 +177,10 @@ class Prediction:
             how = "data parallel" if self.distributed["parallel"] == "dp" else self.distributed["parallel"]
             name = f"{self.distributed['gpus']} x {name} ({how}, {self.distributed['cluster']})"
         if self.train_step_ms is not None:
-            batch = (f"batch {self.batch_size}" if not self.distributed else
-                     f"batch {self.distributed['global_batch']} ({self.batch_size} per GPU and pass)")
+            accum = int((self.options or {}).get("grad_accum") or 1)
+            batch = (f"batch {self.distributed['global_batch']} ({self.batch_size} per GPU and pass)" if self.distributed
+                     else f"batch {self.batch_size * accum} ({self.batch_size} per pass)" if accum > 1
+                     else f"batch {self.batch_size}")
             parts.append(f"~{self.train_step_ms.value:.3g} ms per training step at {batch} "
                          f"({self.throughput_samples_s or 0:,.0f} samples/s) on {name}")
         elif self.inference_ms is not None:
