@@ -5,7 +5,9 @@ import pytest
 import trappm_ray
 from trappm_ray import cli, errors
 from trappm_ray.evaluate.parallel import megatron_175b
+from trappm_ray.physics import parallel
 from trappm_ray.serving import plan
+from trappm_ray.serving.model_input import config_params
 from trappm_ray.serving.sizing import fitting_profiles
 
 pytest.importorskip("transformers")
@@ -205,6 +207,24 @@ def test_gpt3_175b_on_1024_a100s_reads_as_megatron_measured_it():
                            global_batch=1536, recompute=True, cluster="dgx-a100")
     assert p.train_step_ms.value == pytest.approx(megatron_175b().measured_ms, rel=0.15)
     assert p.distributed["fits"]
+    # its weights, gradients and Adam's fp32 master and moments (16 bytes a parameter) over 8 x 16 GPUs
+    assert p.train_memory_mb.value * 2**20 > 16 * 174.6e9 / (8 * 16)
+    # one GPU: the layout model answers too (exporting 175B parameters' graph takes minutes), no fit
+    one = trappm_ray.predict(gpt3, batch_size=1, device="a100-sxm4-80gb")
+    assert one.model_version == "physics:parallel" and not one.distributed["fits"]
+    assert one.train_memory_mb.value * 2**20 > 16 * 174.6e9
+
+
+def test_a_layouts_memory_holds_megatrons_weights_gradients_and_optimizer_state():
+    assert parallel.megatron_state_bytes("fp16", "adam") == (2.0, 2.0, 12.0)  # ZeRO's 16 bytes a parameter
+    assert parallel.megatron_state_bytes("fp32", "adam") == (4.0, 4.0, 8.0)
+    assert parallel.megatron_state_bytes("bf16", "sgd-momentum") == (2.0, 2.0, 8.0)
+    assert parallel.megatron_state_bytes("fp16", "none") == (2.0, 0.0, 0.0)
+    gpt = {"model_type": "gpt2", "n_embd": 2048, "n_layer": 8, "n_head": 16, "n_positions": 256, "vocab_size": 1000}
+    params = config_params(gpt, "gpt")
+    for gpus, tp, pp in ((1, 1, 1), (4, 2, 2)):
+        a = plan.plan(gpt, gpus, "h100", 1, 256, only={"tp": tp, "pp": pp, "micro_batch": 1})[0]
+        assert a.memory_gb * 1e9 > 16 * params / (tp * pp)  # the first stage holds the embedding: at least its share
 
 
 def test_a_config_file_gives_its_positions_as_the_sequence_length_as_a_dict_does(config, tmp_path):

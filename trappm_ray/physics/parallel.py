@@ -46,7 +46,8 @@ import numpy as np
 
 from trappm_ray.physics.collectives import Cluster, allreduce_ms
 from trappm_ray import devices
-from trappm_ray.physics.memory import MemoryEstimate, training_memory, zero_shares
+from trappm_ray.physics.memory import OPTIMIZERS as MEMORY_OPTIMIZERS, PRECISIONS as MEMORY_PRECISIONS
+from trappm_ray.physics.memory import training_memory, zero_shares
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, PRECISIONS
 from trappm_ray.physics.step_model import (FUSED_OPTIMIZER_PASSES, Setting, StepEstimate, node_device_us,
                                            step_time)
@@ -73,6 +74,21 @@ def megatron_setting(precision: str, optimizer: str, recompute: bool) -> Setting
     torch.optim's foreach list ops."""
     return Setting(precision=precision.removeprefix("amp-"), optimizer=optimizer,
                    fused_optimizer=optimizer in FUSED_OPTIMIZER_PASSES, recompute=recompute)
+
+
+def megatron_state_bytes(precision: str, optimizer: str) -> tuple[float, float, float]:
+    """Bytes per parameter of the weights, the gradients and the optimizer state Megatron-LM keeps
+    through a step (:func:`megatron_setting`'s precision): in half precision the module's half
+    weights and gradients, and in the optimizer fp32 master weights beside its fp32 state (4
+    bytes per state tensor: 16 bytes a parameter with Adam, as ZeRO counts them: Rajbhandari et
+    al., SC'20, sec. 3.1); in fp32 the weights are the master copy."""
+    states = MEMORY_OPTIMIZERS[optimizer][0]
+    if optimizer == "none":
+        return float(MEMORY_PRECISIONS[precision][0]), 0.0, 0.0
+    if precision in ("fp16", "bf16"):
+        return 2.0, 2.0, 4.0 + 4.0 * states
+    width = float(MEMORY_PRECISIONS[precision][0])
+    return width, width, width * states
 
 
 def padded_vocab(config: dict) -> dict:
@@ -166,19 +182,15 @@ def replicated_ms(graph, spec: devices.DeviceSpec, setting: Setting, tokens_x_hi
 
 @dataclass(frozen=True)
 class PartMemory:
-    """One part's training memory (bytes, from :func:`trappm_ray.physics.memory.training_memory`
-    without checkpointing): weights, gradients and optimizer state; the activations kept for the
-    backward; the transient peak above them."""
+    """One part's training memory (bytes): weights, gradients and optimizer state
+    (:func:`megatron_state_bytes`); the activations kept for the backward and the transient peak
+    above them (:func:`trappm_ray.physics.memory.training_memory` without checkpointing)."""
 
     weights: float
     grads: float
     optimizer: float
     saved: float
     transient: float
-
-    @classmethod
-    def of(cls, m: MemoryEstimate) -> PartMemory:
-        return cls(m.weights, m.grads, m.optimizer_state, m.activations_saved, m.transient_peak)
 
     def __sub__(self, other: PartMemory) -> PartMemory:
         return PartMemory(self.weights - other.weights, self.grads - other.grads, self.optimizer - other.optimizer,
@@ -354,10 +366,12 @@ def build_stack(one, two, blocks: int, spec: devices.DeviceSpec, setting: Settin
     steps = [Part.of(step_time(g, spec, setting, "train", fused_attention=FUSED_ATTENTION),
                      replicated_ms(g, spec, setting, boundary_bytes / act)) for g in (one, two)]
     memory = [training_memory(g, "fp32" if setting.precision == "tf32" else setting.precision, setting.optimizer,
-                              fused_attention=False) for g in (one, two)]  # FUSED_ATTENTION's memory
-    parts = [PartMemory.of(m) for m in memory]
-    block, block_memory = steps[1] - steps[0], parts[1] - parts[0]
+                              fused_attention=False, foreach=not setting.fused_optimizer)
+              for g in (one, two)]  # FUSED_ATTENTION's memory
     params = [float(g.static["params"]) for g in (one, two)]
+    w, g, o = megatron_state_bytes(setting.precision, setting.optimizer)  # held all step, not the peak's terms
+    parts = [PartMemory(w * n, g * n, o * n, m.activations_saved, m.transient_peak) for m, n in zip(memory, params)]
+    block, block_memory = steps[1] - steps[0], parts[1] - parts[0]
     return Stack(block, steps[0] - block, blocks, params[1] - params[0], 2 * params[0] - params[1], boundary_bytes,
                  setting.recompute, block_memory, parts[0] - block_memory, memory[0].workspace + memory[0].context)
 
@@ -387,4 +401,4 @@ def memory_per_gpu(stack: Stack, layout: Layout) -> float:
     return max(stage(True, layout.pp == 1), stage(layout.pp == 1, True))
 
 
-__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "megatron_setting", "padded_vocab", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration", "traffic"]
+__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "megatron_setting", "megatron_state_bytes", "padded_vocab", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration", "traffic"]

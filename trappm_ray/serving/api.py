@@ -38,7 +38,7 @@ from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
 from trappm_ray.serving.model_input import featurize_with, graph_at, model_bytes
 from trappm_ray.serving.passes import data_parallel_memory, with_data_parallel, with_power
-from trappm_ray.serving.plan import (cluster_text, config_dims, data_parallel_zero, is_config, layout_prediction,
+from trappm_ray.serving.plan import (cluster_text, config_dims, data_parallel_zero, exported_whole, layout_prediction,
                                      parse_parallel)
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
 from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
@@ -353,7 +353,9 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
             micro-batch, the step one optimizer step over ``global_batch`` sequences of the
             config's positions (or ``dims["seq"]``), answered by the layout model alone
             (:func:`trappm_ray.serving.plan.layout_prediction`; precision and optimizer default to
-            amp-fp16 and Adam).
+            amp-fp16 and Adam). A config above
+            :data:`~trappm_ray.serving.plan.LARGEST_EXPORTED_PARAMS` parameters is answered so
+            in every layout, one GPU included (exporting its whole graph would take minutes).
         global_batch: samples per optimizer step over every GPU: with ``dp``, gradient accumulation
             makes it up (``global_batch / (batch_size x gpus)`` passes).
 
@@ -366,11 +368,11 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
     # a transformers config's layouts split its blocks (the layout model); ZeRO over plain data
     # parallelism shards any graph's states (the data-parallel pass)
     zero = data_parallel_zero(parallel, gpus)
-    if zero is None or (zero and is_config(model)):
+    if zero is None or not exported_whole(model):
         return layout_prediction(model, batch_size, gpu_spec(load_predictor(predictor, device, device_spec)),
-                                 parse_parallel(parallel, gpus), global_batch, dict(dims or {}).get("seq"), precision,
-                                 optimizer, bool(recompute), cluster, interval_z, (steps, price_per_hour, price_per_kwh),
-                                 power_limit_w)
+                                 parse_parallel(parallel or "dp", gpus or 1), global_batch, dict(dims or {}).get("seq"),
+                                 precision, optimizer, bool(recompute), cluster, interval_z,
+                                 (steps, price_per_hour, price_per_kwh), power_limit_w)
     dims = {**config_dims(model), **(dims or {})}
     opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
                           memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,

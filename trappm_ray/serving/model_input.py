@@ -152,6 +152,20 @@ def _export_module(module, resolution: int, input_shape: tuple[int, ...] | None)
                          {"input": {0: "batch"}, "output": {0: "batch"}})
 
 
+def config_params(config: dict, label: str) -> int:
+    """Parameters of a transformers config (tied weights once), counted on the meta device: no
+    weights, no export (a second for a 70B config)."""
+    config = checked_config(config, label)
+    from trappm_ray.corpus.text_models import build_model  # torch/transformers, on use
+
+    try:
+        return sum(p.numel() for p in build_model(label, meta=True, config=config).parameters())
+    except ImportError:
+        raise errors.NotAModel(f"{label}: transformers configs need the zoo extra") from None
+    except (ValueError, KeyError, TypeError, AttributeError) as e:
+        raise errors.NotAModel(f"{label}: not a config transformers can build ({str(e).splitlines()[0][:200]})") from None
+
+
 def model_bytes(model, resolution: int | None = None, input_shape: tuple[int, ...] | None = None,
                 limits: Limits = Limits()) -> tuple[bytes, str]:
     """``(ONNX bytes, a label)`` for a path, ``s3://`` URI, bytes, ModelProto, transformers config

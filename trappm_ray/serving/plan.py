@@ -22,10 +22,11 @@ from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import Cluster, check_cluster, cluster_for
 from trappm_ray.physics.parallel import (FUSED_ATTENTION, IterationEstimate, Layout, build_stack, iteration,
                                          megatron_setting, memory_per_gpu, padded_vocab)
+from trappm_ray.physics.floors import GPU_MEMORY_TOLERANCE
 from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.roofline import OPTIMIZER_BYTES, precision_refusal
 from trappm_ray.physics.step_model import step_time
-from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model
+from trappm_ray.serving.model_input import cached_config, checked_config, config_file, config_model, config_params
 from trappm_ray.serving.prediction import Estimate, Prediction
 
 # a config's number of blocks, attention heads and hidden size, by the names model types use
@@ -35,6 +36,10 @@ HIDDEN_KEYS = ("n_embd", "hidden_size", "d_model")
 KV_HEAD_KEYS = ("num_key_value_heads",)  # grouped-query attention: tensor parallelism splits these too
 POSITION_KEYS = ("n_positions", "max_position_embeddings")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
+# A config's one graph is exported by tracing it with one broadcast value per weight, and each
+# matrix multiply of the trace copies its weight out (about 7 s per billion parameters on two
+# cores: a 175B config takes minutes); above this the layout model answers even one GPU.
+LARGEST_EXPORTED_PARAMS = 20e9
 # 90th percentile of |error| of the layout model on vTrain's A100 Megatron runs (python
 # jobs/evaluate_parallel.py, docs/results-parallel.md, 2026-11-28): the interval of a layout's answer.
 LAYOUT_ERROR_P90 = {"one node": 0.178, "many nodes": 0.186}
@@ -73,6 +78,13 @@ def data_parallel_zero(parallel: str | None, gpus: int | None) -> int | None:
     pipeline layout (a transformers config's)."""
     layout = parse_parallel(parallel, gpus) if parallel else {"tp": 1, "pp": 1, "zero": 0}
     return layout["zero"] if (layout["tp"], layout["pp"]) == (1, 1) else None
+
+
+def exported_whole(model) -> bool:
+    """Whether a one-GPU or data-parallel answer of ``model`` exports its whole graph: any graph,
+    and a transformers config of at most :data:`LARGEST_EXPORTED_PARAMS` parameters; a larger
+    config is answered by the layout model from one and two of its blocks."""
+    return not is_config(model) or config_params(read_config(model), "config") <= LARGEST_EXPORTED_PARAMS
 
 
 def is_config(model) -> bool:
@@ -157,8 +169,10 @@ def plan(model: str | dict, gpus: int, device: str | devices.DeviceSpec, global_
                if all(getattr(lo, k) == v for k, v in (only or {}).items())]
     if not options:
         asked = "".join(f", {k} {v}" for k, v in (only or {}).items())
+        kv = (f" (tensor parallelism splits its key/value heads too: tp divides {split})"
+              if split < config[heads] else "")
         raise errors.UnsupportedOption(f"no layout of {blocks} blocks and {config[heads]} heads on {gpus} GPUs "
-                                       f"divides a global batch of {global_batch}{asked}")
+                                       f"divides a global batch of {global_batch}{asked}{kv}")
     exports = [config_model({**padded_vocab(config), layer: n}, f"{label} ({n} block{'s' * (n > 1)})") for n in (1, 2)]
     setting = megatron_setting(precision, optimizer, recompute)
     act_bytes = 4 if precision in ("fp32", "tf32") else 2
@@ -273,7 +287,8 @@ def layout_prediction(model, micro_batch: int | None, spec: devices.DeviceSpec |
     label = model if isinstance(model, str) else "config"
     setting = {"precision": precision, "optimizer": optimizer, "recompute": recompute, "gpus": gpus}
     p = Prediction(label, "", micro_batch, Estimate(it.total_ms, *band(it.total_ms), 0.0, "ms"),
-                   Estimate(memory_mb, memory_mb, memory_mb, 0.0, "MB"), None,
+                   Estimate(memory_mb, memory_mb * (1 - GPU_MEMORY_TOLERANCE), memory_mb * (1 + GPU_MEMORY_TOLERANCE),
+                            0.0, "MB"), None,  # the CUDA memory model's band: no measured layout's memory checks it
                    None if answer.power_w is None else Estimate(answer.power_w, *band(answer.power_w), 0.0, "W"),
                    "physics:parallel", {"slug": spec.slug, "name": spec.name, "kind": spec.kind,
                                         "memory_gb": spec.memory_gb},
