@@ -44,9 +44,13 @@ def cmd_graph(args: argparse.Namespace) -> int:
     from trappm_ray.graph import features
     from trappm_ray.graph.featurize import featurize
     from trappm_ray.physics.floors import gpu_memory_mb
+    from trappm_ray.serving.model_input import model_bytes
+    from trappm_ray.serving.plan import config_dims
 
     fs = features.get(args.feature_set)
-    graph = featurize(args.file, batch_size=args.batch_size, resolution=args.resolution, dims=_dims(args.dim))
+    data, _ = model_bytes(args.file, args.resolution)  # what predict reads: a file, an s3:// URI, a config, a timm name
+    graph = featurize(data, batch_size=args.batch_size, resolution=args.resolution,
+                      dims={**config_dims(args.file), **_dims(args.dim)})
     x = features.node_features(graph, fs)
     report = {
         "file": args.file, "feature_set": fs.name, **graph.summary(),
@@ -259,8 +263,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="trappm-ray", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
-    g = sub.add_parser("graph", help="featurize an ONNX model and print its graph summary")
-    g.add_argument("file")
+    g = sub.add_parser("graph", help="featurize a model and print its graph summary")
+    g.add_argument("file", help="what predict reads: an ONNX file, s3:// URI, transformers config or timm name")
     g.add_argument("--batch-size", type=_batch, default=1,
                    help="batch size, or 'exported' for the file's own (default 1)")
     g.add_argument("--resolution", type=int, default=None,

@@ -105,6 +105,12 @@ def test_a_config_sweeps_and_compares_devices_at_its_context(config, tmp_path, c
     assert [r.get("error") for r in rows] == [None, None] and all(r["train_step_ms"] > 0 for r in rows)
 
 
+def test_graph_reads_a_config_as_predict_does(config, capsys):
+    assert cli.main(["graph", config, "--batch-size", "2", "--json"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["params"] == config_params(TINY, "tiny") and out["nodes"] > 0 and out["batch_size"] == 2
+
+
 def test_the_cli_plots_time_against_memory_and_where_the_time_goes(config, tmp_path, capsys):
     png = tmp_path / "plan.png"
     assert cli.main(["plan", config, "--gpus", "4", "--device", "h100", "--global-batch", "8", "--seq", "128",
