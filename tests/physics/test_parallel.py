@@ -1,7 +1,8 @@
 import pytest
 
 from trappm_ray.physics.collectives import Cluster
-from trappm_ray.physics.parallel import Layout, Part, Stack, iteration, padded_vocab
+from trappm_ray.physics.megatron import megatron_setting, padded_vocab
+from trappm_ray.physics.parallel import Layout, Part, Stack, iteration
 
 NODE = Cluster("test", "test node", "", 8, intra_busbw_gbs=200.0, intra_latency_us=10.0, inter_gbps=800.0,
                inter_latency_us=10.0)
@@ -122,7 +123,6 @@ def test_the_vocabulary_is_padded_as_megatron_pads_it():
 
 
 def test_megatron_runs_adam_as_one_fused_kernel():
-    from trappm_ray.physics.parallel import megatron_setting
     assert megatron_setting("amp-fp16", "adam", True).fused_optimizer
     assert not megatron_setting("amp-fp16", "sgd-momentum", False).fused_optimizer
 

@@ -5,7 +5,7 @@ import pytest
 import trappm_ray
 from trappm_ray import cli, errors
 from trappm_ray.evaluate.parallel import megatron_175b
-from trappm_ray.physics import parallel
+from trappm_ray.physics import megatron
 from trappm_ray.serving import plan
 from trappm_ray.serving.model_input import config_params
 from trappm_ray.serving.sizing import fitting_profiles
@@ -222,10 +222,10 @@ def test_gpt3_175b_on_1024_a100s_reads_as_megatron_measured_it():
 
 
 def test_a_layouts_memory_holds_megatrons_weights_gradients_and_optimizer_state():
-    assert parallel.megatron_state_bytes("fp16", "adam") == (2.0, 2.0, 12.0)  # ZeRO's 16 bytes a parameter
-    assert parallel.megatron_state_bytes("fp32", "adam") == (4.0, 4.0, 8.0)
-    assert parallel.megatron_state_bytes("bf16", "sgd-momentum") == (2.0, 2.0, 8.0)
-    assert parallel.megatron_state_bytes("fp16", "none") == (2.0, 0.0, 0.0)
+    assert megatron.megatron_state_bytes("fp16", "adam") == (2.0, 2.0, 12.0)  # ZeRO's 16 bytes a parameter
+    assert megatron.megatron_state_bytes("fp32", "adam") == (4.0, 4.0, 8.0)
+    assert megatron.megatron_state_bytes("bf16", "sgd-momentum") == (2.0, 2.0, 8.0)
+    assert megatron.megatron_state_bytes("fp16", "none") == (2.0, 0.0, 0.0)
     gpt = {"model_type": "gpt2", "n_embd": 2048, "n_layer": 8, "n_head": 16, "n_positions": 256, "vocab_size": 1000}
     params = config_params(gpt, "gpt")
     for gpus, tp, pp in ((1, 1, 1), (4, 2, 2)):

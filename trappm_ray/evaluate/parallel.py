@@ -34,7 +34,8 @@ from trappm_ray.graph.featurize import featurize
 from trappm_ray.labels.public_distributed import VTRAIN
 from trappm_ray.labels.store import read_rows
 from trappm_ray.physics.collectives import load_clusters
-from trappm_ray.physics.parallel import Layout, Stack, build_stack, iteration, megatron_setting, padded_vocab
+from trappm_ray.physics.megatron import megatron_setting, padded_vocab
+from trappm_ray.physics.parallel import Layout, Stack, build_stack, iteration
 from trappm_ray.physics.step_model import HOST_US
 
 log = logging.getLogger(__name__)

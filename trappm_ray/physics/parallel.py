@@ -31,8 +31,8 @@ its backward runs, over ``tp``; the rest's on the stages that hold it; workspace
 A stage's micro-batch takes the longer of its host's issue time and its GPUs' device time with
 the tensor-parallel all-reduces (eager PyTorch issues ahead of the device, and NCCL's kernels
 queue on the stream: the host does not wait for them), then its pipeline sends (Megatron waits
-for those). Attention is Megatron's (:data:`trappm_ray.physics.units.SOFTMAX`), Adam apex's fused
-kernel (:func:`megatron_setting`). Calculon (Isaev et al., SC'23) and vTrain (Bang et al.,
+for those). Attention, precision, Adam and the states kept are Megatron's
+(:mod:`trappm_ray.physics.megatron`). Calculon (Isaev et al., SC'23) and vTrain (Bang et al.,
 MICRO'24) compose the same terms; the check against vTrain's measured A100 iterations is
 ``docs/results-parallel.md``. :meth:`IterationEstimate.where` gives Driple's view (SIGMETRICS
 2022) of where each iteration goes.
@@ -46,59 +46,13 @@ import numpy as np
 
 from trappm_ray.physics.collectives import Cluster, allreduce_ms
 from trappm_ray import devices
-from trappm_ray.physics.memory import OPTIMIZERS as MEMORY_OPTIMIZERS, PRECISIONS as MEMORY_PRECISIONS
+from trappm_ray.physics.megatron import FUSED_ATTENTION, megatron_state_bytes
 from trappm_ray.physics.memory import training_memory, zero_shares
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, PRECISIONS
-from trappm_ray.physics.step_model import (FUSED_OPTIMIZER_PASSES, Setting, StepEstimate, node_device_us,
-                                           step_time)
-from trappm_ray.physics.units import SOFTMAX, VECTOR, node_classes
+from trappm_ray.physics.step_model import Setting, StepEstimate, node_device_us, step_time
+from trappm_ray.physics.units import VECTOR, node_classes
 
 GRAD_BYTES = 2  # fp16/bf16 gradients all-reduced (mixed precision)
-# Megatron-LM pads the vocabulary to a multiple of 128 (``--make-vocab-size-divisible-by``) times
-# the tensor parallel size, so its embedding splits evenly and the output head's GEMM stays aligned
-# (an odd size would run off the tensor cores: :func:`trappm_ray.physics.units.misaligned`). The
-# 128 alone is kept here (GPT-2's 50,257 words -> 50,304; Megatron at tp 8: 51,200): a block's
-# graph is built once for every layout, and the alignment is what the time depends on.
-VOCAB_MULTIPLE = 128
-# Megatron-LM as the SC'21 runs and vTrain's used it writes attention's scores to memory and
-# reads them once in a fused scale-mask-softmax kernel (no FlashAttention): its blocks' time is
-# costed so; their memory as eager attention's (the scores and the probabilities both kept).
-FUSED_ATTENTION = SOFTMAX
-
-
-def megatron_setting(precision: str, optimizer: str, recompute: bool) -> Setting:
-    """A step's setting as Megatron-LM runs it: mixed precision as a module cast to half (its
-    Float16Module, fp32 master weights in the optimizer), not autocast's fp32 residual stream and
-    per-GEMM copies (counted as autocast, vTrain's one-node rows read 9.8% instead of 8.1%); Adam
-    and AdamW as apex's fused kernel (one pass over the weights, gradients and both moments), not
-    torch.optim's foreach list ops."""
-    return Setting(precision=precision.removeprefix("amp-"), optimizer=optimizer,
-                   fused_optimizer=optimizer in FUSED_OPTIMIZER_PASSES, recompute=recompute)
-
-
-def megatron_state_bytes(precision: str, optimizer: str) -> tuple[float, float, float]:
-    """Bytes per parameter of the weights, the gradients and the optimizer state Megatron-LM keeps
-    through a step (:func:`megatron_setting`'s precision): in half precision the module's half
-    weights and gradients, and in the optimizer fp32 master weights beside its fp32 state (4
-    bytes per state tensor: 16 bytes a parameter with Adam, as ZeRO counts them: Rajbhandari et
-    al., SC'20, sec. 3.1); in fp32 the weights are the master copy."""
-    states = MEMORY_OPTIMIZERS[optimizer][0]
-    if optimizer == "none":
-        return float(MEMORY_PRECISIONS[precision][0]), 0.0, 0.0
-    if precision in ("fp16", "bf16"):
-        return 2.0, 2.0, 4.0 + 4.0 * states
-    width = float(MEMORY_PRECISIONS[precision][0])
-    return width, width, width * states
-
-
-def padded_vocab(config: dict) -> dict:
-    """``config`` with its ``vocab_size`` padded as Megatron-LM pads it (:data:`VOCAB_MULTIPLE`)."""
-    v = config.get("vocab_size")
-    if not isinstance(v, int) or v % VOCAB_MULTIPLE == 0:
-        return config
-    return {**config, "vocab_size": -(-v // VOCAB_MULTIPLE) * VOCAB_MULTIPLE}
-
-
 @dataclass(frozen=True)
 class Layout:
     """How a model is spread over GPUs.
@@ -401,4 +355,4 @@ def memory_per_gpu(stack: Stack, layout: Layout) -> float:
     return max(stage(True, layout.pp == 1), stage(layout.pp == 1, True))
 
 
-__all__ = ["GRAD_BYTES", "FUSED_ATTENTION", "VOCAB_MULTIPLE", "megatron_setting", "megatron_state_bytes", "padded_vocab", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration", "traffic"]
+__all__ = ["GRAD_BYTES", "Layout", "Part", "replicated_ms", "PartMemory", "Stack", "build_stack", "memory_per_gpu", "IterationEstimate", "iteration", "traffic"]

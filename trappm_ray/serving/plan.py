@@ -20,9 +20,9 @@ from pathlib import Path
 from trappm_ray import devices, errors
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.collectives import Cluster, check_cluster, cluster_for
-from trappm_ray.physics.parallel import (FUSED_ATTENTION, IterationEstimate, Layout, build_stack, iteration,
-                                         megatron_setting, memory_per_gpu, padded_vocab)
 from trappm_ray.physics.floors import GPU_MEMORY_TOLERANCE
+from trappm_ray.physics.megatron import FUSED_ATTENTION, megatron_setting, padded_vocab
+from trappm_ray.physics.parallel import IterationEstimate, Layout, build_stack, iteration, memory_per_gpu
 from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.roofline import OPTIMIZER_BYTES, precision_refusal
 from trappm_ray.physics.step_model import step_time
