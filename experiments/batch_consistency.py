@@ -23,6 +23,7 @@ import time
 
 from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.serving import api
+from trappm_ray.serving.model_input import featurize_with
 from trappm_ray.serving.routing import settled
 
 TARGETS = ("train_step_ms", "inference_ms")
@@ -47,7 +48,7 @@ def run_device(device: str, files: list[str], batches: list[int]) -> dict:
         start = time.perf_counter()
         chosen, setting = settled({}, predictor)
         proto = read_model(data)
-        graphs = [api.featurize_with(proto, opts) for _, opts, _ in items]
+        graphs = [featurize_with(proto, opts) for _, opts, _ in items]
         raw = chosen.predict_graphs(graphs, [setting] * len(graphs))
         raw_s += time.perf_counter() - start
         start = time.perf_counter()

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from dataclasses import replace
 
 from trappm_ray import errors
 from trappm_ray.model import options
@@ -168,17 +167,14 @@ def _compare(args: argparse.Namespace, names: list[str], opts: dict) -> int:
     """``--device a,b,c``: one model on several devices, one table (or one JSON list)."""
     from trappm_ray.serving import api
 
-    data, label = api.model_bytes(args.file, args.resolution)
-    dims = {**api.config_dims(args.file), **opts.pop("dims")}  # a config's context where no --dim seq
-    base = api.PredictOptions(args.batch_size, opts.pop("resolution"), tuple(sorted(dims.items())), **opts)
-    items = [(data, replace(base, device=n), label) for n in names]
-    results = api.predict_many(items, api.load_predictor(args.predictor))
+    results = api.predict_each(args.file, [args.batch_size], names, predictor=args.predictor, parallel=args.parallel,
+                               global_batch=args.global_batch, **opts)
     rows = [r.to_dict() if isinstance(r, api.Prediction) else {"device": {"slug": n}, "error": str(r)}
             for n, r in zip(names, results)]
     if args.json:
         print(json.dumps(rows))
     else:
-        print_comparison(label, args.batch_size, names, results)
+        print_comparison(str(args.file), args.batch_size, names, results)
     return 0
 
 
@@ -206,14 +202,10 @@ def _predict(args: argparse.Namespace) -> int:
     p = api.predict(args.file, args.batch_size, predictor=predictor, parallel=args.parallel,
                     global_batch=args.global_batch, **opts)
     report, sweep_rows, plot = p.to_dict(), None, None
-    if args.sweep:
-        data, label = api.model_bytes(args.file, args.resolution)
+    if args.sweep:  # the same request at each batch (a layout's micro-batch); one a layout cannot hold is left out
         sizes = [2 ** i for i in range(args.sweep_max.bit_length()) if 2 ** i <= args.sweep_max]
-        dims = {**api.config_dims(args.file), **opts["dims"]}
-        base = api.PredictOptions(1, args.resolution, tuple(sorted(dims.items())),
-                                  interval_z=args.interval_z, max_batch=max(sizes), **setting)
-        items = [(data, replace(base, batch_size=b), label) for b in sizes]
-        results = api.predict_many(items, predictor)
+        results = api.predict_each(args.file, sizes, [None], predictor=predictor, parallel=args.parallel,
+                                   global_batch=args.global_batch, **{**opts, "memory_budget_mb": None, "steps": None, "layers": 0})
         sweep_rows = [r.to_dict() | {"throughput_samples_s": r.throughput_samples_s}
                       for r in results if isinstance(r, api.Prediction)]
         if not sweep_rows:

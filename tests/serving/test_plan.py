@@ -105,6 +105,21 @@ def test_a_config_sweeps_and_compares_devices_at_its_context(config, tmp_path, c
     assert [r.get("error") for r in rows] == [None, None] and all(r["train_step_ms"] > 0 for r in rows)
 
 
+def test_a_layouts_sweep_and_comparison_keep_the_layout(config, tmp_path, capsys):
+    """--sweep varies a layout's micro-batch and --device a,b compares the layout itself: both
+    answered the data-parallel graph path instead."""
+    layout = ["--gpus", "4", "--parallel", "tp=2,pp=2", "--global-batch", "8", "--micro-batch", "2", "--json"]
+    assert cli.main(["predict", config, "--device", "h100", *layout, "--sweep", "--sweep-max", "8",
+                     "--plot", str(tmp_path / "s.png")]) == 0
+    one = json.loads(capsys.readouterr().out)
+    at = {r["batch_size"]: r["train_step_ms"] for r in one["sweep"]}
+    assert at[2] == pytest.approx(one["train_step_ms"]) and set(at) == {1, 2, 4, 8}
+    assert cli.main(["predict", config, "--device", "h100,a100", *layout]) == 0
+    rows = json.loads(capsys.readouterr().out)
+    assert [r["model_version"] for r in rows] == ["physics:parallel"] * 2
+    assert rows[0]["train_step_ms"] == pytest.approx(one["train_step_ms"])
+
+
 def test_graph_reads_a_config_as_predict_does(config, capsys):
     assert cli.main(["graph", config, "--batch-size", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

@@ -11,7 +11,9 @@ from trappm_ray.model.manifest import NETWORK, Device, Manifest
 from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.physics.roofline import roofline
+from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.serving import api as P
+from trappm_ray.serving.model_input import featurize_with
 from trappm_ray.serving import routing as R
 
 
@@ -130,7 +132,7 @@ def test_gpus_without_labels_take_the_reference_transfer():
     assert h100.reference is ref and h100.manifest.device.reference == "rtx3090-amp"
     assert rtx4090.shipped.targets == ("inference_ms",) and rtx4090.filled == ("train_step_ms",)
     assert rtx4090.spec_predictor.moved == ("train_step_ms",) and rtx4090.spec_predictor.reference is ref
-    graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
+    graph = featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
     s = {"precision": "amp-fp16", "optimizer": "sgd-momentum", "memory_format": "nchw", "interval_z": 1.96}
     on_ref = ref.predict_graphs([graph])[0]
     got = h100.predict_graphs([graph], [s])[0]
@@ -157,7 +159,7 @@ def test_a_graph_the_reference_measured_moves_that_measurement():
 
     R._LOADED.clear()
     ref = R.load_predictor(None, "rtx3090")
-    graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
+    graph = featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
     anchors = MeasuredAnchors([{"fingerprint": fingerprint(graph), "resolution": int(graph.static["resolution"]),
                                 "batch_size": 128, "target": "inference_ms", "precision": "amp-fp16",
                                 "memory_format": "nchw", "optimizer": "none", "measured_ms": 1.0, "ratio": 7.0,
@@ -187,7 +189,7 @@ def test_a_transferred_step_below_the_reference_labels_is_moved_as_the_reference
     for b in (1, 64):
         ref = P.predict(path, batch_size=b, device="rtx3090")
         l4 = P.predict(path, batch_size=b, device_spec="data/sample/my_gpu.json")
-        graph = P.featurize_with(P.read_model(open(path, "rb").read()), P.PredictOptions(b), b)
+        graph = featurize_with(read_model(open(path, "rb").read()), P.PredictOptions(b), b)
         for t, mode in (("train_step_ms", "train"), ("inference_ms", "infer")):
             ratio = (roofline(graph, l4_spec, "amp-fp16", mode, "sgd-momentum").total_ms
                      / roofline(graph, devices.get("rtx3090"), "amp-fp16", mode, "sgd-momentum").total_ms)
@@ -215,7 +217,7 @@ def test_an_option_the_shipped_gpu_predictor_lacks_goes_through_the_spec_model(t
     # the raw rows (before the API's batch rules): the shipped answer x the spec model's ratio
     spec, shipped = R.spec_predictor("rtx3090"), P.load_predictor(None, "rtx3090", None)
     both, setting = R.settled({"precision": "fp32"}, shipped)
-    graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
+    graph = featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=64), 64)
     s = {"optimizer": "sgd-momentum", "memory_format": "nchw", "interval_z": 1.96}
     a, b = (spec.predict_graphs([graph], [{**s, "precision": p}])[0] for p in ("fp32", "amp-fp16"))
     moved = both.predict_graphs([graph], [setting])[0]
@@ -270,7 +272,7 @@ def test_rtx4090_answers_inference_from_its_gnn_and_the_step_from_the_spec_predi
     assert p.train_step_ms is not None and p.inference_ms is not None and p.train_memory_mb is not None
     assert p.model_version.startswith("rtx4090-amp")
     assert any(n.startswith("train_step_ms: no labels of this device") for n in p.notes)
-    graph = P.featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=256), 256)
+    graph = featurize_with(B.cnn_model(hw=32), P.PredictOptions(batch_size=256), 256)
     both = R.load_predictor(None, "rtx4090")
     own = both.shipped.predict_graphs([graph])[0]["inference_ms"]
     assert both.predict_graphs([graph], [{}])[0]["inference_ms"] == pytest.approx(own)
@@ -316,7 +318,7 @@ def test_a_text_model_on_a_predictor_of_image_models_goes_to_the_spec_model():
     assert times[("adamw",)] >= times[("sgd-momentum",)]
     rtx4090 = R.spec_predictor("rtx4090")
     assert rtx4090.reference is not None and "train_step_ms" in rtx4090.moved
-    graph = P.featurize_with(B.text_model(), P.PredictOptions(8, dims=(("seq", 128),)), 8)
+    graph = featurize_with(B.text_model(), P.PredictOptions(8, dims=(("seq", 128),)), 8)
     own = R.SpecPredictor(rtx4090.model, rtx4090.spec)  # no reference
     answered, alone = (p.predict_graphs([graph])[0]["train_step_ms"] for p in (rtx4090, own))
     assert answered == pytest.approx(alone)
@@ -333,7 +335,7 @@ def test_a_model_the_rtx3090_measured_is_answered_from_that_measurement_on_a_gpu
     anchors = MeasuredAnchors.load(R.reference_path(devices.get("h100-sxm5-80gb")))
     path = tmp_path / "resnet10t@176.onnx"
     path.write_bytes(export_skeleton("resnet10t", 176).onnx_bytes)
-    graph = P.featurize_with(P.read_model(path.read_bytes()), P.PredictOptions(batch_size=512))
+    graph = featurize_with(read_model(path.read_bytes()), P.PredictOptions(batch_size=512))
     setting = {"precision": "amp-fp16", "memory_format": "nchw", "optimizer": "sgd-momentum"}
     measured = anchors.lookup(graph, "train_step_ms", setting)
     assert measured["arch"] == "resnet10t" and measured["batch_size"] == 512

@@ -87,7 +87,7 @@ def pollux(onnx_of, labels: Path = LABELS) -> dict:
         r0 = next(r for r in rows if (r["workload"], r["batch"], r["optimizer"]) == key)
         g = featurize(onnx_of(key[0]), key[1], dims=r0["dims"] or None)
         est = step_time(g, spec, {"precision": "fp32", "optimizer": key[2]})
-        shares[key] = (est.backward_ms / est.total_ms, float(g.static["params"]), gradient_buckets(g, spec, "fp32"))
+        shares[key] = (est.backward_span_ms / est.total_ms, float(g.static["params"]), gradient_buckets(g, spec, "fp32"))
     by: dict[str, list] = defaultdict(list)
     for r in rows:
         share, params, buckets = shares[(r["workload"], r["batch"], r["optimizer"])]

@@ -75,7 +75,7 @@ def gavel(onnx_of: Callable[[str], bytes], labels: Path = LABELS) -> dict:
         g = featurize(onnx_of(key[0]), key[1], dims=dims or None)
         est = step_time(g, devices.get(GAVEL_DEVICES[key[2]]), {"precision": "fp32", "optimizer": optimizer})
         buckets = gradient_buckets(g, devices.get(GAVEL_DEVICES[key[2]]), "fp32")
-        shares[key] = (est.backward_ms / est.total_ms, 4.0 * float(g.static["params"]), buckets)
+        shares[key] = (est.backward_span_ms / est.total_ms, 4.0 * float(g.static["params"]), buckets)
     for r in rows:
         r["share"], r["grad_bytes"], r["buckets"] = shares[(r["workload"], r["batch"], r["gpu"])]
     summary: dict[str, dict] = {}
@@ -158,13 +158,20 @@ def markdown(gv: dict, ns: dict, dpar: dict | None = None) -> str:
         per = ", ".join(f"{w} {e:.0f}%" for w, e in v["per_model"].items())
         lines.append(f"| {k} | {v['rows']} | {v['rate']:.2g} {v['rate_unit']} | {v['mape']:.1f}% | {v['bias']:+.1f}% | "
                      f"{v['worst']:.0f}% | {v['no_comm_mape']:.1f}% | {per} |")
+    spread = [v for k, v in gv["summary"].items() if k.endswith("spread")]
+    packed = gv["summary"].get("p100 packed") or {"mape": float("nan"), "no_comm_mape": float("nan")}
+
+    def span(key: str) -> str:
+        return f"{min(v[key] for v in spread):.0f}-{max(v[key] for v in spread):.0f}%" if spread else "-"
+
     lines += ["", "What this says: between servers the ring model holds with one rate, and the rate fitted on either "
-              "GPU's runs is a 10 Gb/s Ethernet's (8 Gb/s), so spread runs read 9-15% off against 29-51% for no "
+              f"GPU's runs is a 10 Gb/s Ethernet's (8 Gb/s), so spread runs read {span('mape')} off against "
+              f"{span('no_comm_mape')} for no "
               "communication. Inside a server it does not: the fitted bus bandwidths disagree by 2x and the added "
               "time grows about with the GPU count (P100 CIFAR ResNet-18 at batch 16: +5, +15, +34 ms on 2, 4, 8 "
               "GPUs, where a ring's grows as 1, 1.5, 1.75), as where every GPU's traffic crosses one host bridge or "
-              "the workers share the host's data loading; Gavel does not say which. Packed P100 rows read no better "
-              "than no communication (32% both).", "", "## 4-GPU GPT-2 Large, NeuSight (A100-SXM4-40GB), through `trappm_ray.predict`", "",
+              "the workers share the host's data loading; Gavel does not say which. Packed P100 rows read about as "
+              f"far off as no communication ({packed['mape']:.0f}% against {packed['no_comm_mape']:.0f}%).", "", "## 4-GPU GPT-2 Large, NeuSight (A100-SXM4-40GB), through `trappm_ray.predict`", "",
               "The call a user makes: `predict(config, batch_size=micro, device=\"a100-sxm4-40gb\", gpus=4, "
               "parallel=..., global_batch=4, precision=\"fp32\", optimizer=\"none\")` (NeuSight times forward + "
               "backward in fp32, no optimizer step; GPT-2 Large from its transformers config, sequence 1,024). Tensor "

@@ -131,7 +131,7 @@ class StepEstimate:
         forward_ms, backward_ms, optimizer_ms: the device time of each phase.
         kernels: kernels issued.
         fill: device-time-weighted mean fill of the forward kernels (1 = every SM busy).
-        forward_host_ms: the host's issue time of the forward pass alone.
+        forward_host_ms, backward_host_ms: the host's issue time of the forward and the backward pass.
         host_us, compute_us, memory_us, least_us: per entry in issue order (a graph node's kernel,
             its backward's two, an optimizer list op), the host's issue time, the compute time (at
             its fill), the memory time and the least device time its kernels take (us).
@@ -146,6 +146,7 @@ class StepEstimate:
     kernels: int
     fill: float
     forward_host_ms: float = 0.0
+    backward_host_ms: float = 0.0
     host_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
     compute_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
     memory_us: np.ndarray = field(repr=False, compare=False, default_factory=lambda: np.zeros(0))
@@ -160,7 +161,18 @@ class StepEstimate:
         return cls(queue_ms(host_us, device), float(device.sum()) / 1e3, float(host_us.sum()) / 1e3,
                    float(device[:f].sum()) / 1e3, float(device[f:f + b].sum()) / 1e3,
                    float(device[f + b:].sum()) / 1e3, len(device), fill, float(host_us[:f].sum()) / 1e3,
-                   host_us, compute_us, memory_us, least_us)
+                   float(host_us[f:f + b].sum()) / 1e3, host_us, compute_us, memory_us, least_us)
+
+    @property
+    def forward_span_ms(self) -> float:
+        """How long the forward pass lasts: its device time, or its issue time where the host is
+        slower (what a collective on another stream can hide behind either way)."""
+        return max(self.forward_ms, self.forward_host_ms)
+
+    @property
+    def backward_span_ms(self) -> float:
+        """How long the backward pass lasts (:attr:`forward_span_ms`)."""
+        return max(self.backward_ms, self.backward_host_ms)
 
     @property
     def device_us(self) -> np.ndarray:

@@ -14,51 +14,31 @@ split-conformal on its leave-one-device-out errors rather than the seeds' spread
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
-from dataclasses import asdict, dataclass, replace
+from dataclasses import replace
 
 import onnx
 
 from trappm_ray import errors
+from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph
-from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.model.options import resolve as resolve_options, step_fields
 from trappm_ray.model.compositions import SettingMove, held_at_fp32
 from trappm_ray.model.estimator import Estimator, device_of, model_version
-from trappm_ray.model import correction, launch
-from trappm_ray.model.launch import step_host_us
-from trappm_ray.model.spec_model import SpecPredictor
-from trappm_ray.serving import batch_envelope
-from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb, time_floors_ms
-from trappm_ray.physics.memory import fitting_batch
-from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
+from trappm_ray.model import launch
+from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb
+from trappm_ray.serving.answering import Answered, answer_rows, requested_setting, time_floors
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
-from trappm_ray.serving.model_input import featurize_with, graph_at, model_bytes
-from trappm_ray.serving.passes import data_parallel_memory, with_data_parallel, with_power
+from trappm_ray.serving.model_input import model_bytes
+from trappm_ray.serving.passes import with_data_parallel, with_power
 from trappm_ray.serving.plan import (cluster_text, config_dims, data_parallel_zero, exported_whole, layout_prediction,
                                      parse_parallel)
 from trappm_ray.serving.prediction import Cost, Estimate, PredictOptions, Prediction
-from trappm_ray.serving.routing import device_catalog, for_text, gpu_spec, load_predictor, predictor_for, settled
-from trappm_ray.serving.sizing import fitting_profiles, largest_batch, runner_up
+from trappm_ray.serving.routing import device_catalog, gpu_spec, load_predictor
+from trappm_ray.serving.sizing import fitting_profiles, largest_batch, memory_at, runner_up
 from trappm_ray.targets import REPORTED, TARGETS
-
-
-def requested_setting(opts: PredictOptions, predictor: Estimator) -> dict:
-    """The options a predictor resolves: on a GPU, several ``gpus`` are data parallelism
-    (:func:`~trappm_ray.serving.passes.with_data_parallel`), answered from one GPU's step, so the predictor sees one."""
-    requested = asdict(opts)
-    if (opts.gpus or 1) > 1 and gpu_spec(predictor) is not None:
-        requested["gpus"] = None
-    return requested
-
-
-def time_floors(graph: Graph, predictor: Estimator, setting: dict) -> dict[str, float]:
-    """The least time of a step and a pass of ``graph`` on ``predictor``'s device in ``setting``."""
-    return time_floors_ms(graph, device_of(predictor), setting["precision"], setting["optimizer"],
-                          predictor.spec if isinstance(predictor, SpecPredictor) else None)
 
 
 def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
@@ -144,44 +124,6 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     return p
 
 
-def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
-              predictor: Estimator, known: Graph | None = None) -> float:
-    """Training memory (MB) of ``proto`` at ``batch_size`` that a budget must hold: on a GPU the
-    CUDA memory model's upper end (a fit is a promise), else the predictor's answer."""
-    graph = graph_at(proto, opts, batch_size, known)
-    gpus = int(opts.gpus or 1)  # one GPU's setting: the predictor's labels are one GPU's
-    setting = resolve_options(asdict(replace(opts, gpus=None, zero=0)) if gpus > 1 else asdict(opts), predictor.manifest)
-    if "train_memory_mb" not in predictor.targets:  # a GPU predictor: the CUDA memory model
-        one = gpu_memory_mb(graph, setting["precision"], setting["optimizer"], **step_fields(setting))["high"]
-        return one + (data_parallel_memory(graph, setting, gpus, opts.zero)[0] if gpus > 1 else 0.0)  # as the answer's
-    return max(predictor.predict_graphs([graph], [setting])[0]["train_memory_mb"],
-               memory_floor_mb(graph, setting["precision"], setting["optimizer"]))
-
-
-@dataclass
-class Answered:
-    """One item's answer before the passes after the network (:func:`build_prediction`).
-
-    Attributes:
-        row: the predictor's row at the batch and setting asked (targets, bands, floors).
-        graph, proto, sha: the model's graph at the batch asked, its ONNX and its digest.
-        chosen: the estimator that answered.
-        times: the time floors the row was held at (None: :func:`build_prediction` computes them).
-        notes: how the row was moved (batch, anchor, held correction).
-        checked_against_fp32: a TF32 row moved from another precision's answer: it must not read
-            slower than the same model's fp32 answer (:func:`held_at_fp32`).
-    """
-
-    row: dict[str, float]
-    graph: Graph
-    proto: onnx.ModelProto
-    sha: str
-    chosen: Estimator
-    times: dict[str, float] | None
-    notes: list[str]
-    checked_against_fp32: bool
-
-
 def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator
                  ) -> list[Prediction | errors.ModelError]:
     """Predict ``(onnx bytes, options, label)`` items with one pass per predictor over all graphs
@@ -208,100 +150,6 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
             p.max_batch_size = largest_batch(
                 lambda b, a=a, opts=opts: memory_at(a.proto, opts, b, a.chosen, a.graph), opts.memory_budget_mb, opts.max_batch)
         out.append(p)
-    return out
-
-
-def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator,
-                cache: dict[tuple, object] | None = None) -> list[Answered | errors.ModelError]:
-    """Each item's row at its batch and setting (:func:`predict_many`'s first half): one pass per
-    predictor over all graphs, each moved from its anchor batch and to the setting asked.
-    ``cache``: models read and graphs featurized, by digest, resolution, dims and batch (shared
-    between calls)."""
-    out: list = [None] * len(models)
-    cache = {} if cache is None else cache  # a sweep reads its model and featurizes it once where it can
-    known: dict[tuple, Graph] = {}  # per model, resolution and dims: a graph to re-batch
-    passes: dict[int, tuple] = {}  # per predictor: its items, and each (graph, setting) once
-    text_notes: dict[int, str] = {}
-
-    def cached(key: tuple, make):
-        if key not in cache:
-            cache[key] = make()
-        return cache[key]
-
-    for i, (data, opts, _) in enumerate(models):
-        try:
-            chosen = predictor_for(opts.device, predictor)
-            chosen, setting = settled(requested_setting(opts, chosen), chosen)
-            chosen.check(setting)
-            sha = hashlib.sha256(data).hexdigest()
-            proto = cached((sha,), lambda: read_model(data))
-            at = (sha, opts.resolution, opts.dims)
-            graph = cached((*at, opts.batch_size), lambda: graph_at(proto, opts, opts.batch_size, known.get(at))
-                           if opts.batch_size else featurize_with(proto, opts))
-            known.setdefault(at, graph)
-            text = graph.meta.get("token_ids") and for_text(chosen, requested_setting(opts, chosen))
-            if text:  # a text model on a predictor of image models
-                chosen, setting, text_notes[i] = text
-            batch, spec = int(graph.static["batch_size"]), gpu_spec(chosen)
-            profiles = chosen.manifest.launch
-            anchor = 0
-            if spec is not None and profiles:  # a GPU: one more batch, where the labels are
-                fit = fitting_batch(graph, setting["precision"], setting["optimizer"], spec.memory_gb * 1e9,
-                                    **step_fields(setting))
-                anchor = launch.anchor_batch(batch, fit, profiles)
-            try:  # the batches whose answers hold the answer at this one
-                above = [cached((*at, b), lambda b=b: graph_at(proto, opts, b, graph)) for b in
-                         ([anchor] if anchor and anchor != batch else [] if anchor else
-                          batch_envelope.ladder(batch, chosen.manifest.envelope_top))]
-            except errors.ModelError:  # a batch that cannot be re-bound: the answer as predicted
-                above = []
-        except errors.ModelError as e:
-            out[i] = e
-            continue
-        setting = {**setting, "interval_z": opts.interval_z}
-        items, slots = passes.setdefault(id(chosen), (chosen, [], {}))[1:]
-        # away from the anchor physics answers from the anchor's row: the network runs at the
-        # batch asked only for a target the step model does not carry
-        moved = bool(anchor) and anchor != batch and set(chosen.targets) <= set(STEP_MODES)
-        asked = (*above,) if moved else (graph, *above)
-        # a setting no label holds moves last, at the batch asked: the anchor answers in the
-        # labels' setting and the batch moves in it (at the anchor a setting's ratio carries that
-        # batch's host share: TF32 read 0.40x of fp32 at batch 4096 on an H100, not 0.21x)
-        learned_in = chosen.base(setting) if moved and isinstance(chosen, SettingMove) else setting
-        keys = [(id(g), json.dumps(learned_in, sort_keys=True)) for g in asked]
-        for g, key in zip(asked, keys):
-            slots.setdefault(key, (len(slots), g, learned_in))
-        items.append((i, proto, sha, graph, setting, learned_in, [int(g.static["batch_size"]) for g in above],
-                      bool(anchor), ([None] if moved else []) + keys))
-    for chosen, items, slots in passes.values():
-        rows = chosen.predict_graphs([g for _, g, _ in slots.values()], [s for *_, s in slots.values()])
-        spec, host = gpu_spec(chosen), step_host_us(chosen.manifest.launch)
-        for i, proto, sha, graph, setting, learned_in, batches, on_gpu, keys in items:
-            row, *above_rows = ({} if k is None else dict(rows[slots[k][0]]) for k in keys)
-            batch = int(graph.static["batch_size"])
-            learned = (above_rows[0], slots[keys[1]][1]) if on_gpu and batches else (row, graph)  # the network's
-            held = correction.held(*learned, chosen.manifest, spec, learned_in) if on_gpu else []  # answer, held
-            if on_gpu and batches:
-                at_batch = {batch: graph, batches[0]: learned[1]}
-
-                def step(b: int, t: str, at_batch=at_batch, s=learned_in, spec=spec, host=host) -> StepEstimate:
-                    return step_time(at_batch[b], spec, s, STEP_MODES[t], host)
-
-                times = time_floors(graph, chosen, setting)
-                row_at, notes = batch_envelope.moved(above_rows[0], batch, batches[0], step, times
-                                                     if learned_in is setting else time_floors(graph, chosen, learned_in))
-                row.update(row_at)
-                if learned_in is not setting:  # then to the setting asked (SettingMove)
-                    chosen.move(row, graph, setting, learned_in)
-            else:
-                times = None
-                notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
-                                             batches[-1] if batches else 0)
-            # moved from another precision's answer (the AMP reference's): checked against fp32's
-            from_other = (isinstance(chosen, SettingMove) and setting["precision"] == "tf32"
-                          and chosen.base(setting).get("precision") not in ("tf32", "fp32"))
-            out[i] = Answered(row, graph, proto, sha, chosen, times,
-                              ([text_notes[i]] if i in text_notes else []) + held + notes, from_other)
     return out
 
 
@@ -364,29 +212,65 @@ def predict(model, batch_size: int | None = 1, device: str | None = None, *,
         PredictorError: no predictor (e.g. the default is not shipped in this checkout), or an
             unknown device (the message says how to pass ``device_spec``).
     """
+    found = predict_each(model, [batch_size], [device], predictor=predictor, resolution=resolution, dims=dims,
+                         memory_budget_mb=memory_budget_mb, steps=steps, price_per_hour=price_per_hour,
+                         interval_z=interval_z, input_shape=input_shape, precision=precision, optimizer=optimizer,
+                         gpus=gpus, memory_format=memory_format, recompute=recompute, grad_accum=grad_accum,
+                         device_spec=device_spec, power_limit_w=power_limit_w, price_per_kwh=price_per_kwh,
+                         layers=layers, cluster=cluster, parallel=parallel, global_batch=global_batch)[0]
+    if isinstance(found, errors.ModelError):
+        raise found
+    return found
+
+
+def predict_each(model, batch_sizes: list[int | None], devices: list[str | None], *,
+                 predictor: str | os.PathLike | Estimator | None = None, resolution: int | None = None,
+                 dims: dict[str, int] | None = None, input_shape: tuple[int, ...] | None = None,
+                 device_spec: str | os.PathLike | DeviceSpec | None = None, interval_z: float = 1.96,
+                 cluster: str | dict | None = None, parallel: str | None = None, gpus: int | None = None,
+                 global_batch: int | None = None, precision: str | None = None, optimizer: str | None = None,
+                 recompute: bool | None = None, steps: int | None = None, price_per_hour: float | None = None,
+                 price_per_kwh: float | None = None, power_limit_w: float | None = None,
+                 **options) -> list[Prediction | errors.ModelError]:
+    """:func:`predict`'s answers of one model at each batch size on each device (batch-major), in
+    one reading of the request: a batch sweep and a device comparison answer as one call would
+    (the same layout, cluster, setting and global batch); a point that cannot be answered is its
+    error. ``options``: :class:`PredictOptions` fields (``memory_budget_mb``, ``memory_format``,
+    ``grad_accum``, ``layers``)."""
     cluster = cluster_text(cluster)
+    points = [(b, d) for b in batch_sizes for d in devices]
     # a transformers config's layouts split its blocks (the layout model); ZeRO over plain data
     # parallelism shards any graph's states (the data-parallel pass)
     zero = data_parallel_zero(parallel, gpus)
     if zero is None or not exported_whole(model):
-        return layout_prediction(model, batch_size, gpu_spec(load_predictor(predictor, device, device_spec)),
-                                 parse_parallel(parallel or "dp", gpus or 1), global_batch, dict(dims or {}).get("seq"),
-                                 precision, optimizer, bool(recompute), cluster, interval_z,
-                                 (steps, price_per_hour, price_per_kwh), power_limit_w)
+        out: list[Prediction | errors.ModelError] = []
+        for b, d in points:
+            try:
+                out.append(layout_prediction(
+                    model, b, gpu_spec(load_predictor(predictor, d, device_spec)), parse_parallel(parallel or "dp", gpus or 1),
+                    global_batch, dict(dims or {}).get("seq"), precision, optimizer, bool(recompute), cluster, interval_z,
+                    (steps, price_per_hour, price_per_kwh), power_limit_w))
+            except errors.ModelError as e:
+                out.append(e)
+        return out
     dims = {**config_dims(model), **(dims or {})}
-    opts = PredictOptions(batch_size, resolution, tuple(sorted((dims or {}).items())),
-                          memory_budget_mb, steps, price_per_hour, interval_z, precision=precision,
-                          optimizer=optimizer, gpus=gpus, memory_format=memory_format,
-                          recompute=recompute, grad_accum=grad_accum, power_limit_w=power_limit_w,
-                          price_per_kwh=price_per_kwh, layers=layers, cluster=cluster, global_batch=global_batch,
-                          zero=zero)
-    chosen = load_predictor(predictor, device, device_spec)
+    several = len(set(devices)) > 1  # each item names its device; one predictor routes them
+    chosen = load_predictor(predictor, None if several else devices[0], device_spec)
     data, label = model_bytes(model, resolution, input_shape)
-    result = predict_many([(data, opts, label)], chosen)[0]
-    if isinstance(result, errors.ModelError):
-        raise result
-    return result
+    items, refused = [], {}
+    for i, (b, d) in enumerate(points):
+        try:  # each point's options (a global batch divides one batch and not another)
+            items.append((data, PredictOptions(
+                b, resolution, tuple(sorted(dims.items())), steps=steps, price_per_hour=price_per_hour,
+                interval_z=interval_z, precision=precision, optimizer=optimizer, gpus=gpus, recompute=recompute,
+                power_limit_w=power_limit_w, price_per_kwh=price_per_kwh, cluster=cluster, global_batch=global_batch,
+                zero=zero, device=d if several else None, max_batch=max(PredictOptions.max_batch, b or 1), **options),
+                label))
+        except errors.ModelError as e:
+            refused[i] = e
+    found = iter(predict_many(items, chosen) if items else [])
+    return [refused[i] if i in refused else next(found) for i in range(len(points))]
 
 
-__all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict", "predict_many", "answer_rows", "Answered", "load_predictor",
+__all__ = ["Estimate", "Cost", "PredictOptions", "Prediction", "predict", "predict_each", "predict_many", "load_predictor",
            "device_catalog", "model_bytes", "config_dims", "build_prediction", "model_version", "device_of"]

@@ -295,7 +295,8 @@ def run(cfg: BatchPredictConfig) -> BatchSummary:
         kept and a re-run predicts the rest.
     """
     from trappm_ray.ray_init import ensure_ray
-    from trappm_ray.serving.api import load_predictor, model_version, requested_setting
+    from trappm_ray.serving.answering import requested_setting
+    from trappm_ray.serving.api import load_predictor, model_version
     from trappm_ray.serving.routing import settled
 
     start = time.perf_counter()

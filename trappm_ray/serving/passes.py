@@ -42,8 +42,9 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     """Make ``p`` (one GPU's step at the per-GPU batch) the step of ``opts.gpus`` data-parallel
     GPUs: plus the gradient all-reduce the backward does not hide (DDP buckets, ring or
     hierarchical on the cluster, :mod:`trappm_ray.physics.collectives`); memory plus DDP's
-    gradient buckets; returns the note. The backward's share of the step is the step model's,
-    with the predictor's host figures (``launch_profiles``) as the batch move and power use.
+    gradient buckets; returns the note. What the collectives hide behind is each pass as it runs
+    (its device or, where the host is slower, its issue time: the step model's, with the
+    predictor's host figures ``launch_profiles`` as the batch move and power use), scaled to the answer.
     Under ZeRO (``opts.zero``) the collectives are ZeRO's, each GPU updates its share of the
     parameters, and its memory is the CUDA memory model's with the states sharded."""
     try:
@@ -56,7 +57,7 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     # the answer's time in each phase, at the step model's shares of it
     share = (p.train_step_ms.value / step.total_ms) if p.train_step_ms and step.total_ms else 0.0
     # with gradient accumulation DDP reduces once, during the last pass's backward
-    backward, forward = share * step.backward_ms / accum, share * step.forward_ms / accum
+    backward, forward = share * step.backward_span_ms / accum, share * step.forward_span_ms / accum
     grad_bytes = 4 * params  # fp32 gradients, also under AMP
     buckets = gradient_buckets(graph, spec, setting["precision"])
     if zero:
