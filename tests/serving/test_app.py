@@ -147,6 +147,10 @@ def test_a_transformers_config_and_its_layout_as_json(server):
     assert_error(server.post("/v1/predict", json={**body, "parallel": "tp=3"}), 400, "bad_options")
     assert_error(server.post("/v1/predict", json={**body, "gpus": "many"}), 400, "bad_options")
     assert_error(server.post("/v1/predict", json={**body, "config": {"n_embd": 64}}), 400, "not_a_model")
+    # some fields change the GPU's own cluster (--gpus-per-node): a DGX A100 in servers of two
+    two = server.post("/v1/predict", json={**body, "cluster": {"gpus_per_node": 2}}).json()
+    assert two["distributed"]["nodes"] == 4 and two["distributed"]["cluster"] == "dgx-a100, gpus_per_node 2"
+    assert_error(server.post("/v1/predict", json={**body, "cluster": {"gpus": 2}}), 400, "bad_options")
 
 
 def test_predict_json_uri(server, dirs):
