@@ -120,6 +120,12 @@ def test_a_layouts_sweep_and_comparison_keep_the_layout(config, tmp_path, capsys
     assert rows[0]["train_step_ms"] == pytest.approx(one["train_step_ms"])
 
 
+@pytest.mark.parametrize("option", [{"memory_budget_mb": 4000}, {"layers": 5}, {"grad_accum": 2}])
+def test_what_the_layout_model_does_not_answer_is_refused_not_ignored(option):
+    with pytest.raises(errors.UnsupportedOption, match=f"{next(iter(option))}: not answered by the layout model"):
+        trappm_ray.predict(TINY, batch_size=2, device="h100", gpus=4, parallel="tp=2,pp=2", **option)
+
+
 def test_graph_reads_a_config_as_predict_does(config, capsys):
     assert cli.main(["graph", config, "--batch-size", "2", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)

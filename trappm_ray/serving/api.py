@@ -244,8 +244,13 @@ def predict_each(model, batch_sizes: list[int | None], devices: list[str | None]
     zero = data_parallel_zero(parallel, gpus)
     if zero is None or not exported_whole(model):
         out: list[Prediction | errors.ModelError] = []
+        unanswered = sorted(k for k, v in options.items() if v not in (None, 0, 1, False, "nchw"))
         for b, d in points:
             try:
+                if unanswered:  # refused, never ignored
+                    raise errors.UnsupportedOption(
+                        f"{', '.join(unanswered)}: not answered by the layout model (a tensor or pipeline layout, a "
+                        "config above 20B parameters); `trappm-ray plan` lists each micro-batch's memory per GPU")
                 out.append(layout_prediction(
                     model, b, gpu_spec(load_predictor(predictor, d, device_spec)), parse_parallel(parallel or "dp", gpus or 1),
                     global_batch, dict(dims or {}).get("seq"), precision, optimizer, bool(recompute), cluster, interval_z,
