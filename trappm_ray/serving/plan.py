@@ -37,7 +37,7 @@ KV_HEAD_KEYS = ("num_key_value_heads",)  # grouped-query attention: tensor paral
 POSITION_KEYS = ("n_positions", "max_position_embeddings")
 MICRO_BATCHES = (1, 2, 4, 8, 16)
 # A config's one graph is exported by tracing it with one broadcast value per weight, and each
-# matrix multiply of the trace copies its weight out (about 7 s per billion parameters on two
+# matrix multiply of the trace copies its weight out (about 2.5 s per billion parameters on two
 # cores: a 175B config takes minutes); above this the layout model answers even one GPU.
 LARGEST_EXPORTED_PARAMS = 20e9
 # 90th percentile of |error| of the layout model on vTrain's A100 Megatron runs (python
