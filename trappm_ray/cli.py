@@ -34,9 +34,9 @@ def _dims(items: list[str]) -> dict[str, int]:
 
 def _cluster(args: argparse.Namespace) -> str | None:
     """``--cluster`` as given, or with ``--gpus-per-node`` a change to it (or to the GPU's own)."""
-    if args.gpus_per_node is None:
-        return args.cluster
-    return json.dumps({"gpus_per_node": args.gpus_per_node, **({"of": args.cluster} if args.cluster else {})})
+    from trappm_ray.physics.collectives import with_gpus_per_node
+
+    return with_gpus_per_node(args.cluster, args.gpus_per_node)
 
 
 def cmd_graph(args: argparse.Namespace) -> int:

@@ -1,6 +1,7 @@
 """jobs/batch_predict.py's library: one row per file, error rows, re-runs skip, local and S3."""
 from __future__ import annotations
 
+import json
 import os
 
 import pyarrow.parquet as pq
@@ -10,7 +11,8 @@ import onnx_builders as B
 import trappm_ray
 from predictor_builders import random_predictor
 from trappm_ray import errors, storage
-from trappm_ray.serving.batch import (SCHEMA, BatchPredictConfig, _grouped, done_paths, list_models,
+from trappm_ray.physics.collectives import Cluster
+from trappm_ray.serving.batch import (SCHEMA, BatchPredictConfig, _grouped, done_paths, file_options, list_models,
                                       run)
 from trappm_ray.serving.model_input import config_model
 
@@ -190,3 +192,13 @@ def test_a_text_model_takes_its_sequence_length_from_dim(ray_session, tmp_path):
     assert row["status"] == "ok" and row["train_step_ms"] > 0, row
     with pytest.raises(ValueError, match="NAME=N"):
         BatchPredictConfig(dim="seq").setting()
+
+
+def test_the_batch_jobs_gpus_per_node_changes_its_cluster():
+    """--gpus-per-node, as the CLI's: a change to the named cluster, or to the GPU's own."""
+    assert BatchPredictConfig(cluster="dgx-a100").setting()["cluster"] == "dgx-a100"
+    mine = BatchPredictConfig(gpus_per_node=4).setting()["cluster"]
+    named = BatchPredictConfig(cluster="dgx-a100", gpus_per_node=2).setting()["cluster"]
+    assert json.loads(mine) == {"gpus_per_node": 4} and json.loads(named) == {"gpus_per_node": 2, "of": "dgx-a100"}
+    opts = file_options(32, None, BatchPredictConfig(gpus=8, gpus_per_node=4).setting(), None)
+    assert Cluster.of(opts.cluster, Cluster.of("dgx-h100")).gpus_per_node == 4

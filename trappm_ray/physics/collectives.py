@@ -165,6 +165,14 @@ class Cluster:
         raise ValueError(f"unknown cluster {text!r}; known: {', '.join(table)} (or a JSON file of the fields)")
 
 
+def with_gpus_per_node(cluster: str | None, gpus_per_node: int | None) -> str | None:
+    """``cluster`` as the options carry it (a name, a JSON file or text; None: the GPU's own) with
+    ``gpus_per_node`` GPUs a node (``--gpus-per-node``): a change to it (:meth:`Cluster.amended`)."""
+    if gpus_per_node is None:
+        return cluster
+    return json.dumps({"gpus_per_node": gpus_per_node, **({"of": cluster} if cluster else {})})
+
+
 def check_cluster(value: str | dict | Path) -> None:
     """Raise ValueError if ``value`` is no cluster; changes to the GPU's own (a dict of some
     fields) are checked on a switched node, the GPU being not yet known."""
@@ -295,5 +303,5 @@ def sharded_sync_ms(grad_bytes: float, weight_bytes: float, forward_ms: float, b
             passes * (max(gather - forward_ms, 0.0) + max(gather + scatter - backward_ms, 0.0)))
 
 
-__all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "cluster_for", "pcie_server", "load_clusters", "ring_allreduce_ms", "allreduce_ms",
+__all__ = ["CLUSTERS_CSV", "DDP_BUCKET_BYTES", "Cluster", "cluster_for", "pcie_server", "load_clusters", "with_gpus_per_node", "check_cluster", "ring_allreduce_ms", "allreduce_ms",
            "gradient_buckets", "exposed_allreduce_ms", "sharded_sync_ms"]

@@ -20,6 +20,7 @@ from dataclasses import dataclass
 import pyarrow as pa
 
 from trappm_ray import storage
+from trappm_ray.physics.collectives import with_gpus_per_node
 
 _F, _S, _I = pa.float64(), pa.string(), pa.int64()
 SCHEMA = pa.schema([
@@ -57,6 +58,7 @@ class BatchPredictConfig:
             the spec-based one; None = ``predictor``.
         power_limit_w: the GPU's power limit in W (None: its TDP).
         cluster: where ``gpus`` above 1 run (a ``data/clusters.csv`` name or JSON file).
+        gpus_per_node: GPUs a node of ``cluster`` (or of the GPU's own) holds.
         dim: values of named symbolic input dims, ``seq=128`` or ``seq=128,heads=8`` (text models).
         parallel: the layout of every transformers ``config.json`` under ``src`` over ``gpus``
             (``tp=T,pp=P[,dp=D][,zero=Z]``, ``fsdp``, ``zero1``-``zero3``; ``batch_size`` the
@@ -84,6 +86,7 @@ class BatchPredictConfig:
     device: str | None = None
     power_limit_w: float | None = None
     cluster: str | None = None
+    gpus_per_node: int | None = None
     global_batch: int | None = None
     dim: str | None = None
     parallel: str | None = None
@@ -91,7 +94,8 @@ class BatchPredictConfig:
     def setting(self) -> dict:
         """The options every file is predicted with (``PredictOptions`` fields beside the batch)."""
         out = {k: getattr(self, k) for k in ("precision", "optimizer", "gpus", "memory_format", "recompute",
-                                             "grad_accum", "device", "power_limit_w", "cluster", "global_batch")}
+                                             "grad_accum", "device", "power_limit_w", "global_batch")}
+        out["cluster"] = with_gpus_per_node(self.cluster, self.gpus_per_node)
         try:
             dims = dict(item.split("=", 1) for item in (self.dim or "").split(",") if item)
             out["dims"] = tuple(sorted((k.strip(), int(v)) for k, v in dims.items()))
