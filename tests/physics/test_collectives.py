@@ -89,6 +89,7 @@ def test_some_fields_change_a_named_cluster_or_the_gpus_own():
     with pytest.raises(ValueError, match="at least 1"):
         C.check_cluster({"gpus_per_node": 0})
     C.check_cluster({"inter_node_gbps": 400})  # checked before the GPU is known
+    assert C.Cluster.of({"of": "dgx-a100"}) == C.Cluster.of("dgx-a100")
 
 
 def test_a_gpu_without_a_cluster_in_the_table_is_assumed_in_pcie_servers_of_its_generation():

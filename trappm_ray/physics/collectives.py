@@ -114,6 +114,8 @@ class Cluster:
             values = {k: NUMERIC.get(k, str)(v) for k, v in values.items()}
         except (TypeError, ValueError) as e:
             raise ValueError(f"a cluster's fields are numbers: {e}") from None
+        if not values:  # {"of": NAME} alone: that cluster as it is
+            return self
         label = ", ".join(f"{k} {v:g}" if isinstance(v, (int, float)) else f"{k} {v}" for k, v in values.items())
         gpus = values.get("gpus_per_node", self.gpus_per_node)
         if gpus < 1:
