@@ -244,12 +244,13 @@ def static_expert_capacity():
         sw.SwitchTransformersSparseMLP.forward = original
 
 
-def count_params(name: str, config_dir: str | None = None) -> int:
-    """Parameter count (tied weights once), on the meta device."""
+def count_params(name: str, config_dir: str | None = None, config: dict | None = None) -> int:
+    """Parameter count (tied weights once), on the meta device; ``config``: the config itself,
+    instead of looking ``name`` up."""
     import torch
 
     with torch.device("meta"):
-        model = build_model(name, config_dir, meta=False)
+        model = build_model(name, config_dir, meta=False, config=config)
     return sum(p.numel() for p in model.parameters())
 
 

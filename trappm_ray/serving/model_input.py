@@ -156,10 +156,10 @@ def config_params(config: dict, label: str) -> int:
     """Parameters of a transformers config (tied weights once), counted on the meta device: no
     weights, no export (a second for a 70B config)."""
     config = checked_config(config, label)
-    from trappm_ray.corpus.text_models import build_model  # torch/transformers, on use
+    from trappm_ray.corpus.text_models import count_params  # torch/transformers, on use
 
     try:
-        return sum(p.numel() for p in build_model(label, meta=True, config=config).parameters())
+        return count_params(label, config=config)
     except ImportError:
         raise errors.NotAModel(f"{label}: transformers configs need the zoo extra") from None
     except (ValueError, KeyError, TypeError, AttributeError) as e:

@@ -3,7 +3,6 @@ a memory budget."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import asdict, replace
 
 import onnx
 
@@ -12,9 +11,11 @@ from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.estimator import Estimator
 from trappm_ray.model.options import resolve as resolve_options, step_fields
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb
+from trappm_ray.serving.answering import requested_setting
 from trappm_ray.serving.model_input import graph_at
 from trappm_ray.serving.passes import data_parallel_memory
 from trappm_ray.serving.prediction import PredictOptions
+
 
 def _fits(memory_mb: float, memory_gb: float) -> bool:
     # DIPPM's rule, "< 5 GB" for the 5 GB profile: a job at exactly the size does not fit
@@ -61,8 +62,8 @@ def memory_at(proto: onnx.ModelProto, opts: PredictOptions, batch_size: int,
     """Training memory (MB) of ``proto`` at ``batch_size`` that a budget must hold: on a GPU the
     CUDA memory model's upper end (a fit is a promise), else the predictor's answer."""
     graph = graph_at(proto, opts, batch_size, known)
-    gpus = int(opts.gpus or 1)  # one GPU's setting: the predictor's labels are one GPU's
-    setting = resolve_options(asdict(replace(opts, gpus=None, zero=0)) if gpus > 1 else asdict(opts), predictor.manifest)
+    gpus = int(opts.gpus or 1)
+    setting = resolve_options(requested_setting(opts, predictor), predictor.manifest)  # one GPU's, as the answer's
     if "train_memory_mb" not in predictor.targets:  # a GPU predictor: the CUDA memory model
         one = gpu_memory_mb(graph, setting["precision"], setting["optimizer"], **step_fields(setting))["high"]
         return one + (data_parallel_memory(graph, setting, gpus, opts.zero)[0] if gpus > 1 else 0.0)  # as the answer's
