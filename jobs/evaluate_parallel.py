@@ -42,9 +42,10 @@ if __name__ == "__main__":
     ranks = {"layout model": parallel.ranking(found), "perfect scaling": parallel.ranking(found, "ideal_ms")}
     micro = {"layout model": parallel.micro_batch_ratios(found),
              "perfect scaling": parallel.micro_batch_ratios(found, "ideal_ms")}
-    text = parallel.markdown(found, summary, time.time() - start, paper, ranks, micro)
+    layers = parallel.layer_fits(found)
+    text = parallel.markdown(found, summary, time.time() - start, paper, ranks, micro, layers)
     Path(f"{cfg.out}.md").write_text(text)
     Path(f"{cfg.out}.json").write_text(json.dumps(
         {"summary": {a: {g: asdict(e) for g, e in gs.items()} for a, gs in summary.items()}, "rows": found,
-         "ranking": {a: asdict(r) for a, r in ranks.items()}, "micro_batch": micro, "published": paper}, indent=1))
+         "ranking": {a: asdict(r) for a, r in ranks.items()}, "micro_batch": micro, "layers": layers, "published": paper}, indent=1))
     print(text)

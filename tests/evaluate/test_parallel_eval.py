@@ -43,3 +43,17 @@ def test_micro_batch_ratios_are_scale_free_within_each_layout():
     assert (ratios["sweeps"], ratios["n"]) == (1, 2)
     assert ratios["mape"] == pytest.approx((0.0 + 20.0) / 2)
     assert ratios["worst"] == pytest.approx(20.0)
+
+
+def test_layer_fits_split_an_iteration_into_its_blocks_and_the_rest():
+    def row(layers: int, tp: int, measured: float, predicted: float, gpus: int = 1) -> dict:
+        return {"row": f"h1024 L{layers} tp{tp} pp1 dp{gpus} mb1 gb8", "measured_ms": measured, "predicted_ms": predicted}
+    # measured: 40 ms of rest (5 a micro-batch over 8 micro-batches) + 10 a block; answered 8 + 12 a block
+    found = [row(n, 1, 40.0 + 10 * n, 8.0 + 12 * n) for n in (12, 16, 20)]
+    found += [row(n, 2, 1.0, 1.0) for n in (12, 16)]  # two block counts: no line
+    found += [row(n, 2, 1.0, 1.0, gpus=16) for n in (12, 16, 20)]  # beyond one node
+    fits = parallel.layer_fits(found)
+    assert list(fits) == [1] and fits[1]["lines"] == 1
+    assert fits[1]["rest_measured_ms"] == pytest.approx(5.0) and fits[1]["rest_answered_ms"] == pytest.approx(1.0)
+    assert fits[1]["block_ratio"] == pytest.approx(1.2)
+    assert "| 1 | 1 | 5.0 | 1.0 | 1.20 |" in parallel.markdown(found[:3], {}, 1.0, layers=fits)

@@ -134,6 +134,29 @@ def test_silu_chain_is_one_fused_op():
     assert w.fused[2] and not w.real[1]
 
 
+def test_a_chain_through_pow_is_python_arithmetic_run_op_by_op():
+    # GELU's tanh form: Hugging Face's NewGELUActivation writes x**3 with torch.pow (eager runs
+    # its eight ops one by one: the H200 campaign's GPT-2 rows read 27-32% short fused), F.gelu's
+    # export cubes by multiplying (one kernel in PyTorch, keeping its input)
+    tail = [("Mul", None, C, 0), ("Tanh", None, C, 0), ("Add", None, C, 0)]  # c * r, tanh, 1 + t
+
+    def gelu(cube: list[tuple]) -> Graph:
+        k = len(cube)  # nodes: 0 conv x, cube 1..k, 0.044715 * x^3, x + ., the tail, 0.5 * x, v * u
+        nodes = [("Conv", [], C, W_CONV), *cube, ("Mul", [k], C, 0), ("Add", [0, k + 1], C, 0)]
+        nodes += [(op, [len(nodes) + j - 1], e, w) for j, (op, _, e, w) in enumerate(tail)]
+        u = len(nodes) - 1
+        nodes += [("Mul", [0], C, 0), ("Mul", [u + 1, u], C, 0)]
+        y = len(nodes) - 1
+        return make_graph(nodes + [("GlobalAveragePool", [y], P, 0), ("Gemm", [y + 1], K, W_FC)], input_elems=X)
+    powed = gelu([("Pow", [0], C, 0)])
+    multiplied = gelu([("Mul", [0, 0], C, 0), ("Mul", [1, 0], C, 0)])
+    assert walk(multiplied, arithmetic=True).fused[-3] and walk(powed).fused[-3]  # read as one op
+    w = walk(powed, arithmetic=True)
+    assert w.real[1] and not w.fused[-3]
+    # fused: x and the output; op by op also the tail's input r, its output u and 0.5 * x
+    assert est(powed).saved_at_backward - est(multiplied).saved_at_backward == 3 * rb(C * 4)
+
+
 def test_folded_batchnorm_restores_its_input():
     g = cnn()
     plain = est(g, folded_norm=np.zeros(g.num_nodes, bool))

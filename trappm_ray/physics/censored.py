@@ -80,7 +80,7 @@ def _predict_model(path: str, batches: list[int], settings: dict) -> dict:
 
     graph = featurize(path, batch_size=FEATURIZE_BATCH)
     mask = folded_norm_mask(path)
-    walked = walk(graph, mask if len(mask) == graph.num_nodes else None)
+    walked = walk(graph, mask if len(mask) == graph.num_nodes else None, arithmetic=True)
     out = {str(f): {b: training_memory(graph, batch_size=b, walked=walked, fragmentation=f,
                                        **settings).device_used for b in batches}
            for f in FRAGMENTATION_GRID}

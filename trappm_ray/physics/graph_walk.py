@@ -260,22 +260,29 @@ def kept(graph, key: Hashable, compute: Callable[[], T]) -> T:
     return memo[key]
 
 
-def walk(graph, folded_norm: np.ndarray | None = None) -> Walk:
+def walk(graph, folded_norm: np.ndarray | None = None, arithmetic: bool = False) -> Walk:
     """Resolve views, fused pointwise chains and data inputs of ``graph`` (one linear pass).
 
     Args:
         graph: a featurized :class:`~trappm_ray.graph.featurize.Graph`.
         folded_norm: per node, True where a Conv carries a folded BatchNorm (None: none). A
             walk is computed once per graph and mask, and kept in ``graph.derived``.
+        arithmetic: a chain through a ``Pow`` is arithmetic written in Python (``torch.pow``:
+            Hugging Face's tanh GELU of GPT-2, GPT-J and CodeGen, timm's StarReLU), which eager
+            PyTorch runs op by op, each op's autograd node saving what it saves; no library
+            activation exports a ``Pow`` (``F.gelu``'s tanh form cubes by multiplying). True for
+            the memory model (what eager allocates); False reads it as one fused op, as a floor may.
     """
     if folded_norm is None:
-        return kept(graph, ("walk", None), lambda: _walk(graph, None))
+        return kept(graph, ("walk", None, arithmetic), lambda: _walk(graph, None, arithmetic))
     mask = np.asarray(folded_norm, bool)  # it changes nothing but the layout: the walk without it, re-masked
-    return kept(graph, ("walk", mask.tobytes()), lambda: replace(walk(graph), folded=mask[:graph.num_nodes], laid={}))
+    return kept(graph, ("walk", mask.tobytes(), arithmetic),
+                lambda: replace(walk(graph, None, arithmetic), folded=mask[:graph.num_nodes], laid={}))
 
 
-def _walk(graph, folded_norm: np.ndarray | None) -> Walk:
+def _walk(graph, folded_norm: np.ndarray | None, arithmetic: bool = False) -> Walk:
     n, ops = graph.num_nodes, graph.ops
+    fusing = POINTWISE - {"Pow"} if arithmetic else POINTWISE
     raw = _pred_lists(graph)
     outdeg = np.bincount(graph.edge_index[0], minlength=n) if graph.num_edges else np.zeros(n, int)
     out_elems = np.asarray(graph.out_elems, np.float64)
@@ -320,12 +327,12 @@ def _walk(graph, folded_norm: np.ndarray | None) -> Walk:
             continue
         base[i] = i
         preds[i] = res
-        if op in POINTWISE:
+        if op in fusing:
             roots, parts, direct = set(), [], []
             for p in ps:
                 if base[p] < 0:
                     continue
-                if root[p] >= 0 and degree[p] == 1 and ops[p] in POINTWISE:
+                if root[p] >= 0 and degree[p] == 1 and ops[p] in fusing:
                     roots.add(root[p])
                     parts.append(p)
                 else:  # through a view, the view itself: two slices of one tensor differ

@@ -8,7 +8,8 @@ backward follows autograd's formulas (``tools/autograd/derivatives.yaml`` in PyT
 and convolutions keep their inputs, ReLU/Sigmoid/Tanh/Softmax their output, normalizations their
 input, max-pooling its input and int64 indices, additions and views nothing. Views alias their
 base tensor; chains of pointwise ops with one data input (exported GELU, SiLU, Mish) count as the
-single fused op PyTorch runs; BatchNorm folded into a Conv by an eval-mode export is restored.
+single fused op PyTorch runs, unless a ``Pow`` makes them arithmetic written in Python, run op by
+op; BatchNorm folded into a Conv by an eval-mode export is restored.
 Every term is reported separately in :class:`MemoryEstimate`; ``docs/memory.md`` documents the
 constants and which peak a GPU/MIG fit uses (``device_used``).
 """
@@ -34,7 +35,7 @@ from trappm_ray.physics.units import attention_scores
 log = logging.getLogger(__name__)
 
 MiB = 2**20
-MODEL_VERSION = 8  # bump when a rule changes: cached predictions of older versions are dropped
+MODEL_VERSION = 9  # bump when a rule changes: cached predictions of older versions are dropped
 # name -> (bytes of master weights/grads/optimizer state, bytes of an activation by default,
 # bytes of what autocast lowers matmuls/convs to or None without autocast)
 PRECISIONS = {"fp32": (4, 4, None), "tf32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),
@@ -197,7 +198,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     if walked is None:
         if folded_norm is None:
             folded_norm = guess_folded_norm(graph)
-        walked = walk(graph, folded_norm)
+        walked = walk(graph, folded_norm, arithmetic=True)
     on_chip = attention_scores(graph, walked) if fused_attention else None
     iv = walked.intervals(act_bytes=act, low_bytes=low, on_chip=on_chip)
     n = walked.num_nodes
@@ -300,7 +301,7 @@ def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, li
     to the exact power of two (3-5 evaluations instead of one per doubling). Batches 1 and 2 are
     too close: workspace caps and the allocator's rounding can read them alike (ResNet-101: 1.43
     and 1.43 GB), which sent the search to ``limit`` and down again, 12 evaluations."""
-    walked = walk(graph, guess_folded_norm(graph))
+    walked = walk(graph, guess_folded_norm(graph), arithmetic=True)
 
     def fits(b: int) -> bool:
         return used(b) <= memory_bytes

@@ -23,7 +23,8 @@ spec sheet alone, so that the answer holds at every batch and in every setting:
   what PyTorch's ``foreach`` implementation runs (:data:`OPTIMIZER_PASSES`: so many list ops,
   each a few kernels over all parameters, each reading and writing fp32 tensors), AMP adds its
   gradient unscale pass, activation recompute a second forward, gradient accumulation ``k``
-  forward/backward passes per optimizer step.
+  forward/backward passes per optimizer step; the loss over the output (:mod:`~trappm_ray.physics.loss`,
+  not in an exported graph) ends each forward pass.
 
 Throughput never falls as the batch doubles: a node's blocks double, its waves at most double,
 host time stays; so no term more than doubles.
@@ -37,6 +38,7 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.physics.graph_walk import kept, walk
+from trappm_ray.physics.loss import loss_kernels
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, roofline
 from trappm_ray.physics.units import FREE, TENSOR
 
@@ -378,6 +380,10 @@ def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dic
         # (the H200 campaign's host-bound steps: +1.9-2.5x with every block checkpointed)
         b_comp, b_mem, b_host, b_least = (np.concatenate([f, b]) for f, b in (
             (f_comp, b_comp), (f_mem, b_mem), (host["backward"] * issued, b_host), (f_least, b_least)))
+    # the loss (:mod:`~trappm_ray.physics.loss`) ends the forward pass and starts the backward
+    lf, lb = loss_kernels(graph, s.precision, bandwidth_of(spec) * eff.bandwidth, eff.kernel_us, host)
+    f_host, f_comp, f_mem, f_least = (np.concatenate([a, x]) for a, x in zip((f_host, f_comp, f_mem, f_least), lf))
+    b_host, b_comp, b_mem, b_least = (np.concatenate([x, a]) for a, x in zip((b_host, b_comp, b_mem, b_least), lb))
     params = float(graph.static.get("params", np.sum(graph.params)))
     tensors = TENSORS_PER_WEIGHTED_NODE * int(np.count_nonzero(np.asarray(graph.params) > 0))
     o_host, o_mem = optimizer_kernels(params, tensors, s, bandwidth_of(spec), eff)
