@@ -1,11 +1,9 @@
 """The loss a training step runs after the exported graph's output (physics/loss.py)."""
-from types import SimpleNamespace
-
 import numpy as np
 import pytest
 
 from trappm_ray import devices
-from trappm_ray.graph.featurize import featurize
+from trappm_ray.graph.featurize import Graph, featurize
 from trappm_ray.physics import step_model as S
 from trappm_ray.physics.loss import loss_kernels, output_elements
 
@@ -14,19 +12,30 @@ SAMPLE = "data/sample/onnx/resnet10t@64.onnx"
 HOST = {"forward": 40.0, "backward": 130.0}
 
 
-def chain(*elems: float) -> SimpleNamespace:
-    """Nodes 0 -> 1 -> ... with these output elements, the last one the model's output."""
+def graph(elems: list[float], edges: list[tuple[int, int]], fed: tuple[int, ...] = (0,)) -> Graph:
+    """Nodes of these output elements joined by ``edges``; the nodes in ``fed`` read the data input."""
     n = len(elems)
-    return SimpleNamespace(num_nodes=n, edge_index=np.array([np.arange(n - 1), np.arange(1, n)]),
-                           out_elems=np.array(elems, float))
+    out = np.array(elems, float)
+    shape = np.zeros((n, 6), np.int64)
+    shape[:, 0] = 1
+    src, dst = (list(v) for v in zip(*edges)) if edges else ([], [])
+    return Graph(ops=["MatMul"] * n, edge_index=np.array([src, dst], np.int64).reshape(2, -1), macs=np.zeros(n),
+                 params=np.zeros(n), weight_bytes=np.zeros(n), out_bytes=out * 4, in_shape=shape, out_shape=shape.copy(),
+                 n_in=np.ones(n, np.int32), n_out=np.ones(n, np.int32),
+                 in_elems=np.array([8.0 if i in fed or any(d == i for _, d in edges) else 0.0 for i in range(n)]),
+                 out_elems=out, attrs=np.ones((n, 3), np.int64), static={"batch_size": 1})
+
+
+def chain(*elems: float) -> Graph:
+    """Nodes 0 -> 1 -> ... with these output elements, the last one the model's output."""
+    return graph(list(elems), [(i, i + 1) for i in range(len(elems) - 1)])
 
 
 def test_the_loss_reads_the_largest_output():
-    g = chain(10, 20, 7)
-    assert output_elements(g) == 7
-    branched = SimpleNamespace(num_nodes=3, edge_index=np.array([[0], [1]]), out_elems=np.array([5.0, 9.0, 4.0]))
-    assert output_elements(branched) == 9  # nodes 1 and 2 are both outputs
-    assert output_elements(SimpleNamespace(num_nodes=0, edge_index=np.zeros((2, 0)), out_elems=np.zeros(0))) == 0
+    assert output_elements(chain(10, 20, 7)) == 7
+    assert output_elements(graph([5.0, 9.0, 4.0], [(0, 1), (0, 2)])) == 9  # nodes 1 and 2 are both outputs
+    # a constant no node reads (a causal-mask buffer) is not what the loss reads
+    assert output_elements(graph([5.0, 4.0, 1e6], [(0, 1)])) == 4
 
 
 def test_a_vocabulary_streams_memory_and_a_class_score_costs_host_time():

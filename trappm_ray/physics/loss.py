@@ -23,6 +23,8 @@ from __future__ import annotations
 
 import numpy as np
 
+from trappm_ray.physics.graph_walk import walk
+
 HALF_OUTPUT = ("amp-fp16", "amp-bf16", "fp16", "bf16")  # logits in half: copied to fp32 and back
 # Per kernel: (bytes per output element, issued from Python at the host's per-kernel rate, run
 # only where the logits are half).
@@ -32,14 +34,15 @@ BACKWARD = ((4.0, True, False), (0.0, True, False), (12.0, True, False), (6.0, T
 
 
 def output_elements(graph) -> float:
-    """Elements of the output the loss reads: the largest tensor no node consumes (0: none)."""
+    """Elements of the output the loss reads: the largest tensor computed from the data input that
+    no node consumes (0: none; a constant left unconsumed, a causal-mask buffer, is no output)."""
     n = graph.num_nodes
     if not n:
         return 0.0
     consumed = np.zeros(n, bool)
     consumed[np.asarray(graph.edge_index[0], np.int64)] = True
-    sinks = np.flatnonzero(~consumed)
-    return float(np.max(np.asarray(graph.out_elems)[sinks])) if len(sinks) else 0.0
+    outputs = ~consumed & walk(graph).dep[:n]
+    return float(np.max(np.asarray(graph.out_elems)[outputs])) if outputs.any() else 0.0
 
 
 def loss_kernels(graph, precision: str, bandwidth: float, least_us: float, host_us: dict[str, float]
