@@ -133,11 +133,12 @@ def test_stores_the_physics_answer_and_bounds_by_kernel_class(trained, tmp_path)
         bounds = CorrectionBounds.from_dict(d)
         assert bounds.rows > 0 and all(lo <= hi for lo, hi in zip(bounds.low, bounds.high))
     dest = ship(trained["uri"], tmp_path / "rewritten")
-    rewrite_manifest(str(dest), m.replace(correction={}))
+    rewrite_manifest(str(dest), m.replace(correction={}, launch={}))
     labels = str(Path(trained["uri"]).parents[2] / "labels")
     out = write_correction(LabelsOfPredictor(uri=str(dest), labels=labels, device="test-gpu-amp"))
     again = P.Predictor.load(dest).manifest  # the weights' hash still holds
     assert again.correction == m.correction == out["correction"]
+    assert again.launch == m.launch == out["launch"] and m.launch  # the host's time per kernel too
 
 
 def test_auxiliary_rows_never_include_a_held_architecture():

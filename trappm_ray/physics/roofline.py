@@ -58,7 +58,7 @@ from trappm_ray.physics.folded_norm import guess_folded_norm
 from trappm_ray.physics.autocast import FP32, FP32_OPS, FP32_RESULT_OPS
 from trappm_ray.physics.graph_walk import kept, walk
 from trappm_ray.physics.units import (FREE, MATMUL_OPS, SOFTMAX, TENSOR, VECTOR, attends, attention_scores,
-                                      misaligned, node_classes)
+                                      kept_on_chip, misaligned, node_classes)
 
 log = logging.getLogger(__name__)
 
@@ -190,10 +190,9 @@ def _forward_work(graph, precision: str, cls: np.ndarray, folded: np.ndarray, fu
         elem_bytes = np.full(n + 1, float(act))  # index n: the data input
         if act == 2:  # pure half: these ops' results in fp32
             elem_bytes[[i for i, op in enumerate(graph.ops) if op in FP32_OPS or op in FP32_RESULT_OPS]] = 4.0
-    on_chip = attention_scores(graph, tensors, cls) if fused_attention else np.zeros(n, bool)
-    softmax = on_chip & np.array([op == "Softmax" for op in graph.ops], bool)
-    if fused_attention == SOFTMAX:  # the scores stored, the scale and masks fused into the softmax
-        on_chip = on_chip & (cls != TENSOR) & ~softmax
+    on_chip = kept_on_chip(graph, fused_attention, tensors, cls)
+    softmax = attention_scores(graph, tensors, cls) & np.array([op == "Softmax" for op in graph.ops], bool)
+    if fused_attention == SOFTMAX:  # the scores stored, the scale and masks fused into the softmax,
         elem_bytes[:n][softmax] = act  # which writes half-precision probabilities
     stored = np.append(tensors.real[:n] & ~on_chip, True)
     sized, in_memory = (tensors.elems * elem_bytes).tolist(), stored.tolist()  # lists: cheap per element

@@ -97,6 +97,27 @@ def _attention_scores(graph, tensors, cls: np.ndarray | None) -> np.ndarray:
     return mask
 
 
+def kept_on_chip(graph, fused_attention: bool | str, tensors=None, cls: np.ndarray | None = None) -> np.ndarray:
+    """Per node, True where a fused attention kernel keeps the node's output on chip and runs its
+    work inside itself: the whole score chain under FlashAttention (``fused_attention=True``:
+    ``q @ k^T``, scale, masks and softmax are one kernel with ``p @ v``), the scale and masks under
+    Megatron-LM's fused softmax (:data:`SOFTMAX`: the score product and the softmax stay kernels of
+    their own), none in eager attention (False). Such a node's output never reaches device memory
+    and it issues no kernel of its own.
+
+    Args:
+        graph, tensors, cls: as :func:`attention_scores`.
+        fused_attention: the attention's kernels (True, :data:`SOFTMAX` or False).
+    """
+    scores = attention_scores(graph, tensors, cls)
+    if not fused_attention:
+        return np.zeros(len(scores), bool)
+    if fused_attention == SOFTMAX:
+        cls = node_classes(graph) if cls is None else cls
+        return scores & (cls != TENSOR) & ~np.array([op == "Softmax" for op in graph.ops], bool)
+    return scores
+
+
 def misaligned(graph) -> np.ndarray:
     """Per node, True for a matrix product with an odd inner or output dimension (kept in
     ``graph.derived``): its rows are not 4-byte aligned in half precision (8-byte in fp32), so
@@ -133,4 +154,4 @@ def attends(graph) -> bool:
 
 
 __all__ = ["FREE", "VECTOR", "TENSOR", "FREE_OPS", "MATMUL_OPS", "SOFTMAX", "node_classes", "attention_scores",
-           "misaligned", "attends"]
+           "kept_on_chip", "misaligned", "attends"]

@@ -289,16 +289,19 @@ def write_anchors(cfg: LabelsOfPredictor) -> dict:
 
 
 def write_correction(cfg: LabelsOfPredictor) -> dict:
-    """Fit the device's correction bounds (:func:`~trappm_ray.train.correction_fit.correction_bounds`)
-    and layout factors (:func:`layout_factors`) and store them in the manifest at ``cfg.uri`` (its
-    networks untouched), as :func:`train_gpu_predictor` does."""
+    """Fit what the step model reads from the device's labels, the host's time per kernel
+    (:func:`trappm_ray.model.launch.profiles`), the correction bounds
+    (:func:`~trappm_ray.train.correction_fit.correction_bounds`) and the layout factors
+    (:func:`layout_factors`), and store them in the manifest at ``cfg.uri`` (its networks
+    untouched), as :func:`train_gpu_predictor` does."""
     manifest = read_manifest(cfg.uri)
     index = graph_index(cfg.labels, cfg.corpora)
     ex, _ = examples(cfg.labels, cfg.corpora, (cfg.device,), index)
-    bounds = correction_bounds(ex, index, manifest.launch)
+    profiles = launch.profiles(ex)
+    bounds = correction_bounds(ex, index, profiles)
     layout = layout_factors(ex, index, manifest)
-    rewrite_manifest(cfg.uri, manifest.replace(correction=bounds, layout=layout))
-    return {"uri": cfg.uri, "examples": len(ex), "correction": bounds, "layout": layout}
+    rewrite_manifest(cfg.uri, manifest.replace(launch=profiles, correction=bounds, layout=layout))
+    return {"uri": cfg.uri, "examples": len(ex), "launch": profiles, "correction": bounds, "layout": layout}
 
 
 def layout_factors(ex: list[dict], index: dict, manifest: Manifest) -> dict[str, dict]:
