@@ -47,7 +47,8 @@ def test_micro_batch_ratios_are_scale_free_within_each_layout():
 
 def test_layer_fits_split_an_iteration_into_its_blocks_and_the_rest():
     def row(layers: int, tp: int, measured: float, predicted: float, gpus: int = 1) -> dict:
-        return {"row": f"h1024 L{layers} tp{tp} pp1 dp{gpus} mb1 gb8", "measured_ms": measured, "predicted_ms": predicted}
+        return {"hidden": 1024, "layers": layers, "tp": tp, "pp": 1, "dp": gpus, "micro_batch": 1, "global_batch": 8,
+                "multi_node": tp * gpus > 8, "measured_ms": measured, "predicted_ms": predicted}
     # measured: 40 ms of rest (5 a micro-batch over 8 micro-batches) + 10 a block; answered 8 + 12 a block
     found = [row(n, 1, 40.0 + 10 * n, 8.0 + 12 * n) for n in (12, 16, 20)]
     found += [row(n, 2, 1.0, 1.0) for n in (12, 16)]  # two block counts: no line

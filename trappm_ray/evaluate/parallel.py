@@ -20,7 +20,6 @@ no communication and no pipeline bubble.
 from __future__ import annotations
 
 import logging
-import re
 from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -141,7 +140,8 @@ def evaluate(rows: list[Run], stacked: dict[tuple, Stack]) -> tuple[list[dict], 
         lo = r.layout
         name = f"h{r.hidden} L{r.layers} tp{lo.tp} pp{lo.pp} dp{lo.dp} mb{lo.micro_batch} gb{lo.global_batch}"
         found.append({"row": name, "layouts_of": f"h{r.hidden} L{r.layers} {lo.gpus} GPUs gb{lo.global_batch}",
-                      "micro_batch": lo.micro_batch,
+                      "hidden": r.hidden, "layers": r.layers, "tp": lo.tp, "pp": lo.pp, "dp": lo.dp,
+                      "micro_batch": lo.micro_batch, "global_batch": lo.global_batch, "multi_node": r.multi_node,
                       "measured_ms": r.measured_ms, "predicted_ms": est.total_ms, "ideal_ms": ideal,
                       **{f"breakdown_{k}": v for k, v in est.to_dict().items()}})
         groups = ["all", "many nodes" if r.multi_node else "one node",
@@ -199,22 +199,16 @@ def micro_batch_ratios(found: list[dict], answer: str = "predicted_ms") -> dict:
             "mape": float(e.mean() * 100) if e.size else float("nan"), "worst": float(e.max() * 100) if e.size else float("nan")}
 
 
-ROW = re.compile(r"h(\d+) L(\d+) tp(\d+) pp(\d+) dp(\d+) mb(\d+) gb(\d+)")
-
-
-def layer_fits(found: list[dict], gpus_per_node: int = 8) -> dict[int, dict[str, float]]:
+def layer_fits(found: list[dict]) -> dict[int, dict[str, float]]:
     """Where one node's error sits: within each layout, micro-batch and global batch measured at 3
     or more block counts, the iteration's line over the blocks, ``t = rest + per_block x L``, of
     the measurements and of the answers; per tensor-parallel size the medians of the rest per
     micro-batch (measured, answered, ms) and of the answered / measured time a block adds."""
     lines: dict[tuple, list[tuple[int, float, float]]] = defaultdict(list)
     for row in found:
-        named = ROW.match(row["row"])
-        if named is None:
-            continue
-        h, blocks, tp, pp, dp, mb, gb = (int(v) for v in named.groups())
-        if tp * pp * dp <= gpus_per_node:
-            lines[(h, tp, pp, dp, mb, gb)].append((blocks, row["measured_ms"], row["predicted_ms"]))
+        if not row["multi_node"]:
+            key = tuple(row[k] for k in ("hidden", "tp", "pp", "dp", "micro_batch", "global_batch"))
+            lines[key].append((row["layers"], row["measured_ms"], row["predicted_ms"]))
     per_tp: dict[int, list[tuple[float, float, float]]] = defaultdict(list)
     for (_, tp, _, dp, mb, gb), points in lines.items():
         if len({b for b, _, _ in points}) < 3:
