@@ -53,10 +53,13 @@ def test_a_busy_gpu_draws_in_proportion_to_its_units_and_is_held_at_its_limit():
     p100, v100, h200 = (devices.get(s) for s in ("p100-pcie-16gb", "v100-pcie-32gb", "h200-sxm-141gb"))
     assert model.busy_w(v100) / model.busy_w(p100) == pytest.approx(14 / 9.3)
     assert "9.3 fp32 TFLOP/s" in W.power_basis(model, p100) and "TDP" in W.power_basis(W.PowerModel(), p100)
-    # one long kernel, no host gap: 67 TFLOP/s x 12 W is more than its 700 W allow
+    # one long kernel, no host gap: 67 TFLOP/s x 12 W is more than its 700 W allow; held there at
+    # full clock (its boost clock is the one its busy units hold within the TDP)
     step = StepEstimate.of(np.zeros(1), np.array([1e4]), np.array([1e3]), np.ones(1), (1, 0, 0), 1.0)
     est = W.step_power(step, h200, model)
-    assert est.power_w == pytest.approx(h200.tdp_w, rel=1e-3) and est.clock < 1.0
+    assert est.power_w == pytest.approx(h200.tdp_w, rel=1e-3) and est.clock == 1.0
+    assert model.clock_w(h200) == pytest.approx(h200.tdp_w - W.board_power(h200)[0])
+    assert model.clock_w(h200) < model.busy_w(h200)
     unfitted = W.step_power(_step(256), v100, W.PowerModel())  # a busy GPU draws its TDP
     assert unfitted.power_w <= v100.tdp_w and unfitted.power_w > 0.8 * v100.tdp_w
 
@@ -107,3 +110,16 @@ def test_below_the_voltage_floor_a_deeper_cap_costs_more_time_than_the_cubic_law
     deep = [W.step_power(step, spec, m, 100.0) for m in (cubic, floored)]
     assert deep[1].clock < deep[0].clock and deep[1].step_ms > deep[0].step_ms
     assert deep[1].power_w == pytest.approx(100.0, rel=1e-3)
+
+
+def test_a_limit_lowers_the_clock_from_full_on_a_gpu_whose_units_outdraw_its_tdp():
+    """An RTX 4090's 82.6 fp32 TFLOP/s x 12.85 W is 1,061 W on a 450 W board: at 300 W its clock
+    falls from full by what 300 of 450 W allow, not from the 0.55 the unbounded draw would read."""
+    model, spec = W.PowerModel(12.85, voltage_floor=0.9), devices.get("rtx4090")
+    step = StepEstimate.of(np.zeros(1), np.array([1e4]), np.array([1e3]), np.ones(1), (1, 0, 0), 1.0)
+    free, capped = W.step_power(step, spec, model), W.step_power(step, spec, model, 300.0)
+    idle, tdp = W.board_power(spec)
+    assert free.clock == 1.0 and free.power_w == pytest.approx(tdp)
+    assert model.clock_factor(capped.clock) == pytest.approx((300.0 - idle) / (tdp - idle), rel=1e-3)
+    assert 0.7 < capped.clock < 0.8 and capped.power_w == pytest.approx(300.0, rel=1e-3)
+    assert capped.step_ms / free.step_ms == pytest.approx(1 / capped.clock, rel=1e-3)  # compute-bound

@@ -200,8 +200,8 @@ def campaign(labels_dir: str, model: PowerModel) -> tuple[dict[str, dict], dict[
             spec = devices.get(r["device_spec"])
             step, watts = step_time(graph, spec, row_setting(r), "train"), mean_train_power_w(r) or np.nan
             busy, answer = answered_busy(step, r["train_step_ms"]), step_power(step, spec, model)
-            clock = (answer.clock * spec.boost_clock_mhz / r["sm_clock_mhz"]  # where the limit binds
-                     if r.get("sm_clock_mhz") and spec.boost_clock_mhz and answer.clock < 1 else np.nan)
+            clock = (answer.clock * spec.boost_clock_mhz / r["sm_clock_mhz"]
+                     if r.get("sm_clock_mhz") and spec.boost_clock_mhz else np.nan)
             row = (answer.power_w / watts - 1, step_power(step, spec, model, busy=busy).power_w / watts - 1,
                    f"{r['arch']}@{r['resolution']} b{r['batch_size']}", clock)
             ratios[spec.slug].append(1 / (1 + row[0]))

@@ -46,9 +46,8 @@ def markdown(result: dict, seconds: float) -> str:
                   "(fitted on Zeus alone) as the product answers them: the step model's busy share, no measured "
                   "time. 'With the measured time': the busy share from the measured step instead (what is left "
                   "of the error when the time is right). Per setting and the worst rows in "
-                  "`docs/results-campaign.md`. 'SM clock': on the rows whose answer holds the GPU below its full "
-                  "clock (its units would draw more than the 700 W limit), that clock over the mean SM clock NVML "
-                  "read during the timed steps, median (rows).", "",
+                  "`docs/results-campaign.md`. 'SM clock': the clock the answer holds the GPU at over the mean SM "
+                  "clock NVML read during the timed steps (both as shares of the boost clock), median (rows).", "",
                   "| GPU, rows | rows | MAPE | median | p90 | median signed | worst | worst row | MAPE with the measured time "
                   "| SM clock, answered / measured |", "|---|---|---|---|---|---|---|---|---|---|"]
         for g, v in result["campaign"].items():
@@ -57,7 +56,7 @@ def markdown(result: dict, seconds: float) -> str:
                          f"{v['worst_row']} | {v['timed_mape']:.1f}% | "
                          f"{'-' if v['clock_ratio'] is None else format(v['clock_ratio'], '.2f')} ({v['clock_rows']}) |")
         lines.append("")
-    f, h200 = result["fitted"], devices.get("h200-sxm-141gb")
+    f, h200, rtx4090 = result["fitted"], devices.get("h200-sxm-141gb"), devices.get("rtx4090")
     lines += ["## What ships", "",
               f"{f['w_per_tflop']:.2f} W per fp32 TFLOP/s of peak while busy, fitted on every row below its "
               f"limit, and a voltage floor of {f['voltage_floor']:.2f} of the full-clock voltage, fitted on the "
@@ -81,18 +80,20 @@ def markdown(result: dict, seconds: float) -> str:
               "letting them stretch held out no better).", "",
               "Why peak throughput and not TDP: on the same GPU-bound steps the P100 draws about 0.65 of its "
               "250 W, the V100 and the RTX 6000 about 0.9 of theirs; the P100 has 9.3 fp32 TFLOP/s behind "
-              "its 250 W, the V100 14. A GPU whose units would draw more than its limit runs at a lower "
-              f"clock: an H200's {h200.peak_fp32_tflops:g} TFLOP/s would "
-              f"draw {f['w_per_tflop'] * h200.peak_fp32_tflops:.0f} W above idle, held at its {h200.tdp_w:.0f} W, "
-              "where its campaign rows measure 620-690 W on busy training steps (the section above). The power "
-              "answer holds there, the clock does not: on the rows it answers at the cap the model reads the "
-              "SM clock at 0.90 of full where NVML measured 0.99 (the table's last column), so a Hopper's "
-              "busy draw at full clock is near its TDP, not the 1.3x of it the weight reads, and the slowdown "
-              "a lower limit brings is read from too low a clock. Taking the busy draw as at most TDP less "
-              "idle instead reads the clock right and the power worse (16.1% MAPE, median -6.6%: "
-              "a step the model calls partly busy draws more than that share of the TDP). The weight "
-              "does not carry to every architecture: an L4's 30 fp32 TFLOP/s (Ada doubled its fp32 lanes) "
-              "would read 390 W busy on a 72 W board, held there at a low clock.", "",
+              "its 250 W, the V100 14. The weight does not set the clock, though: an H200's "
+              f"{h200.peak_fp32_tflops:g} TFLOP/s would draw {f['w_per_tflop'] * h200.peak_fp32_tflops:.0f} W above "
+              f"idle, more than its {h200.tdp_w:.0f} W allow, where its campaign rows measure 620-690 W on busy "
+              "training steps at 0.99 of the boost clock; held at the TDP by that draw, its clock would read about "
+              "0.9 of full, and a GPU that doubled its fp32 lanes without doubling its power (Ampere's GA10x, Ada) "
+              f"far less: an RTX 4090's {f['w_per_tflop'] * rtx4090.peak_fp32_tflops:.0f} W on a "
+              f"{rtx4090.tdp_w:.0f} W board. So the clock a limit leaves is solved with the busy units' draw at full "
+              "clock taken as at most the TDP less idle power (a board's boost clock is the one its busy units hold "
+              "within its TDP), and the power is the weight's draw at that clock, held at the limit: the table's "
+              "last column. Taking the TDP-bounded draw for the power too (a variant of this job run on 2026-12-01) reads "
+              "the H200 worse (16.5% MAPE, "
+              "median -7.5%: a step the model calls partly busy draws more than that share of the TDP). No "
+              "measured limit sweep of such a GPU is in the labels: the slowdown a limit brings on it is the "
+              "voltage-floor law fitted on Zeus's older GPUs, from full clock.", "",
               "The fit weights each Zeus row by the share of its measured iteration the GPU worked at the "
               "rates the step model assumes (the model's device time over the epoch's time per iteration, at "
               "most 1; samples per epoch in `trappm_ray/labels/public_power.py`): a GPU waiting on its data loader draws near idle "

@@ -14,7 +14,12 @@ follows the clock down to the lowest voltage the chip runs at, ``v_floor``; belo
 clock falls, and power with it only linearly, so a deep cap slows a step far more than the
 clock-cubed law reads (Zeus, You et al. NSDI'23, measured 2.4-2.7x at 100 W on a 260 W RTX 6000).
 Compute stretches by ``1 / s``, memory traffic does not, so a memory-bound step barely slows.
-The board's default limit is its TDP, so a GPU whose units would draw more is held there.
+The board's default limit is its TDP, so a GPU whose units would draw more is held there. The
+clock answers the limit with the units' draw at full clock taken as at most the TDP less idle
+power (:meth:`PowerModel.clock_w`): a board's boost clock is the one its busy units hold within
+its TDP (the H200 ran its busy steps at 0.99 of it at 700 W), and ``w x F32`` reads more than the
+TDP on GPUs that doubled their fp32 lanes without doubling their power (Ampere's GA10x, Ada,
+Hopper: an RTX 4090 would be held at 0.55 of its clock at 450 W, and a 300 W limit would read 0.29).
 
 Why the units' throughput, not the TDP: on the same device-bound training steps a P100 draws 0.65
 of its 250 W, a V100 and an RTX 6000 0.9 of theirs, and an H200 0.9-0.98 of 700 W
@@ -102,6 +107,15 @@ class PowerModel:
         if not spec.peak_fp32_tflops:
             raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no power model")
         return self.w_per_tflop * spec.peak_fp32_tflops
+
+    def clock_w(self, spec: devices.DeviceSpec) -> float:
+        """Dynamic power (W) of ``spec``'s busy units at full clock as the clock answers a limit:
+        :meth:`busy_w`, at most the TDP less idle power. A board's boost clock is the clock its busy
+        units hold within its TDP: the H200 campaign's busy training steps ran at 0.99 of boost
+        at 700 W (NVML), where :meth:`busy_w`'s 861 W would hold them at 0.90, and an RTX 4090's
+        1,061 W at 0.55 (Ada doubled its fp32 lanes, not its power)."""
+        idle, tdp = board_power(spec)
+        return min(self.busy_w(spec), tdp - idle)
 
     def clock_factor(self, clock: float) -> float:
         """Dynamic power at ``clock`` (a share of full) over that at full clock: f V^2, the
@@ -192,34 +206,42 @@ def busy_share(step: StepEstimate, clock: float = 1.0, busy: float | None = None
 
 
 def power_at(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel, clock: float = 1.0,
-             busy: float | None = None) -> tuple[float, float]:
-    """(average W, step ms) of ``step`` on ``spec`` with the SMs at ``clock`` (``busy``: :func:`busy_share`)."""
+             busy: float | None = None, units_w: float | None = None) -> tuple[float, float]:
+    """(average W, step ms) of ``step`` on ``spec`` with the SMs at ``clock`` (``busy``: :func:`busy_share`;
+    ``units_w``: the busy units' draw at full clock, :meth:`PowerModel.busy_w` where None)."""
     idle, _ = board_power(spec)
     share, total_ms = busy_share(step, clock, busy)
-    return idle + share * model.busy_w(spec) * model.clock_factor(clock), total_ms
+    units = model.busy_w(spec) if units_w is None else units_w
+    return idle + share * units * model.clock_factor(clock), total_ms
 
 
 def step_power(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel = PowerModel(),
                limit_w: float | None = None, busy: float | None = None) -> PowerEstimate:
     """The step's average power and time under ``limit_w`` (None: the board's TDP, its default
-    limit): the highest clock whose power meets the limit (bisection; power grows with clock).
-    ``busy``: the measured busy share (:func:`busy_share`; None: the step model's)."""
+    limit). The clock is the highest whose draw (the units' at most the TDP's, :meth:`PowerModel.clock_w`)
+    meets the limit (bisection; power grows with clock); the power is the units' draw at that
+    clock (:meth:`PowerModel.busy_w`), held at the limit. ``busy``: the measured busy share
+    (:func:`busy_share`; None: the step model's)."""
     idle, tdp = board_power(spec)
     limit = tdp if limit_w is None else float(limit_w)
     if limit <= idle:
         raise ValueError(f"a power limit of {limit:.0f} W is below the {spec.name}'s idle power ({idle:.0f} W)")
-    power, ms = power_at(step, spec, model, 1.0, busy)
-    if power <= limit:
-        return PowerEstimate(power, ms, 1.0, limit, idle, tdp)
+    units = model.clock_w(spec)
+
+    def estimate(clock: float) -> PowerEstimate:
+        drawn, ms = power_at(step, spec, model, clock, busy)
+        held = max(limit, power_at(step, spec, model, clock, busy, units)[0])  # above it at the least clock
+        return PowerEstimate(min(drawn, held), ms, clock, limit, idle, tdp)
+
+    if power_at(step, spec, model, 1.0, busy, units)[0] <= limit:
+        return estimate(1.0)
     lo, hi = LEAST_CLOCK, 1.0
-    if power_at(step, spec, model, lo, busy)[0] > limit:
-        power, ms = power_at(step, spec, model, lo, busy)
-        return PowerEstimate(power, ms, lo, limit, idle, tdp)
+    if power_at(step, spec, model, lo, busy, units)[0] > limit:
+        return estimate(lo)
     for _ in range(40):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if power_at(step, spec, model, mid, busy)[0] <= limit else (lo, mid)
-    power, ms = power_at(step, spec, model, lo, busy)
-    return PowerEstimate(power, ms, lo, limit, idle, tdp)
+        lo, hi = (mid, hi) if power_at(step, spec, model, mid, busy, units)[0] <= limit else (lo, mid)
+    return estimate(lo)
 
 
 def fit(rows: list[tuple[StepEstimate, devices.DeviceSpec, float, float | None]]) -> PowerModel:
@@ -250,7 +272,7 @@ def fit_voltage_floor(model: PowerModel, rows: list[tuple[StepEstimate, devices.
     for step, spec, limit, reference, slowdown in rows:
         share, ms = np.array([busy_share(step, c) for c in clocks]).T
         idle, _ = board_power(spec)
-        tables.append((idle, share * model.busy_w(spec), ms, limit, reference, slowdown))
+        tables.append((idle, share * model.clock_w(spec), ms, limit, reference, slowdown))
     floors = np.linspace(*VOLTAGE_FLOORS, 71)
     loss = []
     for floor in floors:
