@@ -310,6 +310,18 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
                   "short and one with many blocks long. What the rest holds beyond the step model's output layer, "
                   "loss and optimizer (Megatron's per-micro-batch data and mask preparation, its loss scaling and "
                   "gradient clipping, the embedding's gradient) is not modelled.", ""]
+        two = layers.get(2)
+        if two:
+            lines += [f"The measured rest falls {one['rest_measured_ms'] / two['rest_measured_ms']:.1f}x from one "
+                      f"GPU to two where the answer falls {one['rest_answered_ms'] / two['rest_answered_ms']:.1f}x: "
+                      "more than halving the output layer and the loss explains. vTrain's own "
+                      "simulator builds that layer from its default vocabulary of 50,257 words split evenly over "
+                      "the tensor-parallel GPUs (`src/model/gpt_model.py` @ f8dda84): an odd-sized product on one "
+                      "GPU only (25,128 columns each on two). If the measured runs did the same, their one-GPU "
+                      "output layer ran without aligned tensor-core loads; how fast an A100 runs such a product "
+                      "is measured nowhere here (the H200's ran at about its CUDA cores' rate, "
+                      "`physics/units.misaligned`, which on an A100 would read this rest several times too long), "
+                      "so the vocabulary stays padded and the rest short.", ""]
     return "\n".join(lines)
 
 
