@@ -310,7 +310,7 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
                   "short and one with many blocks long. What the rest holds beyond the step model's output layer, "
                   "loss and optimizer (Megatron's per-micro-batch data and mask preparation, its loss scaling and "
                   "gradient clipping, the embedding's gradient) is not modelled.", ""]
-        two = layers.get(2)
+        two = (layers or {}).get(2)
         if two:
             lines += [f"The measured rest falls {one['rest_measured_ms'] / two['rest_measured_ms']:.1f}x from one "
                       f"GPU to two where the answer falls {one['rest_answered_ms'] / two['rest_answered_ms']:.1f}x: "
