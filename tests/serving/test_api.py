@@ -258,6 +258,19 @@ def test_zero_and_fsdp_shard_any_graphs_data_parallel_step():
     floors = [p.floors["train_memory_mb"] for p in staged.values()]
     assert floors == sorted(floors, reverse=True) and all(m >= f for m, f in zip(memory[1:], floors))
     assert all(p.train_step_ms.value > 0 and p.throughput_samples_s > 0 for p in staged.values())
+    # the step: one GPU's, plus what the collectives leave exposed, less the optimizer update sharding saves
+    one = P.predict(SAMPLE_FILE, 64, device="a100", optimizer="adamw")
+    for p in (dp, *staged.values()):
+        d = p.distributed
+        assert d["exposed_allreduce_ms"] >= 0 and d["optimizer_saved_ms"] >= 0
+        assert p.train_step_ms.value == pytest.approx(
+            one.train_step_ms.value + d["exposed_allreduce_ms"] - d["optimizer_saved_ms"])
+    assert dp.distributed["optimizer_saved_ms"] == 0 < staged["zero1"].distributed["optimizer_saved_ms"]
+    # what a GPU sends: DDP all-reduces fp32 gradients; ZeRO-1/2 reduce-scatter them and gather the half
+    # weights once (3/4 of it), FSDP gathers them for the forward and the backward (as much)
+    sent = {k: p.distributed["network_bytes_per_gpu"] for k, p in {"dp": dp, **staged}.items()}
+    assert sent["zero1"] == sent["zero2"] == pytest.approx(0.75 * sent["dp"])
+    assert sent["fsdp"] == pytest.approx(sent["dp"])
     assert any("ZeRO-3 (FSDP): each GPU keeps 1/8 of the weights" in n for n in staged["fsdp"].notes)
     assert any("not checked against measured ZeRO or FSDP steps" in n for n in staged["zero1"].notes)
     with pytest.raises(errors.BadOption, match="ZeRO 3 shards over data-parallel GPUs"):

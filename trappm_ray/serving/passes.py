@@ -60,17 +60,23 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     backward, forward = share * step.backward_span_ms / accum, share * step.forward_span_ms / accum
     grad_bytes = 4 * params  # fp32 gradients, also under AMP
     buckets = gradient_buckets(graph, spec, setting["precision"])
+    ring = (gpus - 1) / gpus  # what one GPU sends in a ring reduce-scatter or all-gather, per byte reduced
     if zero:
         master, _, low = PRECISIONS[setting["precision"]]  # the weights gathered are those the kernels run in
-        total, exposed = sharded_sync_ms(grad_bytes, params * (low or master), forward, backward, gpus, cluster,
+        weight_bytes = params * (low or master)
+        total, exposed = sharded_sync_ms(grad_bytes, weight_bytes, forward, backward, gpus, cluster,
                                          zero, buckets, passes=accum)
-        exposed -= share * step.optimizer_ms * (1 - 1 / gpus)  # each GPU updates its share of the parameters
+        saved = share * step.optimizer_ms * (1 - 1 / gpus)  # each GPU updates its share of the parameters
+        # ZeRO-1/2: the gradients reduce-scattered, the weights gathered once; ZeRO-3 gathers them for
+        # the forward and the backward of every pass (sharded_sync_ms's terms)
+        sent = ring * (grad_bytes + weight_bytes if zero < 3 else accum * (grad_bytes + 2 * weight_bytes))
     else:
         total = allreduce_ms(grad_bytes, gpus, cluster)
         exposed = exposed_allreduce_ms(grad_bytes, backward, gpus, cluster, buckets=buckets)
+        saved, sent = 0.0, 2 * ring * grad_bytes
     if p.train_step_ms is not None:
-        e = p.train_step_ms
-        p.train_step_ms = Estimate(e.value + exposed, e.low + exposed, e.high + exposed, e.std, e.unit)
+        e, change = p.train_step_ms, exposed - saved
+        p.train_step_ms = Estimate(e.value + change, e.low + change, e.high + change, e.std, e.unit)
     if p.train_memory_mb is not None:
         extra, kept = data_parallel_memory(graph, setting, gpus, zero)
         if kept is not None:
@@ -82,8 +88,8 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
     layout = ("dp", "zero1", "zero2", "fsdp")[zero]
     nodes, p.options = -(-gpus // cluster.gpus_per_node), {**p.options, "gpus": gpus, "zero": zero}  # one GPU's step on each
     p.distributed = {"gpus": gpus, "nodes": nodes, "cluster": cluster.slug, "global_batch": gpus * p.batch_size * accum,
-                     "allreduce_ms": total, "exposed_allreduce_ms": exposed, "parallel": layout, "zero": zero,
-                     "network_bytes_per_gpu": 2 * (gpus - 1) / gpus * grad_bytes * (1.5 if zero == 3 else 1.0)}
+                     "allreduce_ms": total, "exposed_allreduce_ms": exposed, "optimizer_saved_ms": saved,
+                     "parallel": layout, "zero": zero, "network_bytes_per_gpu": sent}
     where = (f"data parallel over {gpus} GPUs on {nodes} node(s) of {cluster.name} (batch {p.batch_size} per GPU, "
              f"{gpus * p.batch_size * accum} in all per step)")
     if not zero:
@@ -92,9 +98,9 @@ def with_data_parallel(p: Prediction, graph: Graph, spec: DeviceSpec, setting: d
                 f"data-parallel steps read 3-11% off on one node, 7-9% across 2-4 nodes (docs/results-distributed.md)")
     sharded = ("optimizer state", "optimizer state and gradients", "weights, gradients and optimizer state")[zero - 1]
     return (f"{where}, ZeRO-{zero}{' (FSDP)' if zero == 3 else ''}: each GPU keeps 1/{gpus} of the {sharded} and updates "
-            f"its share of the parameters; its collectives ({total:.3g} ms) change the step by {exposed:+.3g} ms where the "
-            f"passes do not hide them; derived from the DDP model and the CUDA memory model, not checked against "
-            f"measured ZeRO or FSDP steps")
+            f"its share of the parameters; its collectives ({total:.3g} ms) add {exposed:.3g} ms the passes do not hide, "
+            f"and updating 1/{gpus} of the parameters saves {saved:.3g} ms; derived from the DDP model and the CUDA "
+            f"memory model, not checked against measured ZeRO or FSDP steps")
 
 
 def with_power(p: Prediction, graph: Graph, spec: DeviceSpec, setting: dict, limit_w: float | None) -> list[str]:
