@@ -301,7 +301,8 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
               "vocabulary padded to 50,304 as Megatron pads it, Megatron's defaults for attention (fused "
               "softmax, no FlashAttention, dropout 0.1); the cross-entropy over the vocabulary is PyTorch's "
               "fp32 passes (`physics/loss.py`), each tensor-parallel GPU's share of the vocabulary.", ""]
-    one = (layers or {}).get(1)
+    fits = layers or {}
+    one, two = fits.get(1), fits.get(2)
     if one:  # what the table of blocks against the rest says, in words
         lines += [f"Without tensor parallelism a block reads {one['block_ratio']:.2f}x its measured time (median) "
                   "while the rest of an "
@@ -310,7 +311,6 @@ def markdown(found: list[dict], summary: dict[str, dict[str, ErrorSummary]], sec
                   "short and one with many blocks long. What the rest holds beyond the step model's output layer, "
                   "loss and optimizer (Megatron's per-micro-batch data and mask preparation, its loss scaling and "
                   "gradient clipping, the embedding's gradient) is not modelled.", ""]
-        two = (layers or {}).get(2)
         if two:
             lines += [f"The measured rest falls {one['rest_measured_ms'] / two['rest_measured_ms']:.1f}x from one "
                       f"GPU to two where the answer falls {one['rest_answered_ms'] / two['rest_answered_ms']:.1f}x: "
