@@ -188,7 +188,16 @@ start() {
 
     local osd_uuid
     osd_uuid=$(new_uuid)
-    [[ $(ceph_ osd new "$osd_uuid") == 0 ]] || fail "ceph osd new did not return id 0"
+    # A monitor a moment old can refuse its first command (EPERM: "problem getting command
+    # descriptions from mon": a clean-clone CI run on 2026-12-01); with the same uuid a retried
+    # osd new returns the same id.
+    local i id=
+    for ((i = 1; i <= 5; i++)); do
+        id=$(ceph_ osd new "$osd_uuid" 2>>"$DIR/log/commands.log") && [[ $id == 0 ]] && break
+        echo "attempt $i of 'ceph osd new' answered '$id'" >>"$DIR/log/commands.log"
+        sleep "$i"
+    done
+    [[ $id == 0 ]] || fail "ceph osd new did not return id 0"
     ceph-osd -i 0 --mkfs --osd-uuid "$osd_uuid" 2>>"$DIR/log/daemons.err" \
         || fail "ceph-osd --mkfs failed"
     # chooseleaf type 0 lets the OSD sit right under the root, no host bucket.
