@@ -434,7 +434,8 @@ def test_a_tf32_step_rests_on_the_reference_amp_answer():
     from the reference's AMP answer (the spec model's own TF32 answer, moved from fp32, read the
     H200 campaign's ViT-B TF32 steps 1.2x AMP where they measured 2x), so where the device sets
     the step it is never below AMP, and never above true fp32."""
-    runs = {p: P.predict("data/sample/onnx/densenet121@64.onnx", 1024, device="h100-sxm5-80gb", precision=p,
+    # at batch 2048: up to 1024 the host's issue of its ~430 kernels sets the AMP step (43 ms)
+    runs = {p: P.predict("data/sample/onnx/densenet121@64.onnx", 2048, device="h100-sxm5-80gb", precision=p,
                          optimizer="adamw") for p in ("amp-bf16", "tf32", "fp32")}
     assert runs["amp-bf16"].train_step_ms.value < runs["tf32"].train_step_ms.value < runs["fp32"].train_step_ms.value
     assert any("precision tf32, optimizer adamw: its reference predictor's labels do not hold it; the answer in "

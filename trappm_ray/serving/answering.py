@@ -119,7 +119,7 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
         items, slots = passes.setdefault(id(chosen), (chosen, [], {}))[1:]
         # away from the anchor physics answers from the anchor's row: the network runs at the
         # batch asked only for a target the step model does not carry
-        moved = bool(anchor) and anchor != batch and set(chosen.targets) <= set(STEP_MODES)
+        moved = bool(anchor) and anchor != batch and bool(above) and set(chosen.targets) <= set(STEP_MODES)
         asked = (*above,) if moved else (graph, *above)
         # a setting no label holds moves last, at the batch asked: the anchor answers in the
         # labels' setting and the batch moves in it (at the anchor a setting's ratio carries that
@@ -129,23 +129,23 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
         for g, key in zip(asked, keys):
             slots.setdefault(key, (len(slots), g, learned_in))
         items.append((i, proto, sha, graph, setting, learned_in, [int(g.static["batch_size"]) for g in above],
-                      bool(anchor), ([None] if moved else []) + keys))
+                      anchor, ([None] if moved else []) + keys))
     for chosen, items, slots in passes.values():
         rows = chosen.predict_graphs([g for _, g, _ in slots.values()], [s for *_, s in slots.values()])
         spec, host = gpu_spec(chosen), step_host_us(chosen.manifest.launch)
-        for i, proto, sha, graph, setting, learned_in, batches, on_gpu, keys in items:
+        for i, proto, sha, graph, setting, learned_in, batches, anchor, keys in items:
             row, *above_rows = ({} if k is None else dict(rows[slots[k][0]]) for k in keys)
-            batch = int(graph.static["batch_size"])
+            batch, on_gpu = int(graph.static["batch_size"]), bool(anchor)
             learned = (above_rows[0], slots[keys[1]][1]) if on_gpu and batches else (row, graph)  # the network's
             held = correction.held(*learned, chosen.manifest, spec, learned_in) if on_gpu else []  # answer, held
-            if on_gpu and batches:
-                at_batch = {batch: graph, batches[0]: learned[1]}
+            if on_gpu and (batches or anchor == batch):  # from the anchor, or at it: held to physics' bounds
+                at_batch = {batch: graph, (batches or [batch])[0]: learned[1]}
 
                 def step(b: int, t: str, at_batch=at_batch, s=learned_in, spec=spec, host=host) -> StepEstimate:
                     return step_time(at_batch[b], spec, s, STEP_MODES[t], host)
 
                 times = time_floors(graph, chosen, setting)
-                row_at, notes = batch_envelope.moved(above_rows[0], batch, batches[0], step, times
+                row_at, notes = batch_envelope.moved(learned[0], batch, (batches or [batch])[0], step, times
                                                      if learned_in is setting else time_floors(graph, chosen, learned_in))
                 row.update(row_at)
                 if learned_in is not setting:  # then to the setting asked (SettingMove)
