@@ -5,8 +5,10 @@ import pytest
 
 import numpy as np
 
+from trappm_ray import devices
+from trappm_ray.graph.featurize import featurize
 from trappm_ray.model import launch
-from trappm_ray.physics.step_model import StepEstimate
+from trappm_ray.physics.step_model import Setting, StepEstimate, step_time
 from trappm_ray.serving import api
 from trappm_ray.serving import batch_envelope as E
 
@@ -120,3 +122,38 @@ def test_a_host_bound_step_is_the_host_time_of_its_kernels_not_a_far_extrapolati
         host = 35 * prof[t]["host_us_per_kernel"] / 1e3
         assert host <= getattr(p, t).value <= 2 * host, (t, getattr(p, t).value, host)
     assert p.train_step_ms.value / p.inference_ms.value < 12.4
+
+
+def test_an_anchor_answer_beyond_the_bounds_is_replaced_by_the_step_model_at_the_bound():
+    # batch 64 host-bound (10 kernels x 0.5 ms of host, 0.4 ms of device each): the step model
+    # reads 5.4 ms, and at a quarter of the kernel times still 5.1 ms
+    steps = {64: _step(500.0, [400.0] * 10), 8: _step(500.0, [100.0] * 10)}
+    anchor = {"train_step_ms": 2.0, "train_step_ms_low": 1.0, "train_step_ms_high": 4.0}
+    bound = steps[64].with_device_scale(E.DEVICE_SCALE[0])
+    # at the anchor itself: the step model at the bound, the band moved along
+    row, notes = E.moved(anchor, 64, 64, lambda b, t: steps[b], {})
+    assert row["train_step_ms"] == pytest.approx(bound) and row["train_step_ms_high"] == pytest.approx(2 * bound)
+    assert len(notes) == 1 and "lies further from physics" in notes[0]
+    # below it: not capped at the anchor's 2 ms, never below the host's issue of the kernels
+    below, _ = E.moved(anchor, 8, 64, lambda b, t: steps[b], {})
+    assert below["train_step_ms"] == pytest.approx(steps[8].with_device_scale(E.DEVICE_SCALE[0]))
+    assert below["train_step_ms"] >= 5.0
+    # an answer within the bounds at the anchor stands as it is: no row, no note
+    assert E.moved({"train_step_ms": 6.0}, 64, 64, lambda b, t: steps[b], {}) == ({}, [])
+
+
+def test_a_host_bound_step_reads_the_same_on_every_gpu_and_never_below_its_issue_time():
+    """resnet10t at 64 px issues its kernels in 5.2 ms (the step model with the spec predictor's
+    host figures), its kernels take 0.7 ms at batch 8 and 1.9-3.7 ms at 512 on an H100 or an
+    A100. The H100's learned answer at its anchor (512) read 3.2 ms, and capped every smaller
+    batch at it."""
+    predictor = api.load_predictor(None, "h100-sxm5-80gb", None)
+    host = launch.step_host_us(predictor.manifest.launch)
+    data, _ = api.model_bytes(SAMPLE)
+    for b in (8, 512):
+        h100, a100 = (api.predict(SAMPLE, b, device=d) for d in ("h100-sxm5-80gb", "a100-sxm4-80gb"))
+        graph = featurize(data, b)
+        issue = step_time(graph, devices.get("h100-sxm5-80gb"), Setting(), "train", host).host_ms
+        assert h100.train_step_ms.value >= issue * (1 - 1e-6), (b, h100.train_step_ms.value, issue)
+        if b == 8:  # where both are host-bound (the A100's kernels read 1.5x the step model's at 512)
+            assert h100.train_step_ms.value == pytest.approx(a100.train_step_ms.value, rel=0.05)
