@@ -168,6 +168,7 @@ def test_dry_run_writes_every_column(dry_run):
         # parts 35 ms, whole 304 ms), so no tighter than 30x
         assert r["train_step_ms"] / 30 <= parts <= r["train_step_ms"] * 30
         assert r["power_w_mean"] is None and r["cuda_max_reserved_mb"] is None  # the CPU has neither
+        assert 0 < r["first_step_ms"] < r["wall_s"] * 1e3  # the first warm-up step, inside the row's time
     kinds = {(r["precision"], r["memory_format"], r["recompute"], r["grad_accum"], r["model_source"]) for r in ok}
     assert ("amp-bf16", "nchw", "full", 1, "timm") in kinds and ("amp-bf16", "none", "none", 2, "transformers") in kinds
     assert ("fp32", "nhwc", "none", 1, "timm") in kinds

@@ -24,7 +24,7 @@ MEASURED = (
     "train_steps_timed", "inference_steps_timed", "forward_ms", "backward_ms", "optimizer_ms",
     "train_samples_per_s", "inference_samples_per_s", "cuda_max_allocated_mb", "cuda_max_reserved_mb",
     "nvml_used_mb", "leftover_mb", "power_w_mean", "power_w_max", "power_samples", "power_window_s",
-    "energy_j", "inference_power_w_mean", "sm_clock_mhz", "wall_s")
+    "energy_j", "inference_power_w_mean", "sm_clock_mhz", "first_step_ms", "wall_s")
 
 
 def machine_info(device: str) -> dict:

@@ -14,6 +14,8 @@ backward and optimizer; then inference (eval, no_grad, the same autocast) at the
 Memory is reset between rows: the optimizer and gradients of a row are freed, the allocator's cache
 emptied and its peaks reset; what is still allocated when the next row starts, less the model's
 own weights and buffers, is stored as ``leftover_mb`` (0 when nothing carried over: the check).
+The first warm-up step's wall time is kept apart (``first_step_ms``): what a new batch size costs
+before its steps settle, where a slot's time goes besides the timed steps.
 """
 from __future__ import annotations
 
@@ -153,7 +155,14 @@ def measure_row(w: _Workload, setting: Setting, n: int, cuda: bool) -> dict:
         else:
             opt.step()
 
-    for _ in range(TRAIN_WARMUP):
+    # the first step at a new batch: kernel choice and loading for its shapes (the H200 rows of
+    # ResNet-50 spent 3-8 s each outside their timed and warm-up steps, text models 0.3 s)
+    sync()
+    first = time.perf_counter()
+    train_step(None)
+    sync()
+    out["first_step_ms"] = (time.perf_counter() - first) * 1e3
+    for _ in range(TRAIN_WARMUP - 1):
         train_step(None)
     sync()
     steps, wall0 = [], time.perf_counter()

@@ -50,7 +50,7 @@ COLUMNS: dict[str, str] = {
     # The GPU campaign's rows (labels/campaign_run.py): the setting beyond precision and optimizer,
     # the optimizer's share of the step, power and clocks over the timed steps, and the memory check.
     "recompute": _S, "grad_accum": _I, "optimizer_ms": _F, "power_samples": _I, "power_window_s": _F,
-    "energy_j": _F, "inference_power_w_mean": _F, "sm_clock_mhz": _F, "leftover_mb": _F,
+    "energy_j": _F, "inference_power_w_mean": _F, "sm_clock_mhz": _F, "leftover_mb": _F, "first_step_ms": _F,
     "campaign_item": _S, "transformers_version": _S,
     # Multi-GPU rows (labels/public_distributed.py): samples per optimizer step over every GPU, the
     # nodes and GPUs per node (``2x4``, ``2+1+1``; Gavel's ``packed``/``spread``), the interconnect

@@ -145,8 +145,8 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
                     return step_time(at_batch[b], spec, s, STEP_MODES[t], host)
 
                 times = time_floors(graph, chosen, setting)
-                row_at, notes = batch_envelope.moved(learned[0], batch, (batches or [batch])[0], step, times
-                                                     if learned_in is setting else time_floors(graph, chosen, learned_in))
+                floors = times if learned_in is setting else time_floors(graph, chosen, learned_in)
+                row_at, notes = batch_envelope.moved(learned[0], batch, (batches or [batch])[0], step, floors)
                 row.update(row_at)
                 if learned_in is not setting:  # then to the setting asked (SettingMove)
                     chosen.move(row, graph, setting, learned_in)
