@@ -139,14 +139,14 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
             learned = (above_rows[0], slots[keys[1]][1]) if on_gpu and batches else (row, graph)  # the network's
             held = correction.held(*learned, chosen.manifest, spec, learned_in) if on_gpu else []  # answer, held
             if on_gpu and (batches or anchor == batch):  # from the anchor, or at it: held to physics' bounds
-                at_batch = {batch: graph, (batches or [batch])[0]: learned[1]}
+                at_batch = {batch: graph, anchor: learned[1]}
 
                 def step(b: int, t: str, at_batch=at_batch, s=learned_in, spec=spec, host=host) -> StepEstimate:
                     return step_time(at_batch[b], spec, s, STEP_MODES[t], host)
 
                 times = time_floors(graph, chosen, setting)
                 floors = times if learned_in is setting else time_floors(graph, chosen, learned_in)
-                row_at, notes = batch_envelope.moved(learned[0], batch, (batches or [batch])[0], step, floors)
+                row_at, notes = batch_envelope.moved(learned[0], batch, anchor, step, floors)
                 row.update(row_at)
                 if learned_in is not setting:  # then to the setting asked (SettingMove)
                     chosen.move(row, graph, setting, learned_in)
