@@ -12,7 +12,7 @@ keeps its own (10.5% against 10.8%).
 
 Then what the move does where the two derivations disagree in level: for six models on six GPUs
 at batch 8, 64 and 256 (AdamW), how many TF32 answers moved from AMP read slower than the same
-model's fp32 answer, and by how much (``held_at_fp32`` then holds them at fp32's).
+model's fp32 answer, and by how much (``held_at`` then holds them at fp32's).
 """
 from __future__ import annotations
 
@@ -27,7 +27,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
 from evaluate_campaign import product_answer  # noqa: E402  (a job's function: the answer a user gets)
 
 from trappm_ray.labels.store import ok_labels  # noqa: E402
-from trappm_ray.model.compositions import held_at_fp32  # noqa: E402
+from trappm_ray.model.compositions import held_at  # noqa: E402
 from trappm_ray.serving import api, routing  # noqa: E402
 
 FOLDERS = ("h200-sxm-141gb-tf32", "h200-sxm-141gb-fp32")
@@ -68,17 +68,17 @@ def held_ratios() -> list[float]:
     AMP over the fp32 answer where it read slower (1: it did not)."""
     found: list[float] = []
 
-    def recording(row: dict, fp32: dict) -> list[str]:
+    def recording(row: dict, fp32: dict, asked: dict) -> list[str]:
         found[-1] = max(row["train_step_ms"] / fp32["train_step_ms"], 1.0)
-        return held_at_fp32(row, fp32)
+        return held_at(row, fp32, asked)
 
-    api.held_at_fp32 = recording
+    api.held_at = recording
     for model in MODELS:
         for gpu in GPUS:
             for batch in (8, 64, 256):
                 found.append(1.0)
                 trappm_ray.predict(model, batch, device=gpu, precision="tf32", optimizer="adamw")
-    api.held_at_fp32 = held_at_fp32
+    api.held_at = held_at
     return found
 
 

@@ -8,7 +8,8 @@ import pytest
 
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
-from trappm_ray.physics.roofline import FEATURE_NAMES, OPTIMIZER_BYTES, WINOGRAD_FACTOR, device_rates, node_features, roofline
+from trappm_ray.physics.roofline import (FEATURE_NAMES, OPTIMIZER_BYTES, WINOGRAD_FACTOR, device_rates, node_features, roofline,
+                                         runs_as)
 from trappm_ray.physics.units import FREE, SOFTMAX, TENSOR, VECTOR, attention_scores, misaligned, node_classes
 from tests import onnx_builders as ob
 
@@ -214,3 +215,10 @@ def test_fast_on_a_thousand_nodes():
     t0 = time.perf_counter()
     roofline(g, RTX3090)
     assert time.perf_counter() - t0 < 0.5  # ~5 ms on an idle core; generous for loaded CI
+
+
+def test_tf32_runs_as_fp32_where_no_tf32_tensor_cores_are():
+    assert runs_as(devices.get("t4"), "tf32") == "fp32"
+    assert runs_as(devices.get("v100-sxm2-16gb"), "tf32") == "fp32"
+    assert runs_as(devices.get("a100-sxm4-80gb"), "tf32") == "tf32"
+    assert runs_as(devices.get("t4"), "amp-fp16") == "amp-fp16"

@@ -201,19 +201,35 @@ class SettingMove:
                 row[f"{t}_floor"] *= _roofline_ms(graph, self.spec, asked, mode) / _roofline_ms(graph, self.spec, base, mode)
 
 
-def held_at_fp32(row: dict[str, float], fp32: dict[str, float]) -> list[str]:
-    """Scale ``row`` (a TF32 answer) in place down to ``fp32`` (the same model's fp32 answer) per
-    time it exceeds: TF32 is fp32's work with the matrix products on faster units, so it is never
-    slower (two derivations, one from the AMP reference and one from the fp32 answer, may disagree
-    in level: an L4's EfficientNet-B0 read 1.9x its fp32 step). Returns the note where it held."""
+# Where a setting's answer is held at a setting doing more of the same work (:func:`held_at`): the
+# field, the value asked, the value it is held at, and why the one is never slower than the other.
+HELD_AT = {("precision", "tf32"): ("fp32", "TF32 (fp32 with its matrix products on tensor cores)"),
+           ("optimizer", "none"): ("sgd", "a step without an optimizer (plain SGD's, less its update)")}
+
+
+def holding(setting: dict) -> dict[str, tuple[str, str]]:
+    """The fields of ``setting`` whose answer is held at more work (:data:`HELD_AT`):
+    ``{field: (value asked, value held at)}``."""
+    return {f: (v, HELD_AT[(f, v)][0]) for f, v in setting.items() if isinstance(v, str) and (f, v) in HELD_AT}
+
+
+def held_at(row: dict[str, float], above: dict[str, float], asked: dict[str, str]) -> list[str]:
+    """Scale ``row`` (an answer in the ``asked`` values of :data:`HELD_AT`'s fields) in place down
+    to ``above`` (the same model's answer with those fields at the values :data:`HELD_AT` names) per
+    time it exceeds: the two rest on different learned answers or routes (TF32 moved from the AMP
+    reference, fp32 the spec model's own: an L4's EfficientNet-B0 read 1.9x its fp32 step; an RTX
+    4090's AMP step without an optimizer read 1.2x its SGD one, learned where no AMP label lacks
+    an optimizer), and the one never does more work than the other. Returns the note where it held."""
     held = []
     for t in MODES:
-        if t in row and t in fp32 and row[t] > fp32[t] > 0:
-            ratio = fp32[t] / row[t]
-            row.update(scaled(row, t, ratio))
+        if t in row and t in above and row[t] > above[t] > 0:
+            row.update(scaled(row, t, above[t] / row[t]))
             held.append(t)
-    return [f"{', '.join(held)}: held at this model's fp32 answer, which TF32 (fp32 with its matrix products on "
-            "tensor cores) is never slower than; the answer moved from AMP read slower"] if held else []
+    if not held:
+        return []
+    whats = [HELD_AT[(f, v)] for f, v in asked.items()]
+    return [f"{', '.join(held)}: held at this model's answer in {', '.join(f'{f} {w[0]}' for f, w in zip(asked, whats))}, "
+            f"which {' and '.join(w[1] for w in whats)} is never slower than; the two rest on different derivations"]
 
 
 def _roofline_ms(graph, spec: devices.DeviceSpec, setting: dict, mode: str) -> float:
@@ -260,4 +276,4 @@ class TargetFill(_WithSpecModel):
         return rows
 
 
-__all__ = ["NEAREST", "SettingRatio", "SettingMove", "TargetFill", "held_at_fp32", "scaled"]
+__all__ = ["NEAREST", "SettingRatio", "SettingMove", "TargetFill", "HELD_AT", "held_at", "holding", "scaled"]

@@ -126,6 +126,13 @@ class RooflineEstimate:
         return int(((self.node_class > 0) & (self.bytes + self.flops > 0)).sum())
 
 
+def runs_as(spec: devices.DeviceSpec, precision: str) -> str:
+    """The precision ``spec`` runs a request for ``precision`` in: TF32 is fp32 with its matrix
+    products on TF32 tensor cores, so on a GPU without them (before Ampere, AMD's CDNA2) PyTorch's
+    ``allow_tf32`` changes nothing and the step is fp32's, to the kernel. Any other: itself."""
+    return "fp32" if precision == "tf32" and not spec.peak_tf32_tensor_tflops else precision
+
+
 def precision_refusal(spec: devices.DeviceSpec, precision: str) -> str | None:
     """Why ``spec`` cannot run ``precision`` (None: it can): no bf16 units, or no sourced peak."""
     if precision in ("amp-bf16", "bf16") and not spec.peak_bf16_tensor_tflops:
@@ -314,4 +321,5 @@ def node_features(graph, spec: devices.DeviceSpec, precision: str = "amp-fp16",
 
 
 __all__ = ["BACKWARD_FACTOR", "FEATURE_NAMES", "OPTIMIZER_BYTES", "PRECISIONS", "WINOGRAD_FACTOR",
-           "RooflineEstimate", "device_rates", "node_features", "precision_refusal", "roofline"]
+           "RooflineEstimate", "device_rates", "node_features", "precision_refusal", "roofline",
+           "runs_as"]

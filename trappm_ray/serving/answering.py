@@ -15,13 +15,14 @@ from trappm_ray import errors
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.onnx_io import read_model
 from trappm_ray.model import correction, launch
-from trappm_ray.model.compositions import SettingMove
+from trappm_ray.model.compositions import SettingMove, holding
 from trappm_ray.model.estimator import Estimator, device_of
 from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.options import step_fields
 from trappm_ray.model.spec_model import SpecPredictor
 from trappm_ray.physics.floors import time_floors_ms
 from trappm_ray.physics.memory import fitting_batch
+from trappm_ray.physics.roofline import runs_as
 from trappm_ray.physics.step_model import MODES as STEP_MODES, StepEstimate, step_time
 from trappm_ray.serving import batch_envelope
 from trappm_ray.serving.model_input import featurize_with, graph_at
@@ -31,10 +32,14 @@ from trappm_ray.serving.routing import for_text, gpu_spec, predictor_for, settle
 
 def requested_setting(opts: PredictOptions, predictor: Estimator) -> dict:
     """The options a predictor resolves: on a GPU, several ``gpus`` are data parallelism
-    (:func:`~trappm_ray.serving.passes.with_data_parallel`), answered from one GPU's step, so the predictor sees one."""
-    requested = asdict(opts)
-    if (opts.gpus or 1) > 1 and gpu_spec(predictor) is not None:
+    (:func:`~trappm_ray.serving.passes.with_data_parallel`), answered from one GPU's step, so the predictor sees one;
+    a precision in the one the GPU runs it in (:func:`~trappm_ray.physics.roofline.runs_as`: TF32 without TF32
+    tensor cores is fp32, and answered as fp32 is, not by another route that reads it faster)."""
+    requested, spec = asdict(opts), gpu_spec(predictor)
+    if (opts.gpus or 1) > 1 and spec is not None:
         requested["gpus"] = None
+    if spec is not None and opts.precision:  # TF32 where no TF32 units run it is fp32's step
+        requested["precision"] = runs_as(spec, opts.precision)
     return requested
 
 
@@ -54,8 +59,9 @@ class Answered:
         chosen: the estimator that answered.
         times: the time floors the row was held at (None: :func:`build_prediction` computes them).
         notes: how the row was moved (batch, anchor, held correction).
-        checked_against_fp32: a TF32 row moved from another precision's answer: it must not read
-            slower than the same model's fp32 answer (:func:`held_at_fp32`).
+        held_at: the setting fields whose answer this row must not read slower than
+            (:func:`~trappm_ray.model.compositions.held_at`), ``{field: (asked, held at)}``: a TF32 row moved from
+            another precision's answer at fp32's; a GPU step without an optimizer at plain SGD's.
     """
 
     row: dict[str, float]
@@ -65,7 +71,7 @@ class Answered:
     chosen: Estimator
     times: dict[str, float] | None
     notes: list[str]
-    checked_against_fp32: bool
+    held_at: dict[str, tuple[str, str]]
 
 
 def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Estimator,
@@ -154,11 +160,13 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
                 times = None
                 notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
                                              batches[-1] if batches else 0)
-            # moved from another precision's answer (the AMP reference's): checked against fp32's
-            from_other = (isinstance(chosen, SettingMove) and setting["precision"] == "tf32"
-                          and chosen.base(setting).get("precision") not in ("tf32", "fp32"))
+            # checked against more work: TF32 moved from another precision's answer (the AMP
+            # reference's) against fp32's, a step without an optimizer on a GPU against SGD's
+            checks = holding(setting) if spec is not None else {}
+            if not (isinstance(chosen, SettingMove) and chosen.base(setting).get("precision") not in ("tf32", "fp32")):
+                checks.pop("precision", None)
             out[i] = Answered(row, graph, proto, sha, chosen, times,
-                              ([text_notes[i]] if i in text_notes else []) + held + notes, from_other)
+                              ([text_notes[i]] if i in text_notes else []) + held + notes, checks)
     return out
 
 

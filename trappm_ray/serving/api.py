@@ -24,7 +24,7 @@ from trappm_ray import errors
 from trappm_ray.devices import DeviceSpec
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.model.options import resolve as resolve_options, step_fields
-from trappm_ray.model.compositions import SettingMove, held_at_fp32
+from trappm_ray.model.compositions import SettingMove, held_at
 from trappm_ray.model.estimator import Estimator, device_of, model_version
 from trappm_ray.model import launch
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb
@@ -87,6 +87,9 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.train_memory_mb = Estimate(max(m["value"], floor), max(m["low"], floor),
                                      max(m["high"], floor), 0.0, "MB")
         p.memory_terms = m["terms"]
+    if spec is not None and opts.precision and setting["precision"] != opts.precision:
+        p.notes.append(f"precision {opts.precision}: {spec.name} has no TF32 tensor cores, so PyTorch runs the "
+                       f"step in fp32 (allow_tf32 changes nothing there): the fp32 answer")
     if device.get("note"):  # what the times rest on (spec-based, transferred), and their error
         p.notes.append(device["note"])
     moved = predictor.note(setting) if isinstance(predictor, SettingMove) else None
@@ -131,14 +134,17 @@ def predict_many(models: list[tuple[bytes, PredictOptions, str]], predictor: Est
     :class:`errors.ModelError` in its slot; the others are unaffected."""
     cache: dict[tuple, object] = {}  # the fp32 pass below reuses the models read and featurized
     answers = answer_rows(models, predictor, cache)
-    tf32 = [i for i, a in enumerate(answers) if isinstance(a, Answered) and a.checked_against_fp32]
-    if tf32:
-        fp32 = answer_rows([(models[i][0], replace(models[i][1], precision="fp32"), models[i][2]) for i in tf32],
-                           predictor, cache)
-        for i, f in zip(tf32, fp32):
+    checks: dict[tuple, list[int]] = {}  # answers held at the same model's in a setting of more work
+    for i, a in enumerate(answers):
+        if isinstance(a, Answered) and a.held_at:
+            checks.setdefault(tuple(sorted(a.held_at.items())), []).append(i)
+    for fields, items in checks.items():
+        more = {f: above for f, (_, above) in fields}
+        found = answer_rows([(models[i][0], replace(models[i][1], **more), models[i][2]) for i in items], predictor, cache)
+        for i, f in zip(items, found):
             a = answers[i]
             if isinstance(a, Answered) and isinstance(f, Answered):
-                a.notes += held_at_fp32(a.row, f.row)
+                a.notes += held_at(a.row, f.row, {field: asked for field, (asked, _) in fields})
     out: list[Prediction | errors.ModelError] = []
     for (_, opts, label), a in zip(models, answers):
         if not isinstance(a, Answered):
