@@ -6,7 +6,7 @@ import pyarrow.parquet as pq
 
 from trappm_ray import storage
 from trappm_ray.model.estimator import Estimator
-from trappm_ray.model.compositions import SettingRatio, TargetFill
+from trappm_ray.model.compositions import SettingMove, TargetFill
 from trappm_ray.serving import routing as R
 from trappm_ray.serving.batch import BatchPredictConfig, run
 
@@ -27,8 +27,8 @@ def test_every_listed_device_routes_to_an_estimator():
 def test_the_compositions_are_estimators_too():
     rtx3090 = R.load_predictor(None, "rtx3090")
     moved, setting = R.settled({"precision": "fp32"}, rtx3090)
-    assert isinstance(moved, SettingRatio) and isinstance(moved, Estimator)
-    assert setting["precision"] == "fp32"
+    assert isinstance(moved, SettingMove) and isinstance(moved, Estimator)
+    assert setting["precision"] == "fp32" and moved.base(setting)["precision"] == "amp-fp16"
     assert isinstance(R.load_predictor(None, "rtx4090"), TargetFill)
 
 

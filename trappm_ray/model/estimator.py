@@ -3,7 +3,7 @@
 Four classes answer for a device: :class:`~trappm_ray.model.network_predictor.NetworkPredictor`
 (a shipped network, run in NumPy), :class:`~trappm_ray.model.spec_model.SpecPredictor` (the spec-based model bound to a
 GPU) and two compositions of them in :mod:`trappm_ray.model.compositions`
-(:class:`~trappm_ray.model.compositions.SettingRatio`: a setting the shipped network lacks;
+(:class:`~trappm_ray.model.compositions.SettingMove`: a setting no label of the device holds;
 :class:`~trappm_ray.model.compositions.TargetFill`: targets its device has no labels of). Serving,
 the HTTP app and the batch job hold any of them through :class:`Estimator`, so a composition
 that forgets a method fails the type checker (and ``isinstance`` in the tests), not a worker at

@@ -21,7 +21,7 @@ from trappm_ray.model.network_predictor import NetworkPredictor
 from trappm_ray.model.spec_model import KIND, SPEC_DIR, SpecModel, SpecPredictor
 from trappm_ray.model.options import resolve as resolve_options
 from trappm_ray.model.floor_ratio import covers, image_only, keeps_own
-from trappm_ray.model.compositions import SettingMove, SettingRatio, TargetFill
+from trappm_ray.model.compositions import SettingMove, TargetFill
 from trappm_ray.physics.floors import HALF_PRECISIONS
 
 _LOADED: dict[str, Any] = {}  # URI or key -> a loaded predictor, model or anchors
@@ -236,11 +236,9 @@ def gpu_spec(chosen: Estimator) -> devices.DeviceSpec | None:
 
 
 def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
-    """(predictor, resolved setting) for the ``requested`` options. A GPU predictor never trained
-    on a requested option answers through the spec-based predictor when that one was trained on
-    rows of the same device in it (the RTX 3090's channels-last runs; :class:`SettingRatio`);
-    a precision or optimizer no label of the device holds, moved from the nearest one that does
-    by the step model (:class:`SettingMove`); anything else is refused.
+    """(predictor, resolved setting) for the ``requested`` options: a precision or optimizer no
+    label of the device holds moved from the nearest one that does by the step model
+    (:class:`SettingMove`); anything else is refused.
 
     Raises:
         errors.UnsupportedOption: no composition answers the setting.
@@ -253,19 +251,7 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
     spec = gpu_spec(chosen)
     if spec is None:
         raise refused
-    candidate = chosen
-    if not isinstance(chosen, SpecPredictor):
-        try:
-            alt = spec_predictor(spec.slug)
-        except (PredictorError, KeyError):
-            alt = None
-        if alt is not None and not alt.manifest.device.spec_only:
-            candidate = _composed("ratio", chosen, lambda: SettingRatio(chosen, alt))
-            try:
-                return candidate, resolve_options(requested, candidate.manifest)
-            except errors.UnsupportedOption:
-                pass
-    moved = _composed("move", candidate, lambda: SettingMove(candidate, spec))
+    moved = _composed("move", chosen, lambda: SettingMove(chosen, spec))
     setting = resolve_options(requested, moved.manifest)
     return from_reference(moved, setting), setting
 
@@ -313,7 +299,7 @@ def for_text(chosen: Estimator, requested: dict) -> tuple[Estimator, dict, str] 
         errors.UnsupportedOption: no composition of the spec-based predictor answers the setting.
     """
     inner = chosen
-    while isinstance(inner, SettingMove | SettingRatio | TargetFill):  # the device's own predictor under its compositions
+    while isinstance(inner, SettingMove | TargetFill):  # the device's own predictor under its compositions
         inner = inner.inner if isinstance(inner, SettingMove) else inner.shipped
     spec = inner.manifest.device.spec
     if isinstance(inner, SpecPredictor) or not spec or not image_only(inner.manifest):
