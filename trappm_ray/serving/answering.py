@@ -129,8 +129,12 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
         asked = (*above,) if moved else (graph, *above)
         # a setting no label holds moves last, at the batch asked: the anchor answers in the
         # labels' setting and the batch moves in it (at the anchor a setting's ratio carries that
-        # batch's host share: TF32 read 0.40x of fp32 at batch 4096 on an H100, not 0.21x)
-        learned_in = chosen.base(setting) if moved and isinstance(chosen, SettingMove) else setting
+        # batch's host share: TF32 read 0.40x of fp32 at batch 4096 on an H100, not 0.21x); at the
+        # anchor too, so the learned answer is held to its bounds in the setting it was learned in
+        # wherever the batch lies (held in fp32 at the anchor and in AMP above it, an RTX 3090's
+        # densenet121 step lost throughput from batch 512 to 1024)
+        from_anchor = moved or (bool(anchor) and anchor == batch and set(chosen.targets) <= set(STEP_MODES))
+        learned_in = chosen.base(setting) if from_anchor and isinstance(chosen, SettingMove) else setting
         keys = [(id(g), json.dumps(learned_in, sort_keys=True)) for g in asked]
         for g, key in zip(asked, keys):
             slots.setdefault(key, (len(slots), g, learned_in))
