@@ -16,6 +16,19 @@ def test_ring_allreduce_is_latency_plus_the_bus_bytes():
     assert C.ring_allreduce_ms(1e9, 8, 100, 10) == pytest.approx((2 * 7 / 8 * 1e9 / 100e9 + 10e-6) * 1e3)
 
 
+def test_each_ring_step_adds_its_latency():
+    """2 (n - 1) steps: a DGX A100's all-reduce latency is the 140 us fitted on its 8-GPU table on 8
+    GPUs and 116 us on 2 (vTrain's 1 MiB rows: 45 us on 2, 92 on 8); a user's cluster without a
+    step latency keeps one latency for every ring."""
+    assert C.ring_allreduce_ms(1e9, 8, 100, 10, 2) == pytest.approx((2 * 7 / 8 * 1e9 / 100e9 + 38e-6) * 1e3)
+    a100 = C.Cluster.of("dgx-a100")
+    tiny = 1.0  # bytes: the latency alone
+    assert C.allreduce_ms(tiny, 8, a100) * 1e3 == pytest.approx(140, abs=0.01)
+    assert C.allreduce_ms(tiny, 2, a100) * 1e3 == pytest.approx(116, abs=0.01)
+    mine = C.Cluster.of({"gpus_per_node": 8, "intra_busbw_gbs": 50, "inter_gbps": 100})
+    assert mine.intra_step_us == 0 and C.allreduce_ms(tiny, 2, mine) == pytest.approx(C.allreduce_ms(tiny, 8, mine))
+
+
 def test_a_second_node_adds_the_network_step():
     a100 = C.Cluster.of("dgx-a100")
     one, two = C.allreduce_ms(1e9, 8, a100), C.allreduce_ms(1e9, 16, a100)

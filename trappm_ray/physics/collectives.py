@@ -52,7 +52,7 @@ def _optional(value) -> float:
 
 NUMERIC: dict[str, Callable[[Any], Any]] = {
     "gpus_per_node": int, "intra_busbw_gbs": float, "intra_latency_us": float, "inter_gbps": float,
-    "inter_latency_us": float, "flow_gbps": _optional}
+    "inter_latency_us": float, "flow_gbps": _optional, "intra_step_us": _optional}
 ALIASES = {"intra_node_gbs": "intra_busbw_gbs", "inter_node_gbps": "inter_gbps"}  # the API's spelling
 
 
@@ -70,6 +70,7 @@ class Cluster:
     inter_latency_us: float
     source: str = ""
     flow_gbps: float = 0.0  # what one network connection carries at most (0: no cap, RDMA)
+    intra_step_us: float = 0.0  # inside a node, the latency of each of a ring's 2 (n - 1) steps, beyond intra_latency_us
     links: str = ""  # GPU-to-GPU links of a node without a switch (physics/topology.py); "": switched
 
     def __post_init__(self):
@@ -209,11 +210,12 @@ def load_clusters(path: str | Path = CLUSTERS_CSV) -> dict[str, Cluster]:
         return {r["slug"]: Cluster.of(r) for r in csv.DictReader(fh)}
 
 
-def ring_allreduce_ms(nbytes: float, n: int, busbw_gbs: float, latency_us: float) -> float:
-    """One ring all-reduce of ``nbytes`` over ``n`` participants (ms)."""
+def ring_allreduce_ms(nbytes: float, n: int, busbw_gbs: float, latency_us: float, step_us: float = 0.0) -> float:
+    """One ring all-reduce of ``nbytes`` over ``n`` participants (ms): a fixed latency, ``step_us``
+    for each of its ``2 (n - 1)`` steps, and the bytes at the bus bandwidth."""
     if n <= 1 or nbytes <= 0:
         return 0.0
-    return (2 * (n - 1) / n * nbytes / (busbw_gbs * 1e9) + latency_us * 1e-6) * 1e3
+    return (2 * (n - 1) / n * nbytes / (busbw_gbs * 1e9) + (latency_us + 2 * (n - 1) * step_us) * 1e-6) * 1e3
 
 
 def allreduce_ms(nbytes: float, gpus: int, cluster: Cluster, nodes: int | None = None) -> float:
@@ -223,7 +225,8 @@ def allreduce_ms(nbytes: float, gpus: int, cluster: Cluster, nodes: int | None =
     network). Uneven nodes take as long as the fullest."""
     nodes = nodes or -(-gpus // cluster.gpus_per_node)
     per_node = min(-(-gpus // nodes), cluster.gpus_per_node)
-    inside = ring_allreduce_ms(nbytes, per_node, cluster.busbw_gbs(per_node), cluster.intra_latency_us)
+    inside = ring_allreduce_ms(nbytes, per_node, cluster.busbw_gbs(per_node), cluster.intra_latency_us,
+                               cluster.intra_step_us)
     if nodes == 1:
         return inside
     if cluster.flow_gbps:  # one ring over every GPU, paced by its crossings between nodes

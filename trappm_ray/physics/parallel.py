@@ -230,12 +230,13 @@ class IterationEstimate:
 
 def _p2p_ms(nbytes: float, layout: Layout, cluster: Cluster) -> float:
     """One send between adjacent stages: inside a node at two GPUs' bus bandwidth (on a mesh, their
-    links'), over the network once a pipeline spans nodes."""
+    links') with a collective's fixed latency and one ring step's, over the network once a
+    pipeline spans nodes."""
     if layout.pp == 1:
         return 0.0
     if layout.tp * layout.pp > cluster.gpus_per_node:
         return (nbytes / (cluster.flow_gbs * 1e9) + cluster.inter_latency_us * 1e-6) * 1e3
-    return (nbytes / (cluster.busbw_gbs(2) * 1e9) + cluster.intra_latency_us * 1e-6) * 1e3
+    return (nbytes / (cluster.busbw_gbs(2) * 1e9) + (cluster.intra_latency_us + cluster.intra_step_us) * 1e-6) * 1e3
 
 
 def iteration(stack: Stack, layout: Layout, cluster: Cluster) -> IterationEstimate:
