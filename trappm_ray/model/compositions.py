@@ -155,9 +155,10 @@ def held_at(row: dict[str, float], above: dict[str, float], asked: dict[str, str
     """Scale ``row`` (an answer in the ``asked`` values of :data:`HELD_AT`'s fields) in place down
     to ``above`` (the same model's answer with those fields at the values :data:`HELD_AT` names) per
     time it exceeds: the two rest on different learned answers or routes (TF32 moved from the AMP
-    reference, fp32 the spec model's own: an L4's EfficientNet-B0 read 1.9x its fp32 step; an RTX
-    4090's AMP step without an optimizer read 1.2x its SGD one, learned where no AMP label lacks
-    an optimizer), and the one never does more work than the other. Returns the note where it held."""
+    reference, fp32 the spec model's own: an L4's EfficientNet-B0 read 1.9x its fp32 step; an
+    A100's fp32 ConvNeXt-T step without an optimizer, the spec model's own from rows without one,
+    read 0.4% above its SGD one, moved from SGD-momentum), and the one never does more work than
+    the other. Returns the note where it held."""
     held = []
     for t in MODES:
         if t in row and t in above and row[t] > above[t] > 0:
