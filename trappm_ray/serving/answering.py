@@ -164,11 +164,16 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
                 times = None
                 notes = batch_envelope.notes(batch_envelope.hold(row, above_rows), batch,
                                              batches[-1] if batches else 0)
-            # checked against more work: TF32 moved from another precision's answer (the AMP
-            # reference's) against fp32's, a step without an optimizer on a GPU against SGD's
+            # checked against more work where two routes answer the pair: TF32 moved from another
+            # precision's answer (the AMP reference's) against fp32's; a step without an optimizer
+            # read from a learned answer without one against SGD's (one moved by the step model
+            # from the same base as SGD's is in order already: no second pass for it)
             checks = holding(setting) if spec is not None else {}
-            if not (isinstance(chosen, SettingMove) and chosen.base(setting).get("precision") not in ("tf32", "fp32")):
+            base = chosen.base(setting) if isinstance(chosen, SettingMove) else setting
+            if not (isinstance(chosen, SettingMove) and base.get("precision") not in ("tf32", "fp32")):
                 checks.pop("precision", None)
+            if base.get("optimizer") != "none":
+                checks.pop("optimizer", None)
             out[i] = Answered(row, graph, proto, sha, chosen, times,
                               ([text_notes[i]] if i in text_notes else []) + held + notes, checks)
     return out

@@ -28,6 +28,7 @@ from trappm_ray.model.compositions import SettingMove, held_at
 from trappm_ray.model.estimator import Estimator, device_of, model_version
 from trappm_ray.model import launch
 from trappm_ray.physics.floors import gpu_memory_mb, memory_floor_mb
+from trappm_ray.physics.roofline import runs_as
 from trappm_ray.serving.answering import Answered, answer_rows, requested_setting, time_floors
 from trappm_ray.serving.checks import absurdities, domain_of
 from trappm_ray.serving.layers import breakdown
@@ -87,7 +88,7 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
         p.train_memory_mb = Estimate(max(m["value"], floor), max(m["low"], floor),
                                      max(m["high"], floor), 0.0, "MB")
         p.memory_terms = m["terms"]
-    if spec is not None and opts.precision and setting["precision"] != opts.precision:
+    if spec is not None and opts.precision and runs_as(spec, opts.precision) != opts.precision:
         p.notes.append(f"precision {opts.precision}: {spec.name} has no TF32 tensor cores, so PyTorch runs the "
                        f"step in fp32 (allow_tf32 changes nothing there): the fp32 answer")
     if device.get("note"):  # what the times rest on (spec-based, transferred), and their error
