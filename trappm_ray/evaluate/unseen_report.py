@@ -41,7 +41,7 @@ def markdown(report: dict, command: str, seconds: float) -> str:
              "class bounds, a channels-last row moved from its NCHW twin's answer by the layout factors per kind "
              "of kernel fitted on the fold's training rows (`trappm_ray/model/layout.py`; the few channels-last "
              "rows without an NCHW twin answered as they are); its flag (out of domain: the bound held the answer, "
-             "learned and physics stand more than 1.3x apart, or a channels-last move has more than 5% of its "
+             "learned and physics stand more than 1.5x apart, or a channels-last move has more than 5% of its "
              "time in kinds of kernel the library runs more than 1.5x slower so) is read as a "
              "detector of errors above 50%; its interval is read from the "
              f"predictor's stored residual quantiles ({_interval(report)}). 'family-out interval': what "
