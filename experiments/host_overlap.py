@@ -10,11 +10,11 @@ training steps it was not fitted on: the RTX 3090's timm labels (AMP, SGD with m
 1.10-1.12; three NCHW rows per family) and the H200 campaign's rows (PyTorch 2.11; every setting
 without checkpointing, accumulation or channels-last), as the queue and as the plain sum of host
 and device time and as the larger of the two plus half the smaller, each with the host figure
-as shipped and halved. Printed per set: MAPE, MAPE
-after one global scale (the shape of the answer across models and batches, what a learned level
-cannot fix), the median of answer / measured, and for the RTX 3090 the spread of the families'
-median log ratios and how many families stand more than 1.5x from the rest; and how the
-log of answer / measured follows the host's share of the modelled step.
+as shipped and halved. Printed per set: MAPE, MAPE after one global scale (the shape of the
+answer across models and batches, what a learned level cannot fix), the median of answer /
+measured, the spread of the groups' (families', models') median log ratios and how many groups
+stand more than 1.5x from the rest, and how the log of answer / measured follows the host's
+share of the modelled step.
 """
 import argparse
 import logging
@@ -77,7 +77,7 @@ def score(rows: list[tuple], how: str, scale: float) -> dict[str, float]:
     r = pd.DataFrame(logs, columns=["group", "log", "host_share"])
     centred = r.log - r.log.median()
     groups = r.groupby("group").log.median() - r.log.median()
-    return {"MAPE %": (np.exp(r.log.abs()) - 1).mean() * 100, "after one scale %": (np.exp(centred.abs()) - 1).mean() * 100,
+    return {"MAPE %": np.abs(np.exp(r.log) - 1).mean() * 100, "after one scale %": np.abs(np.exp(centred) - 1).mean() * 100,
             "median ratio": float(np.exp(r.log.median())), "group log sd": float(groups.std()),
             "groups > 1.5x": int((groups.abs() > np.log(1.5)).sum()),
             "host share corr": float(np.corrcoef(r.log, r.host_share)[0, 1])}
@@ -91,7 +91,7 @@ if __name__ == "__main__":
     logging.basicConfig(level=logging.WARNING)
     sets = {"RTX 3090 (families)": rtx3090_rows(args.labels, args.per_family), "H200 campaign (models)": h200_rows(args.labels)}
     print("| set | rows | composition | host | MAPE | after one scale | median answer / measured | group log sd | groups > 1.5x "
-          "| correlation of log answer / measured with the host's share of the queue |")
+          "| correlation of log answer / measured with the host's share |")
     print("|---|---|---|---|---|---|---|---|---|---|")
     for name, rows in sets.items():
         for how, scale in VARIANTS:
