@@ -6,8 +6,8 @@ where?
 The step model quantizes a GEMM's tiles into waves over the SMs
 (:func:`trappm_ray.physics.step_model.fill`), so between doublings of the batch its time per
 sample can rise (a batch of 48 filling a last wave that 32 left empty). Issue 42 asks for a
-throughput that never falls. This reads the H200 campaign's batch sweeps (``data/labels/h200-*``,
-batches 1, 2, 3, 4, 6, 8, 12, ...: every step between doublings measured) and prints, for each
+throughput that never falls. This reads the GPU campaign's batch sweeps (every campaign folder of the
+labels, today the H200's; batches 1, 2, 3, 4, 6, 8, 12, ...: every step between doublings measured) and prints, for each
 adjacent pair of batches at or above ``--least-batch``, the measured and the modelled change of
 time per sample, how often each rises, and whether they rise at the same pairs.
 """
@@ -20,17 +20,17 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.evaluate.campaign import joined_graphs, row_setting, setting_name
 from trappm_ray.labels.examples import GRAPH_KEY
-from trappm_ray.labels.store import ok_labels
+from trappm_ray.labels.campaign_import import is_campaign_device
+from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.physics.step_model import step_time
 
-SLUGS = ("h200-sxm-141gb-amp", "h200-sxm-141gb-amp-bf16", "h200-sxm-141gb-fp32", "h200-sxm-141gb-tf32")
 RISE = 0.005  # a change of time per sample counted as a rise (measurement noise is about this)
 
 
 def sweeps(labels: str) -> dict[tuple, dict[int, tuple[float, float]]]:
     """(model, resolution, setting) -> batch -> (measured, modelled) training step ms."""
     out: dict[tuple, dict[int, tuple[float, float]]] = defaultdict(dict)
-    for slug in SLUGS:
+    for slug in (s for s in device_slugs(labels) if is_campaign_device(labels, s)):
         rows = [r for r in ok_labels(labels, slug).to_pylist() if r.get("campaign_item") and r.get("train_step_ms")]
         graphs = joined_graphs(labels, rows)
         spec = devices.get(rows[0]["device_spec"])

@@ -29,10 +29,10 @@ from trappm_ray import devices
 from trappm_ray.evaluate.campaign import joined_graphs, row_setting, setting_name
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.examples import GRAPH_KEY
-from trappm_ray.labels.store import ok_labels
+from trappm_ray.labels.campaign_import import is_campaign_device
+from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.physics.step_model import HOST_US, Setting, step_time
 
-H200 = ("h200-sxm-141gb-amp", "h200-sxm-141gb-amp-bf16", "h200-sxm-141gb-fp32", "h200-sxm-141gb-tf32")
 # (composition, share of the smaller of host and device time added to the larger): the queue,
 # half of the smaller added (a partial overlap), all of it (no overlap)
 COMPOSITIONS = {"queue": None, "half overlap": 0.5, "sum": 1.0}
@@ -52,10 +52,11 @@ def rtx3090_rows(labels: str, per_family: int) -> list[tuple]:
             for p in df.itertuples() if (k := (p.arch, p.resolution, p.batch_size)) in index]
 
 
-def h200_rows(labels: str) -> list[tuple]:
-    """(model, measured ms, graph, spec, setting) of the H200 campaign's plain training rows."""
+def campaign_rows(labels: str) -> list[tuple]:
+    """(model, measured ms, graph, spec, setting) of the GPU campaign's plain training rows (every
+    campaign folder of the labels: today the H200's)."""
     out = []
-    for slug in H200:
+    for slug in (s for s in device_slugs(labels) if is_campaign_device(labels, s)):
         rows = [r for r in ok_labels(labels, slug).to_pylist() if r.get("campaign_item") and r.get("train_step_ms")]
         graphs = joined_graphs(labels, rows)
         for r in rows:
@@ -89,7 +90,7 @@ if __name__ == "__main__":
     parser.add_argument("--per-family", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    sets = {"RTX 3090 (families)": rtx3090_rows(args.labels, args.per_family), "H200 campaign (models)": h200_rows(args.labels)}
+    sets = {"RTX 3090 (families)": rtx3090_rows(args.labels, args.per_family), "H200 campaign (models)": campaign_rows(args.labels)}
     print("| set | rows | composition | host | MAPE | after one scale | median answer / measured | group log sd | groups > 1.5x "
           "| correlation of log answer / measured with the host's share |")
     print("|---|---|---|---|---|---|---|---|---|---|")
