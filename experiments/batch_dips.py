@@ -6,10 +6,11 @@ where?
 The step model quantizes a GEMM's tiles into waves over the SMs
 (:func:`trappm_ray.physics.step_model.fill`), so between doublings of the batch its time per
 sample can rise (a batch of 48 filling a last wave that 32 left empty). Issue 42 asks for a
-throughput that never falls. This reads the GPU campaign's batch sweeps (every campaign folder of the
-labels, today the H200's; batches 1, 2, 3, 4, 6, 8, 12, ...: every step between doublings measured) and prints, for each
-adjacent pair of batches at or above ``--least-batch``, the measured and the modelled change of
-time per sample, how often each rises, and whether they rise at the same pairs.
+throughput that never falls. This reads the GPU campaign's batch sweeps (every campaign folder of
+the labels, today the H200's; batches 1, 2, 3, 4, 6, 8, 12, ...: every step between doublings
+measured) and prints, for each adjacent pair of batches at or above ``--least-batch``, the
+measured and the modelled change of time per sample, how often each rises, and whether they rise
+at the same pairs.
 """
 import argparse
 import logging
@@ -19,8 +20,8 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.evaluate.campaign import joined_graphs, row_setting, setting_name
-from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.campaign_import import is_campaign_device
+from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.physics.step_model import step_time
 
