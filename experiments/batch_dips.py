@@ -19,10 +19,7 @@ from collections import defaultdict
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.evaluate.campaign import joined_graphs, row_setting, setting_name
-from trappm_ray.labels.campaign_import import is_campaign_device
-from trappm_ray.labels.examples import GRAPH_KEY
-from trappm_ray.labels.store import device_slugs, ok_labels
+from trappm_ray.evaluate.campaign import campaign_rows, row_setting, setting_name
 from trappm_ray.physics.step_model import step_time
 
 RISE = 0.005  # a change of time per sample counted as a rise (measurement noise is about this)
@@ -31,15 +28,9 @@ RISE = 0.005  # a change of time per sample counted as a rise (measurement noise
 def sweeps(labels: str) -> dict[tuple, dict[int, tuple[float, float]]]:
     """(model, resolution, setting) -> batch -> (measured, modelled) training step ms."""
     out: dict[tuple, dict[int, tuple[float, float]]] = defaultdict(dict)
-    for slug in (s for s in device_slugs(labels) if is_campaign_device(labels, s)):
-        rows = [r for r in ok_labels(labels, slug).to_pylist() if r.get("campaign_item") and r.get("train_step_ms")]
-        graphs = joined_graphs(labels, rows)
-        spec = devices.get(rows[0]["device_spec"])
-        for r in rows:
-            graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
-            if graph is not None:
-                modelled = step_time(graph, spec, row_setting(r), "train").total_ms
-                out[(r["arch"], r["resolution"], setting_name(r))][r["batch_size"]] = (r["train_step_ms"], modelled)
+    for r, graph in campaign_rows(labels, lambda r: r.get("train_step_ms")):
+        modelled = step_time(graph, devices.get(r["device_spec"]), row_setting(r), "train").total_ms
+        out[(r["arch"], r["resolution"], setting_name(r))][r["batch_size"]] = (r["train_step_ms"], modelled)
     return out
 
 

@@ -26,11 +26,9 @@ import pyarrow.compute as pc
 import pyarrow.parquet as pq
 
 from trappm_ray import devices
-from trappm_ray.evaluate.campaign import joined_graphs, row_setting, setting_name
+from trappm_ray.evaluate.campaign import campaign_rows, row_setting, setting_name
 from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.labels.examples import GRAPH_KEY
-from trappm_ray.labels.campaign_import import is_campaign_device
-from trappm_ray.labels.store import device_slugs, ok_labels
+from trappm_ray.labels.store import ok_labels
 from trappm_ray.physics.step_model import HOST_US, Setting, step_time
 
 # (composition, share of the smaller of host and device time added to the larger): the queue,
@@ -52,18 +50,12 @@ def rtx3090_rows(labels: str, per_family: int) -> list[tuple]:
             for p in df.itertuples() if (k := (p.arch, p.resolution, p.batch_size)) in index]
 
 
-def campaign_rows(labels: str) -> list[tuple]:
+def campaign_training_rows(labels: str) -> list[tuple]:
     """(model, measured ms, graph, spec, setting) of the GPU campaign's plain training rows (every
     campaign folder of the labels: today the H200's)."""
-    out = []
-    for slug in (s for s in device_slugs(labels) if is_campaign_device(labels, s)):
-        rows = [r for r in ok_labels(labels, slug).to_pylist() if r.get("campaign_item") and r.get("train_step_ms")]
-        graphs = joined_graphs(labels, rows)
-        for r in rows:
-            graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
-            if graph is not None and setting_name(r).count("/") == 2:  # no recompute / accumulation
-                out.append((r["arch"], r["train_step_ms"], graph, devices.get(r["device_spec"]), row_setting(r)))
-    return out
+    return [(r["arch"], r["train_step_ms"], graph, devices.get(r["device_spec"]), row_setting(r))
+            for r, graph in campaign_rows(labels, lambda r: r.get("train_step_ms"))
+            if setting_name(r).count("/") == 2]  # no recompute / accumulation
 
 
 def score(rows: list[tuple], how: str, scale: float) -> dict[str, float]:
@@ -90,7 +82,7 @@ if __name__ == "__main__":
     parser.add_argument("--per-family", type=int, default=3)
     args = parser.parse_args()
     logging.basicConfig(level=logging.WARNING)
-    sets = {"RTX 3090 (families)": rtx3090_rows(args.labels, args.per_family), "H200 campaign (models)": campaign_rows(args.labels)}
+    sets = {"RTX 3090 (families)": rtx3090_rows(args.labels, args.per_family), "H200 campaign (models)": campaign_training_rows(args.labels)}
     print("| set | rows | composition | host | MAPE | after one scale | median answer / measured | group log sd | groups > 1.5x "
           "| correlation of log answer / measured with the host's share |")
     print("|---|---|---|---|---|---|---|---|---|---|")

@@ -6,7 +6,7 @@ import pytest
 
 import onnx_builders as B
 from trappm_ray import devices, storage
-from trappm_ray.evaluate.campaign import evaluate, report
+from trappm_ray.evaluate.campaign import campaign_rows, evaluate, report
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import GRAPHS_FILE, graph_to_row
 from trappm_ray.labels import store
@@ -72,3 +72,8 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
     text = report([ev])
     assert "CUDA memory model `reserved`" in text and "batch scaling of `train_step_ms`" in text
     assert "spec-based answer refuses: amp-fp16/sgd-momentum/nchw/recompute-full 3" in text
+
+    # every campaign folder's rows that a check keeps, each with its own graph
+    found = list(campaign_rows(labels, lambda r: r["recompute"] == "none"))
+    assert sorted(r["batch_size"] for r, _ in found) == [2, 4, 8]
+    assert all(g.static["batch_size"] == r["batch_size"] for r, g in found)

@@ -19,7 +19,7 @@ the median signed error (the bias) and the worst row.
 from __future__ import annotations
 
 from collections import defaultdict
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 
 import numpy as np
@@ -27,9 +27,9 @@ import numpy as np
 from trappm_ray import devices
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.rows import row_to_graph
-from trappm_ray.labels.campaign_import import mean_train_power_w
+from trappm_ray.labels.campaign_import import is_campaign_device, mean_train_power_w
 from trappm_ray.labels.examples import GRAPH_KEY
-from trappm_ray.labels.store import ok_labels
+from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
@@ -145,6 +145,19 @@ def spec_answer(predictor: SpecPredictor) -> Answer:
         s = {k: row[k] for k in ("precision", "optimizer", "memory_format")}
         return predictor.predict_graphs([graph], [s])[0]
     return answer
+
+
+def campaign_rows(labels_dir: str, keep: Callable[[dict], object] = bool) -> Iterator[tuple[dict, Graph]]:
+    """Every campaign folder's ok rows that ``keep`` accepts, each with its joined graph (rows
+    without one are left out): what the checks that span all campaign GPUs read."""
+    for slug in device_slugs(labels_dir):
+        if not is_campaign_device(labels_dir, slug):
+            continue
+        rows = [r for r in ok_labels(labels_dir, slug).to_pylist() if r.get("campaign_item") and keep(r)]
+        graphs = joined_graphs(labels_dir, rows)
+        for r in rows:
+            if (graph := graphs.get(tuple(r[k] for k in GRAPH_KEY))) is not None:
+                yield r, graph
 
 
 def row_setting(row: dict) -> Setting:
@@ -373,5 +386,5 @@ def report(evaluations: list[CampaignEvaluation],
 
 
 __all__ = ["row_setting", "MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
-           "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
+           "campaign_rows", "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
            "setting_move_errors", "REFERENCE", "evaluate", "evaluate_moves", "report"]

@@ -27,12 +27,11 @@ from pathlib import Path
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.evaluate.campaign import BUSY_BATCH, ErrorSummary, joined_graphs, row_setting
+from trappm_ray.evaluate.campaign import BUSY_BATCH, ErrorSummary, campaign_rows, joined_graphs, row_setting
 from trappm_ray.graph.featurize import Graph
-from trappm_ray.labels.campaign_import import is_campaign_device, mean_train_power_w
-from trappm_ray.labels.examples import GRAPH_KEY
+from trappm_ray.labels.campaign_import import mean_train_power_w
 from trappm_ray.labels.public_power import ZEUS
-from trappm_ray.labels.store import device_slugs, ok_labels, source_rows
+from trappm_ray.labels.store import device_slugs, source_rows
 from trappm_ray.physics.power import PowerModel, answered_busy, fit, fit_voltage_floor, step_power
 from trappm_ray.physics.step_model import StepEstimate, step_time
 
@@ -188,26 +187,18 @@ def campaign(labels_dir: str, model: PowerModel) -> tuple[dict[str, dict], dict[
     every row's measured / answered power (:func:`band`)."""
     found: dict[str, list] = defaultdict(list)
     ratios: dict[str, list[float]] = defaultdict(list)
-    for slug in device_slugs(labels_dir):
-        if not is_campaign_device(labels_dir, slug):
-            continue
-        rows = [r for r in ok_labels(labels_dir, slug).to_pylist() if mean_train_power_w(r) and r.get("train_step_ms")]
-        graphs = joined_graphs(labels_dir, rows)
-        for r in rows:
-            graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
-            if graph is None:
-                continue
-            spec = devices.get(r["device_spec"])
-            step, watts = step_time(graph, spec, row_setting(r), "train"), mean_train_power_w(r) or np.nan
-            busy, answer = answered_busy(step, r["train_step_ms"]), step_power(step, spec, model)
-            clock = (answer.clock * spec.boost_clock_mhz / r["sm_clock_mhz"]
-                     if r.get("sm_clock_mhz") and spec.boost_clock_mhz else np.nan)
-            row = (answer.power_w / watts - 1, step_power(step, spec, model, busy=busy).power_w / watts - 1,
-                   f"{r['arch']}@{r['resolution']} b{r['batch_size']}", clock)
-            ratios[spec.slug].append(1 / (1 + row[0]))
-            for group in (r["precision"], "all", *(["all, batch >= 32"] if r["batch_size"] >= BUSY_BATCH else []),
-                          f"model {r['arch']}"):
-                found[f"{spec.slug} {group}"].append(row)
+    for r, graph in campaign_rows(labels_dir, lambda r: mean_train_power_w(r) and r.get("train_step_ms")):
+        spec = devices.get(r["device_spec"])
+        step, watts = step_time(graph, spec, row_setting(r), "train"), mean_train_power_w(r) or np.nan
+        busy, answer = answered_busy(step, r["train_step_ms"]), step_power(step, spec, model)
+        clock = (answer.clock * spec.boost_clock_mhz / r["sm_clock_mhz"]
+                 if r.get("sm_clock_mhz") and spec.boost_clock_mhz else np.nan)
+        row = (answer.power_w / watts - 1, step_power(step, spec, model, busy=busy).power_w / watts - 1,
+               f"{r['arch']}@{r['resolution']} b{r['batch_size']}", clock)
+        ratios[spec.slug].append(1 / (1 + row[0]))
+        for group in (r["precision"], "all", *(["all, batch >= 32"] if r["batch_size"] >= BUSY_BATCH else []),
+                      f"model {r['arch']}"):
+            found[f"{spec.slug} {group}"].append(row)
     return ({group: {**asdict(ErrorSummary.of([(e[0], e[2]) for e in errs])),
                      "timed_mape": float(np.mean([abs(e[1]) for e in errs]) * 100),
                      "clock_ratio": float(np.nanmedian(c)) if (c := [e[3] for e in errs if e[3] == e[3]]) else None,
