@@ -1,7 +1,7 @@
 """Which host time per kernel does the GPU campaign's PyTorch read, and what does the shipped
 figure hide?
 
-    .venv/bin/python experiments/host_figure.py          (about 3 minutes)
+    .venv/bin/python experiments/host_figure.py          (about 2 minutes)
 
 The step model issues each forward kernel at ``HOST_US`` (40 us forward + 130 us backward: the
 RTX 3090's timm labels at batch 1, PyTorch 1.10-1.12). The campaign measured its sweeps from
@@ -11,7 +11,7 @@ is an upper bound on that host's figure, as the RTX 3090's is on its own. This s
 alone (no learned part) on the campaign's plain training and inference rows (no checkpointing,
 accumulation or channels-last) with the shipped figure and with one fitted on the campaign: each
 model answered with the median of the *other* models' least figures (leave one model out), split
-by batch (at most 8: host-bound; at least 32: device-bound).
+by batch (at most 8: host-bound; at least 32: device-bound), and at batch >= 32 per precision.
 """
 import argparse
 import logging
@@ -48,9 +48,9 @@ def answers(rows: list[tuple], host_of) -> pd.DataFrame:
     out = []
     for r, graph, spec, _ in rows:
         host, setting = host_of(r["arch"]), row_setting(r)
-        out.append((r["batch_size"], step_time(graph, spec, setting, "train", host).total_ms / r["train_step_ms"],
+        out.append((r["arch"], r["batch_size"], r["precision"], step_time(graph, spec, setting, "train", host).total_ms / r["train_step_ms"],
                     step_time(graph, spec, setting, "infer", host).total_ms / r["inference_ms"]))
-    return pd.DataFrame(out, columns=["batch", "train", "infer"])
+    return pd.DataFrame(out, columns=["model", "batch", "precision", "train", "infer"])
 
 
 if __name__ == "__main__":
@@ -73,9 +73,19 @@ if __name__ == "__main__":
                 f"campaign, model left out (about {fitted.infer_us:.0f} + {fitted.train_us - fitted.infer_us:.0f} us)": left_out}
     print(f"\n{len(rows)} rows\n\n| host figure | batches | rows | training MAPE | median answer / measured "
           "| inference MAPE | median answer / measured |\n|---|---|---|---|---|---|---|")
+    device_bound = {}
     for name, host_of in variants.items():
         d = answers(rows, host_of)
         for band, (lo, hi) in BANDS.items():
             s = d[(d.batch >= lo) & (d.batch <= hi)]
             print(f"| {name} | {band} | {len(s)} | {np.mean(np.abs(s.train - 1)) * 100:.1f}% | {s.train.median():.2f} "
                   f"| {np.mean(np.abs(s.infer - 1)) * 100:.1f}% | {s.infer.median():.2f} |")
+        device_bound[name] = d[d.batch >= BANDS["batch >= 32"][0]]
+    # where the device side falls short once the host is right: per precision, batch >= 32
+    print("\n| host figure | precision | rows | training: median answer / measured | inference |\n|---|---|---|---|---|")
+    for name, d in device_bound.items():
+        for precision, s in d.groupby("precision"):
+            print(f"| {name} | {precision} | {len(s)} | {s.train.median():.2f} | {s.infer.median():.2f} |")
+    print("\n| precision | model | rows | training, campaign's figure |\n|---|---|---|---|")
+    for (precision, model), s in d.groupby(["precision", "model"]):  # the last variant: the campaign's
+        print(f"| {precision} | {model} | {len(s)} | {s.train.median():.2f} |")
