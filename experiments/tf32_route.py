@@ -26,6 +26,8 @@ import trappm_ray
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "jobs"))
 from evaluate_campaign import product_answer  # noqa: E402  (a job's function: the answer a user gets)
 
+from trappm_ray.evaluate.campaign import as_measured, joined_graphs  # noqa: E402
+from trappm_ray.labels.examples import GRAPH_KEY  # noqa: E402
 from trappm_ray.labels.store import ok_labels  # noqa: E402
 from trappm_ray.model.compositions import held_at  # noqa: E402
 from trappm_ray.serving import api, routing  # noqa: E402
@@ -41,11 +43,15 @@ def answers() -> pd.DataFrame:
     """One row per (measured row, route, target): error and whether the band covers."""
     shipped, out = routing.MOVED_FROM_AMP, []
     sixteen = tuple(p for p in shipped if p not in ("tf32", "fp32"))
+    answer = as_measured(product_answer)  # strict-FP32 convnet rows are no fp32 the product answers
     for folder in FOLDERS:
-        for row in ok_labels("data/labels", folder).to_pylist():
+        rows = ok_labels("data/labels", folder).to_pylist()
+        graphs = joined_graphs("data/labels", rows)
+        for row in rows:
+            graph = graphs.get(tuple(row[k] for k in GRAPH_KEY))
             for route, moved in (("own", sixteen), ("moved", (*sixteen, "tf32", "fp32"))):
                 routing.MOVED_FROM_AMP = moved
-                got = product_answer(row, None) or {}
+                got = (answer(row, graph) if graph is not None else None) or {}
                 for target in TARGETS:
                     measured, value = row[target], got.get(target)
                     if measured and value:

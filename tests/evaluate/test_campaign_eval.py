@@ -6,7 +6,7 @@ import pytest
 
 import onnx_builders as B
 from trappm_ray import devices, storage
-from trappm_ray.evaluate.campaign import campaign_rows, evaluate, report
+from trappm_ray.evaluate.campaign import as_measured, campaign_rows, evaluate, physics_precision, report, row_setting
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import GRAPHS_FILE, graph_to_row
 from trappm_ray.labels import store
@@ -77,3 +77,17 @@ def test_memory_and_step_time_errors_are_what_the_rows_say(tmp_path):
     found = list(campaign_rows(labels, lambda r: r["recompute"] == "none"))
     assert sorted(r["batch_size"] for r, _ in found) == [2, 4, 8]
     assert all(g.static["batch_size"] == r["batch_size"] for r, g in found)
+
+
+def test_strict_fp32_rows_are_read_as_measured():
+    conv, gemm = featurize(B.cnn_model(), batch_size=2), featurize(B.gemm_model(), batch_size=2)
+    row = {"precision": "fp32", "optimizer": "adamw", "allow_tf32": "none"}
+    assert physics_precision(row) == row_setting(row).precision == "fp32-strict"
+    assert physics_precision({**row, "allow_tf32": "conv"}) == "fp32"  # PyTorch's default
+    assert physics_precision({**row, "allow_tf32": None}) == "fp32"  # public rows: the default of their time
+    assert physics_precision({**row, "precision": "tf32", "allow_tf32": "all"}) == "tf32"
+    answer = as_measured(lambda r, g: {"train_step_ms": 1.0})
+    # the product's fp32 runs convolutions in TF32: no answer of it is the strict measurement
+    assert answer(row, conv) is None
+    # matrix products are strict FP32 in both: the product's answer stands
+    assert answer(row, gemm) == {"train_step_ms": 1.0}

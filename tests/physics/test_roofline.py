@@ -117,6 +117,10 @@ def test_fp32_convolutions_may_use_tf32_but_matrix_products_do_not():
     assert fp32.compute_ms[0] == pytest.approx(tf32.compute_ms[0] * 156 / 19.5)
     # rocBLAS runs FP32 GEMMs on the matrix cores
     assert peaks("fp32", mi100) == (pytest.approx(46.2e12), pytest.approx(46.2e12))
+    # both flags off (the campaign's first fp32 rows): convolutions on the FP32 units too
+    assert peaks("fp32-strict") == (pytest.approx(19.5e12), pytest.approx(19.5e12))
+    strict, default = (roofline(conv, a100, p, "infer").compute_ms[0] for p in ("fp32-strict", "fp32"))
+    assert strict > default
 
 
 @pytest.mark.parametrize("build", [lambda b: cnn(b), lambda b: featurize(ob.transformer_block(), batch_size=b)])

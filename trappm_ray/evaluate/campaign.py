@@ -160,9 +160,27 @@ def campaign_rows(labels_dir: str, keep: Callable[[dict], object] = bool) -> Ite
                 yield r, graph
 
 
+def physics_precision(row: dict) -> str:
+    """The step model's precision of a row: ``fp32-strict`` for fp32 measured with cuDNN's TF32
+    off (``allow_tf32`` ``none``: gpu-v1's shards 0-8), else the row's own."""
+    strict = row["precision"] == "fp32" and row.get("allow_tf32") in ("none", "matmul")
+    return "fp32-strict" if strict else row["precision"]
+
+
+def as_measured(answer: Answer) -> Answer:
+    """``answer``, refusing rows whose measured math no option of the product asks for: strict
+    fp32 where the graph has convolutions (the product's fp32 runs them in TF32, PyTorch's
+    default; its matrix products are strict FP32 either way)."""
+    def wrapped(row: dict, graph: Graph) -> dict[str, float] | None:
+        if physics_precision(row) == "fp32-strict" and "Conv" in graph.ops:
+            return None
+        return answer(row, graph)
+    return wrapped
+
+
 def row_setting(row: dict) -> Setting:
     """The step model's setting of a campaign row (precision, optimizer, checkpointing, accumulation)."""
-    return Setting(precision=row["precision"], optimizer=row["optimizer"],
+    return Setting(precision=physics_precision(row), optimizer=row["optimizer"],
                    recompute=(row.get("recompute") or "none") != "none", grad_accum=int(row.get("grad_accum") or 1))
 
 
@@ -298,9 +316,9 @@ def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None,
         return out
     spec = devices.get(rows[0]["device_spec"])
     answers = {"step model": step_model_answer(spec),
-               "spec-based": spec_answer(SpecPredictor(spec_model or SpecModel.load(), spec))}
+               "spec-based": as_measured(spec_answer(SpecPredictor(spec_model or SpecModel.load(), spec)))}
     if product is not None:
-        answers["product"] = product
+        answers["product"] = as_measured(product)
     for name, answer in answers.items():
         out.time[name], out.ratio[name], out.refused[name] = time_errors(rows, graphs, answer)
     return out
@@ -385,6 +403,6 @@ def report(evaluations: list[CampaignEvaluation],
     return "\n".join(lines).rstrip() + "\n"
 
 
-__all__ = ["row_setting", "MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
+__all__ = ["row_setting", "physics_precision", "as_measured", "MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
            "campaign_rows", "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer", "time_errors",
            "setting_move_errors", "REFERENCE", "evaluate", "evaluate_moves", "report"]

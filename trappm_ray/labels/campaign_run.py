@@ -44,7 +44,8 @@ METHOD = (f"trappm-ray GPU campaign {CAMPAIGN}: random inputs and targets; train
           f"{TIMED_STEPS} timed steps queued back to back, each timed by CUDA events; inference = eval, "
           f"no_grad, same autocast, {INFER_WARMUP} warm-up + {TIMED_STEPS} timed; NVML power, memory "
           f"and SM clock sampled every 20 ms during the timed steps; one process per model, memory "
-          f"freed and peaks reset between rows; cuDNN autotuning off (its heuristics pick the kernels)")
+          f"freed and peaks reset between rows; cuDNN autotuning off (its heuristics pick the kernels); "
+          f"TF32 as the row's allow_tf32 says (fp32: PyTorch's default, TF32 convolutions only)")
 
 
 class _Workload:
@@ -69,9 +70,10 @@ class _Workload:
 
     def configure(self, setting: Setting) -> None:
         torch = self.torch
-        tf32 = setting.precision == "tf32"
-        torch.backends.cuda.matmul.allow_tf32 = tf32
-        torch.backends.cudnn.allow_tf32 = tf32
+        # fp32 is PyTorch's default math (TF32 convolutions, FP32 matrix products): what a user
+        # who asks for fp32 runs; gpu-v1's shards 0-8 ran it strict (both off; their rows say so)
+        torch.backends.cuda.matmul.allow_tf32 = setting.precision == "tf32"
+        torch.backends.cudnn.allow_tf32 = True
         if setting.memory_format != "none":
             fmt = torch.channels_last if setting.memory_format == "nhwc" else torch.contiguous_format
             self.model.to(memory_format=fmt)
@@ -108,6 +110,12 @@ class _Workload:
 
     def infer(self, x):
         return self.model(x) if self.job.source == "timm" else self.model(input_ids=x)
+
+
+def allow_tf32(torch) -> str:
+    """The TF32 flags in force, as the label column ``allow_tf32`` records them."""
+    matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
+    return {(False, False): "none", (False, True): "conv", (True, False): "matmul", (True, True): "all"}[(matmul, conv)]
 
 
 def _optimizer(setting: Setting, params, torch):
@@ -225,7 +233,7 @@ def _row(job: Job, setting: Setting, n: int, info: dict, item: str, params: int 
             "seq_len": job.size if job.source == "transformers" else None, "batch_size": n,
             "precision": setting.precision, "optimizer": setting.optimizer,
             "memory_format": setting.memory_format, "recompute": setting.recompute,
-            "grad_accum": setting.grad_accum, "gpus": 1, "parallelism": "single", "compiled": "none",
+            "grad_accum": setting.grad_accum, "allow_tf32": None, "gpus": 1, "parallelism": "single", "compiled": "none",
             "params": params, "warmup": TRAIN_WARMUP, "steps": TIMED_STEPS, "method": METHOD,
             "harness_version": CAMPAIGN, **info, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -244,7 +252,7 @@ def sweep(w: _Workload, setting: Setting, info: dict, item: str, path: str, dead
         emit(path, row)
         return [row]
     for n in batch_ladder(w.job.max_batch):
-        row = _row(w.job, setting, n, info, item, w.params)
+        row = _row(w.job, setting, n, info, item, w.params) | {"allow_tf32": allow_tf32(torch)}
         projected = prev["wall_s"] * n / prev["batch_size"] if prev else 0.0
         if time.monotonic() + projected > deadline:
             row.update(status="skipped_slow", error=f"the sweep's time ({w.job.cap_s:g} s) left no room "

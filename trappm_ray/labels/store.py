@@ -52,6 +52,10 @@ COLUMNS: dict[str, str] = {
     "recompute": _S, "grad_accum": _I, "optimizer_ms": _F, "power_samples": _I, "power_window_s": _F,
     "energy_j": _F, "inference_power_w_mean": _F, "sm_clock_mhz": _F, "leftover_mb": _F, "first_step_ms": _F,
     "campaign_item": _S, "transformers_version": _S,
+    # Which fp32 operations the run let use TF32 (PyTorch's two flags): ``none`` (strict FP32),
+    # ``conv`` (cuDNN only: PyTorch's default), ``matmul``, ``all``. Null where the source does not
+    # say (public rows: PyTorch's default of their time).
+    "allow_tf32": _S,
     # Multi-GPU rows (labels/public_distributed.py): samples per optimizer step over every GPU, the
     # nodes and GPUs per node (``2x4``, ``2+1+1``; Gavel's ``packed``/``spread``), the interconnect
     # as the source states it, and the measured gradient synchronisation where the source splits it.

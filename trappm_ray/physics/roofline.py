@@ -21,7 +21,8 @@ Counting rules (per node, forward pass); every choice errs low, as a floor must:
   on the CUDA cores). ``fp32`` is PyTorch's default since 1.12: convolutions get the TF32 tensor
   peak where the device has one (``cudnn.allow_tf32`` defaults to True) but matrix products
   (Gemm, MatMul, Einsum, RNNs) the FP32 vector peak (``cuda.matmul.allow_tf32`` defaults to
-  False); ``tf32`` lets both use TF32. Measured, not assumed: NeuSight's fp32 LM runs on the
+  False); ``tf32`` lets both use TF32; ``fp32-strict`` neither (both flags off, as for
+  reproducibility: the physics' reading of such measurements, not an option users ask for). Measured, not assumed: NeuSight's fp32 LM runs on the
   A100 take 0.72-0.77x the V100's time, the ratio of the FP32 peaks (19.5 / 14 TFLOPS), not of
   TF32 to FP32 (11x). On ROCm both get CDNA's FP32 matrix rate (2x vector; rocBLAS uses it).
   A 3x3 stride-1 Conv off the tensor cores may run as Winograd F(4x4, 3x3) (Lavin & Gray,
@@ -74,7 +75,7 @@ BN_FLOPS_PER_ELEM = 2  # a restored (folded) BatchNorm: scale and shift per elem
 # precision -> (tensor peak key for devices.peak_flops, activation bytes, weight bytes per
 # parameter of a matmul-class node, of any other node)
 PRECISIONS = {
-    "fp32": ("tf32", 4, 4, 4), "tf32": ("tf32", 4, 4, 4),
+    "fp32": ("tf32", 4, 4, 4), "tf32": ("tf32", 4, 4, 4), "fp32-strict": ("fp32", 4, 4, 4),
     "amp-fp16": ("amp-fp16", 2, 8, 4), "amp-bf16": ("bf16", 2, 8, 4),
     "fp16": ("fp16", 2, 2, 2), "bf16": ("bf16", 2, 2, 2), "fp64": ("fp64", 8, 8, 8),
 }
@@ -166,7 +167,7 @@ def device_rates(spec: devices.DeviceSpec, precision: str) -> tuple[float, float
     else:
         raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no roofline")
     tensor = max(devices.peak_flops(spec, key), vector)
-    if precision == "fp32" and spec.kind == "rocm":
+    if precision in ("fp32", "fp32-strict") and spec.kind == "rocm":
         tensor = max(tensor, ROCM_FP32_MATRIX * vector)
     return tensor, vector, spec.memory_bw_gbs * 1e9
 
