@@ -8,7 +8,10 @@ Checked on the GPU campaign's TF32 and fp32 rows (an H200: no predictor has labe
 without the precision). Printed per precision, target and route: rows, median and mean |error|,
 p90, the median signed error and the 95% band's coverage, for every row and for batch >= 32.
 Answered (2026-11-30): TF32 moves (training 22.6 -> 19.4% median, inference 31.3 -> 24.4%), fp32
-keeps its own (10.5% against 10.8%).
+keeps its own (10.5% against 10.8%). Rerun on 2026-12-02 (2.6 min) with the strict-FP32 convnet
+rows left out (ResNet-50's and ViT-B/16's: no fp32 the product answers), on the 24 BERT and GPT-2
+fp32 rows: own 5.8% training (p90 15.7%), 11.1% inference, against 10.7% and 18.1% moved; TF32
+moved 20.4% / 21.8% against its own 23.5% / 30.6%. The routes stand.
 
 Then what the move does where the two derivations disagree in level: for six models on six GPUs
 at batch 8, 64 and 256 (AdamW), how many TF32 answers moved from AMP read slower than the same

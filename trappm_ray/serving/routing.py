@@ -261,8 +261,8 @@ def settled(requested: dict, chosen: Estimator) -> tuple[Estimator, dict]:
 # their 16-bit rate, activations in fp32). On the H200 campaign's 192 TF32 rows the move reads the
 # training step 19.4% off (median; 31.7% at batch >= 32) where the spec model's own TF32 answer read
 # 22.6% (42.1%), which took TF32 transformers for barely slower than AMP; inference 24.4% against
-# 31.3%. fp32 keeps the spec model's own answer, trained on many fp32 rows: 10.5% median on the
-# campaign's 49 fp32 rows, 10.8% moved (experiments/tf32_route.py).
+# 31.3%. fp32 keeps the spec model's own answer, trained on many fp32 rows: 5.8% median on the
+# campaign's 24 fp32 rows of PyTorch's default math (BERT, GPT-2), 10.7% moved (experiments/tf32_route.py).
 MOVED_FROM_AMP = (*HALF_PRECISIONS, "tf32")
 
 
