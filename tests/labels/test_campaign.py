@@ -196,6 +196,7 @@ def test_import_makes_label_rows_with_provenance(dry_run, tmp_path):
     assert is_campaign_device(str(tmp_path), slug)
     sheet = campaign_datasheet(str(tmp_path), slug)
     assert "memory reset between rows" in sheet and "rows per minute" not in sheet.split("## Contents")[1]
+    assert "| fp32/adamw/nchw/none/1/TF32 conv |" in sheet  # the import keeps the row's TF32 flags
     # the next slot starts after what is committed: dry-run items are done now
     done = plan.done_items(str(tmp_path))
     assert plan.next_jobs(plan.dry_run_shards(), done) == []

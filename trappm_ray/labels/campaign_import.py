@@ -146,7 +146,8 @@ def campaign_datasheet(labels_dir: str, slug: str) -> str:
            "peak reserved MiB | power W (energy counter) |", "|---|---|---|---|---|---|---|---|---|"]
     groups = defaultdict(list)
     for r in rows:
-        groups[(r["precision"], r["optimizer"], r["memory_format"], r["recompute"], r["grad_accum"])].append(r)
+        groups[(r["precision"], r["optimizer"], r["memory_format"], r["recompute"], r["grad_accum"],
+                f"TF32 {r.get('allow_tf32') or '?'}")].append(r)
     for key, rs in sorted(groups.items(), key=lambda kv: str(kv[0])):
         g = [r for r in rs if r["status"] == "ok"]
         out.append(f"| {'/'.join(map(str, key))} | {len({r['arch'] for r in rs})} | {len(g)} | "
