@@ -16,7 +16,8 @@ from pathlib import Path
 import trappm_ray
 from trappm_ray.config_cli import parse_config
 from trappm_ray.corpus.text_models import config_dict
-from trappm_ray.evaluate.campaign import evaluate, evaluate_moves, report
+from trappm_ray.evaluate.campaign import evaluate, evaluate_moves
+from trappm_ray.evaluate.campaign_report import report
 from trappm_ray.labels.campaign_import import is_campaign_device
 from trappm_ray.labels.store import device_slugs
 from trappm_ray.serving.model_input import model_bytes

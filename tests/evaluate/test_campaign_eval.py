@@ -6,7 +6,8 @@ import pytest
 
 import onnx_builders as B
 from trappm_ray import devices, storage
-from trappm_ray.evaluate.campaign import as_measured, campaign_rows, evaluate, physics_precision, report, row_setting
+from trappm_ray.evaluate.campaign import as_measured, campaign_rows, evaluate, physics_precision, row_setting
+from trappm_ray.evaluate.campaign_report import report
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import GRAPHS_FILE, graph_to_row
 from trappm_ray.labels import store
