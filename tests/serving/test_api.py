@@ -476,6 +476,10 @@ def test_tf32_on_a_gpu_without_tf32_units_is_its_fp32_answer(device):
     assert any("has no TF32 tensor cores, so PyTorch runs the step in fp32" in n for n in tf32.notes)
     h100 = P.predict(model, 32, device="h100", precision="tf32", optimizer="adamw")
     assert h100.options["precision"] == "tf32" and not any("no TF32 tensor cores" in n for n in h100.notes)
+    # fp32 where TF32 units exist: the answer says which math it is (the campaign measured both)
+    fp32_notes = P.predict(model, 32, device="h100", precision="fp32", optimizer="adamw").notes
+    assert any("PyTorch's default math" in n and "convolutions in TF32" in n for n in fp32_notes)
+    assert not any("PyTorch's default math" in n for n in fp32.notes)  # no TF32 units: nothing to say
 
 
 def test_a_gpu_step_without_an_optimizer_is_never_slower_than_with_sgd():

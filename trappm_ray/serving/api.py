@@ -91,6 +91,10 @@ def build_prediction(row: dict[str, float], graph: Graph, predictor: Estimator,
     if spec is not None and opts.precision and runs_as(spec, opts.precision) != opts.precision:
         p.notes.append(f"precision {opts.precision}: {spec.name} has no TF32 tensor cores, so PyTorch runs the "
                        f"step in fp32 (allow_tf32 changes nothing there): the fp32 answer")
+    elif spec is not None and setting.get("precision") == "fp32" and spec.peak_tf32_tensor_tflops:
+        p.notes.append(f"precision fp32 is PyTorch's default math on {spec.name}: convolutions in TF32 "
+                       f"(cudnn.allow_tf32), matrix products in FP32; tf32 puts matrix products on TF32 too; "
+                       f"strict FP32 (both off) is not answered")
     if device.get("note"):  # what the times rest on (spec-based, transferred), and their error
         p.notes.append(device["note"])
     moved = predictor.note(setting) if isinstance(predictor, SettingMove) else None
