@@ -35,7 +35,9 @@ def report(evaluations: list[CampaignEvaluation],
               "reads 1-2 s windows low); inference, the sampled readings' mean over windows of at least "
               f"{POWER_WINDOW_S:g} s. Intervals: the product's 95% band for times, its 90% band for training "
               "power (`docs/results-power.md`: set on these rows and Zeus's GPUs together, so its coverage "
-              "here is not a held-out figure; that table gives the band set without this GPU).", ""]
+              "here is not a held-out figure; that table gives the band set without this GPU). Refused rows "
+              "include fp32 rows measured in strict FP32 (`allow_tf32` none) of graphs with convolutions: the "
+              "product's fp32 is PyTorch's default math (TF32 convolutions); the step model reads them strictly.", ""]
 
     def table(title: str, groups: dict[str, ErrorSummary]) -> list[str]:
         banded = any(s.covered_pct is not None for s in groups.values())
