@@ -1,6 +1,6 @@
 """Does the work AdaptDL adds to every step explain Pollux's small-batch shortfall? (issue 42)
 
-    .venv/bin/python experiments/pollux_adascale.py [WINOGRAD]   (15 s; exports into artifacts/workloads)
+    .venv/bin/python experiments/pollux_adascale.py [WINOGRAD]   (about a minute; exports into artifacts/workloads)
 
 ``WINOGRAD``: the roofline's multiply saving of a 3x3 convolution off the tensor cores (default
 the shipped 4, F(4x4, 3x3); 2.25 is F(2x2, 3x3), 1 none), for the second question below.
@@ -38,8 +38,11 @@ one (absolute -50 to -65%). Its convolutions are all 3x3 and fp32 on a T4 (no TF
 with the Winograd saving of 4 (``roofline.WINOGRAD_FACTOR``). With 2.25: ratios 13.2%, absolute
 22.2%; with none: ratios 8.9%, absolute 24.8%, the CIFAR ResNet-18 within 3-31% but ResNet-50's
 large batches +50-55% and BERT's -43..-56% without the statistics. Which Winograd tile cuDNN runs
-(and whether its weight gradient uses one) is not settled by three sweeps of one GPU; neither the
-statistics nor a Winograd change is in the step model.
+(and whether its weight gradient uses one) is not settled by three sweeps of one GPU; Gavel's
+fp32 sweeps (K80, P100; printed last) do not settle it either: without the saving their ratios
+go from 19.2% to 20.7%, their absolute error from 56.2% to 48.1% (the CIFAR ResNet-18 on the P100
+from -51..-58% to -41..+20%; every Gavel workload, LSTM and Transformer included, reads 30-90%
+short). Neither the statistics nor a Winograd change is in the step model.
 """
 from __future__ import annotations
 
@@ -50,7 +53,7 @@ from pathlib import Path
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.evaluate.batch_scaling import WORKLOADS, one_gpu_sweeps, workload_onnx
+from trappm_ray.evaluate.batch_scaling import WORKLOADS, one_gpu_sweeps, run, workload_onnx
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics import roofline
 from trappm_ray.physics.step_model import (FOREACH_HOST_US, TENSORS_PER_WEIGHTED_NODE, Efficiency, Setting,
@@ -105,6 +108,10 @@ def main() -> None:
     for k, v in errs.items():
         a = np.abs(np.array(v))
         print(f"pollux {k:9s} MAPE {a.mean() * 100:5.1f}%  worst {a.max() * 100:5.1f}%  ({a.size} points)")
+    # the other fp32 source of one-GPU sweeps (Gavel: K80, P100), the step model alone
+    for source, cols in run(one_gpu_sweeps(), CACHE)["summary"].items():
+        print(f"{source} step model: ratio MAPE {cols['ratio_error']['mape']:.1f}%, "
+              f"absolute {cols['absolute_error']['mape']:.1f}%")
 
 
 if __name__ == "__main__":
