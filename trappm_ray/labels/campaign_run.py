@@ -115,7 +115,8 @@ class _Workload:
 def allow_tf32(torch) -> str:
     """The TF32 flags in force, as the label column ``allow_tf32`` records them."""
     matmul, conv = torch.backends.cuda.matmul.allow_tf32, torch.backends.cudnn.allow_tf32
-    return {(False, False): "none", (False, True): "conv", (True, False): "matmul", (True, True): "all"}[(matmul, conv)]
+    names = {(False, False): "none", (False, True): "conv", (True, False): "matmul", (True, True): "all"}
+    return names[(bool(matmul), bool(conv))]
 
 
 def _optimizer(setting: Setting, params, torch):
@@ -233,8 +234,8 @@ def _row(job: Job, setting: Setting, n: int, info: dict, item: str, params: int 
             "seq_len": job.size if job.source == "transformers" else None, "batch_size": n,
             "precision": setting.precision, "optimizer": setting.optimizer,
             "memory_format": setting.memory_format, "recompute": setting.recompute,
-            "grad_accum": setting.grad_accum, "allow_tf32": None, "gpus": 1, "parallelism": "single", "compiled": "none",
-            "params": params, "warmup": TRAIN_WARMUP, "steps": TIMED_STEPS, "method": METHOD,
+            "grad_accum": setting.grad_accum, "allow_tf32": None, "gpus": 1, "parallelism": "single",
+            "compiled": "none", "params": params, "warmup": TRAIN_WARMUP, "steps": TIMED_STEPS, "method": METHOD,
             "harness_version": CAMPAIGN, **info, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 

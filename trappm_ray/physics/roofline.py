@@ -22,9 +22,9 @@ Counting rules (per node, forward pass); every choice errs low, as a floor must:
   peak where the device has one (``cudnn.allow_tf32`` defaults to True) but matrix products
   (Gemm, MatMul, Einsum, RNNs) the FP32 vector peak (``cuda.matmul.allow_tf32`` defaults to
   False); ``tf32`` lets both use TF32; ``fp32-strict`` neither (both flags off, as for
-  reproducibility: the physics' reading of such measurements, not an option users ask for). Measured, not assumed: NeuSight's fp32 LM runs on the
-  A100 take 0.72-0.77x the V100's time, the ratio of the FP32 peaks (19.5 / 14 TFLOPS), not of
-  TF32 to FP32 (11x). On ROCm both get CDNA's FP32 matrix rate (2x vector; rocBLAS uses it).
+  reproducibility: the physics' reading of such measurements, not an option users ask for).
+  Measured, not assumed: NeuSight's fp32 LM runs on the A100 take 0.72-0.77x the V100's time, the
+  ratio of the FP32 peaks (19.5 / 14 TFLOPS), not of TF32 to FP32 (11x). On ROCm both get CDNA's FP32 matrix rate (2x vector; rocBLAS uses it).
   A 3x3 stride-1 Conv off the tensor cores may run as Winograd F(4x4, 3x3) (Lavin & Gray,
   CVPR 2016): 4x fewer multiplies, so its FLOPs count a quarter. Which unit runs a node is
   :mod:`trappm_ray.physics.units`' answer: a Gemm/MatMul with an odd inner or output dimension
