@@ -214,6 +214,9 @@ def test_from_json_valid(tmp_path):
     ({**VALID, "peak_fp32_tflops": 40000}, "plausible range"),  # GFLOPS given as TFLOPS
     ({**VALID, "memory_bw_tbs": 1.0}, "unknown field"),
     ({**VALID, "kind": "tpu"}, "kind must be one of"),
+    ({**VALID, "tdp_w": 300, "min_power_limit_w": 350}, "min_power_limit_w=350 is above tdp_w=300"),
+    ({**VALID, "tdp_w": 300, "max_power_limit_w": 250}, "tdp_w=300 is above max_power_limit_w=250"),
+    ({**VALID, "base_clock_mhz": 1800, "boost_clock_mhz": 1500}, "base_clock_mhz=1800 is above"),
     ([VALID], "JSON object"),
     ("{not json", "cannot read"),
 ])

@@ -27,8 +27,8 @@ PRECISIONS = ("fp32", "tf32", "amp-fp16", "fp16", "bf16", "fp64")
 NUMERIC = {"release_year": (1990, 2100), "memory_gb": (0.001, 4096), "memory_bw_gbs": (1, 20000),
            "peak_fp32_tflops": (0.001, 5000), "peak_fp16_tflops": (0.001, 5000), "peak_fp64_tflops": (0.001, 5000),
            **{f"peak_{p}_tensor_tflops": (0.001, 50000) for p in ("fp16", "bf16", "tf32")},
-           "sm_count": (1, 100000), "l2_mb": (0.01, 4096), "boost_clock_mhz": (100, 10000), "tdp_w": (1, 5000),
-           "min_power_limit_w": (1, 5000), "idle_power_w": (1, 5000)}
+           "sm_count": (1, 100000), "l2_mb": (0.01, 4096), "base_clock_mhz": (100, 10000), "boost_clock_mhz": (100, 10000),
+           "tdp_w": (1, 5000), "min_power_limit_w": (1, 5000), "max_power_limit_w": (1, 5000), "idle_power_w": (1, 5000)}
 REQUIRED_JSON = ("name", "memory_gb", "memory_bw_gbs", "peak_fp32_tflops")
 # spec_vector order: log1p(value) and a missing flag per field, then the one-hot of KINDS.
 VECTOR_FIELDS = ("memory_gb", "memory_bw_gbs", "peak_fp32_tflops", "eff_fp16_tflops", "eff_bf16_tflops",
@@ -65,9 +65,11 @@ class DeviceSpec:
     peak_fp64_tflops: float | None = None
     sm_count: int | None = None  # SMs (NVIDIA), CUs (AMD), cores/threads (CPU)
     l2_mb: float | None = None  # last-level cache for CPUs
+    base_clock_mhz: float | None = None  # the vendor's base clock, where sourced
     boost_clock_mhz: float | None = None
     tdp_w: float | None = None
     min_power_limit_w: float | None = None  # the lowest settable power limit, where sourced
+    max_power_limit_w: float | None = None  # the highest settable power limit, where sourced
     idle_power_w: float | None = None  # board power idle at P0, where measured or sourced
     mig_capable: bool = False
     unsupported: tuple[str, ...] = ()
@@ -125,6 +127,12 @@ def _spec_from_fields(raw: dict, where: str) -> DeviceSpec:
     if out["kind"] not in KINDS:
         raise DeviceSpecError(f"{where}: kind must be one of {KINDS}, got {out['kind']!r}")
     spec = DeviceSpec(**out)
+    # A board's settable limits bracket its default limit (the TDP), its base clock is below its boost.
+    for low, high in (("min_power_limit_w", "tdp_w"), ("tdp_w", "max_power_limit_w"),
+                      ("min_power_limit_w", "max_power_limit_w"), ("base_clock_mhz", "boost_clock_mhz")):
+        a, b = getattr(spec, low), getattr(spec, high)
+        if a and b and a > b:
+            raise DeviceSpecError(f"{where}: {low}={a:g} is above {high}={b:g}")
     fp32, fp16 = spec.peak_fp32_tflops, spec.peak_fp16_tensor_tflops
     if fp32 and fp16 and fp16 < fp32:
         log.warning("%s: fp16 tensor peak %.3g < fp32 peak %.3g TFLOPS; is it dense TFLOPS?", where, fp16, fp32)

@@ -1,6 +1,7 @@
 """The physics power model: idle + activity from the step model, and a power limit's slowdown."""
 from __future__ import annotations
 
+import dataclasses
 import json
 
 import numpy as np
@@ -87,6 +88,14 @@ def test_a_sourced_lowest_power_limit_bounds_what_a_gpu_accepts():
     assert W.limit_refusal(v100, 99) and W.limit_refusal(v100, 100) is None and W.limit_refusal(v100, 251)
     h100 = devices.get("h100-sxm5-80gb")  # no sourced lowest limit: the stated share of TDP
     assert h100.min_power_limit_w is None and "about" in W.limit_refusal(h100, 0.2 * h100.tdp_w)
+
+
+def test_a_highest_limit_above_the_tdp_is_accepted_and_answered_as_the_tdp():
+    spec = dataclasses.replace(devices.get("v100-pcie-32gb"), max_power_limit_w=300.0)
+    assert W.limit_refusal(spec, 300) is None and "300 W: its highest settable" in W.limit_refusal(spec, 301)
+    step, model = _step(256), W.PowerModel(12.0)
+    above, at_tdp = W.step_power(step, spec, model, 300.0), W.step_power(step, spec, model)
+    assert above.limit_w == 300 and (above.power_w, above.step_ms, above.clock) == (at_tdp.power_w, at_tdp.step_ms, at_tdp.clock)
 
 
 def test_fit_voltage_floor_recovers_the_floor_that_made_the_slowdowns():

@@ -162,14 +162,17 @@ def board_power(spec: devices.DeviceSpec) -> tuple[float, float]:
 
 def limit_refusal(spec: devices.DeviceSpec, limit_w: float) -> str | None:
     """Why ``spec`` cannot be set to ``limit_w`` (None: it can): below its lowest settable limit
-    (the table's where sourced, else :data:`LOWEST_LIMIT_SHARE` of TDP) or above its TDP."""
+    (the table's where sourced, else :data:`LOWEST_LIMIT_SHARE` of TDP) or above its highest (the
+    table's where sourced, else its TDP)."""
     if not spec.tdp_w:
         return f"a power limit applies to a GPU with a sourced TDP; the {spec.name} has none"
     lowest = spec.min_power_limit_w or LOWEST_LIMIT_SHARE * spec.tdp_w
-    if not lowest <= limit_w <= spec.tdp_w:
+    highest = spec.max_power_limit_w or spec.tdp_w
+    if not lowest <= limit_w <= highest:
         about = "" if spec.min_power_limit_w else "about "
+        top = "its highest settable" if spec.max_power_limit_w else "its TDP is the highest"
         return (f"power limit {limit_w:g} W is outside what the {spec.name} accepts ({about}"
-                f"{lowest:.0f}-{spec.tdp_w:.0f} W: its TDP is the highest)")
+                f"{lowest:.0f}-{highest:.0f} W: {top})")
     return None
 
 
@@ -221,17 +224,20 @@ def step_power(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel =
     limit). The clock is the highest whose draw (the units' at most the TDP's, :meth:`PowerModel.clock_w`)
     meets the limit (bisection; power grows with clock); the power is the units' draw at that
     clock (:meth:`PowerModel.busy_w`), held at the limit. ``busy``: the measured busy share
-    (:func:`busy_share`; None: the step model's)."""
+    (:func:`busy_share`; None: the step model's). A limit above the TDP (a board whose highest
+    settable limit is above it) is answered as the TDP: the board holds its boost clock within its
+    TDP, and no clock above boost is modelled."""
     idle, tdp = board_power(spec)
-    limit = tdp if limit_w is None else float(limit_w)
-    if limit <= idle:
-        raise ValueError(f"a power limit of {limit:.0f} W is below the {spec.name}'s idle power ({idle:.0f} W)")
+    asked = tdp if limit_w is None else float(limit_w)
+    if asked <= idle:
+        raise ValueError(f"a power limit of {asked:.0f} W is below the {spec.name}'s idle power ({idle:.0f} W)")
+    limit = min(asked, tdp)
     units = model.clock_w(spec)
 
     def estimate(clock: float) -> PowerEstimate:
         drawn, ms = power_at(step, spec, model, clock, busy)
         held = max(limit, power_at(step, spec, model, clock, busy, units)[0])  # above it at the least clock
-        return PowerEstimate(min(drawn, held), ms, clock, limit, idle, tdp)
+        return PowerEstimate(min(drawn, held), ms, clock, asked, idle, tdp)
 
     if power_at(step, spec, model, 1.0, busy, units)[0] <= limit:
         return estimate(1.0)
