@@ -86,8 +86,10 @@ def test_a_sourced_lowest_power_limit_bounds_what_a_gpu_accepts():
     v100 = devices.get("v100-pcie-32gb")
     assert v100.min_power_limit_w == 100  # the lowest limit Zeus set on it
     assert W.limit_refusal(v100, 99) and W.limit_refusal(v100, 100) is None and W.limit_refusal(v100, 251)
-    h100 = devices.get("h100-sxm5-80gb")  # no sourced lowest limit: the stated share of TDP
-    assert h100.min_power_limit_w is None and "about" in W.limit_refusal(h100, 0.2 * h100.tdp_w)
+    l40 = devices.get("l40")  # no sourced lowest limit: the stated share of TDP
+    assert l40.min_power_limit_w is None and "about" in W.limit_refusal(l40, 0.2 * l40.tdp_w)
+    h100 = devices.get("h100-sxm5-80gb")  # nvidia-smi's Min / Max Power Limit of an H100 SXM5
+    assert (h100.min_power_limit_w, h100.max_power_limit_w) == (200, 700) and W.limit_refusal(h100, 199)
 
 
 def test_a_highest_limit_above_the_tdp_is_accepted_and_answered_as_the_tdp():

@@ -198,22 +198,22 @@ def test_the_largest_batch_of_a_data_parallel_job_is_one_gpus(parallel):
 
 
 def test_gpu_answers_carry_power_energy_and_a_power_limits_slowdown():
-    free = P.predict(SAMPLE_FILE, 256, device="v100")
-    assert free.train_power_w is not None and free.power and free.power["limit_w"] == 300.0
-    assert free.train_power_w.low <= free.train_power_w.value <= free.train_power_w.high <= 300.0
+    free = P.predict(SAMPLE_FILE, 256, device="v100-pcie-32gb")
+    assert free.train_power_w is not None and free.power and free.power["limit_w"] == 250.0
+    assert free.train_power_w.low <= free.train_power_w.value <= free.train_power_w.high <= 250.0
     assert free.power["energy_per_step_j"] == pytest.approx(free.train_power_w.value * free.train_step_ms.value / 1e3)
     low, high = free.power["inference_power_interval_w"]
-    assert low < free.power["inference_power_w"] <= high <= 300.0
-    capped = P.predict(SAMPLE_FILE, 256, device="v100", power_limit_w=110)
+    assert low < free.power["inference_power_w"] <= high <= 250.0
+    capped = P.predict(SAMPLE_FILE, 256, device="v100-pcie-32gb", power_limit_w=110)
     assert capped.train_power_w.value <= 110 + 1e-6 and capped.power["clock"] < 1.0
     assert capped.train_step_ms.value > free.train_step_ms.value
     assert any("under the 110 W limit" in n for n in capped.notes)
-    costed = P.predict(SAMPLE_FILE, 256, device="v100", steps=1000, price_per_kwh=0.25)
+    costed = P.predict(SAMPLE_FILE, 256, device="v100-pcie-32gb", steps=1000, price_per_kwh=0.25)
     c = costed.training_cost
     assert c.cost is None and c.energy_kwh == pytest.approx(c.hours * costed.train_power_w.value / 1e3)
     assert c.energy_cost == pytest.approx(c.energy_kwh * 0.25)
     with pytest.raises(errors.UnsupportedOption, match="outside what the"):
-        P.predict(SAMPLE_FILE, 256, device="v100", power_limit_w=500)
+        P.predict(SAMPLE_FILE, 256, device="v100-pcie-32gb", power_limit_w=500)
     with pytest.raises(errors.UnsupportedOption, match="power limit applies to a GPU"):
         P.predict(SAMPLE_FILE, 4, device="i9-10940x", power_limit_w=100)
 
