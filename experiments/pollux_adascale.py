@@ -42,7 +42,12 @@ large batches +50-55% and BERT's -43..-56% without the statistics. Which Winogra
 fp32 sweeps (K80, P100; printed last) do not settle it either: without the saving their ratios
 go from 19.2% to 20.7%, their absolute error from 56.2% to 48.1% (the CIFAR ResNet-18 on the P100
 from -51..-58% to -41..+20%; every Gavel workload, LSTM and Transformer included, reads 30-90%
-short). Neither the statistics nor a Winograd change is in the step model.
+short). Neither the statistics nor a Winograd change is in the step model. A source that does
+settle it (2026-12-02, the same factors set in ``roofline.WINOGRAD_FACTOR`` around
+``evaluate.setting_moves.pairs``): ryujaehun's 158 training pairs of one model on one GPU in fp16
+and fp32, whose ratio isolates the fp32 convolutions' speed, read best with the saving of 4: MAPE
+17.6% (median +2.8%) against 19.6% (-3.8%), 22.0% (-5.0%) and 24.0% (-7.0%) at 2.25, 1.5 and 1;
+Pollux's ratios stay at 11.2-11.3% whichever factor.
 """
 from __future__ import annotations
 
