@@ -104,6 +104,15 @@ def test_monotone_and_linear_in_batch():
     assert s128 == pytest.approx(2 * s64, rel=0.01)
 
 
+def test_reserved_never_falls_as_the_batch_grows():
+    # convnext_atto at 64 px: the allocated peak moves from the optimizer's many parameter-sized
+    # blocks (b <= 8) to the backward's activations (b >= 16); the optimizer's segments stay mapped
+    g = featurize("data/sample/onnx/convnext_atto@64.onnx", 8)
+    reserved = [training_memory(g, "amp-fp16", "sgd-momentum", batch_size=b).reserved
+                for b in (1, 2, 4, 8, 16, 32, 64)]
+    assert all(a <= b for a, b in itertools.pairwise(reserved)), reserved
+
+
 def test_featurized_batch_matches_scaled_batch():
     proto = ob.cnn_model(batch="N", hw=16)
     g8, g64 = featurize(proto, batch_size=8), featurize(proto, batch_size=64)

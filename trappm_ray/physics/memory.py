@@ -242,9 +242,17 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     total = timeline.sum(axis=0)
     t = int(np.argmax(total))
     terms = timeline[:, t]
-    live = size[(start <= t) & (end > t)]
     allocated = float(total[t])
-    overhead = _reserved_extra(live, fragmentation)
+    # The caching allocator keeps every segment it maps until the step ends, so the reserved peak
+    # is the largest of each phase's (its allocated peak plus the slack of the blocks live then),
+    # not only the slack at the allocated peak: a forward-phase peak at a large batch must not
+    # hide the optimizer's many small parameter-sized blocks (reserved would fall as the batch grows).
+    reserved = 0.0
+    for lo, hi in ((0, n + 1), (n + 1, 2 * n + 1), (2 * n + 1, steps)):
+        if hi > lo:
+            at = lo + int(np.argmax(total[lo:hi]))
+            reserved = max(reserved, float(total[at]) + _reserved_extra(size[(start <= at) & (end > at)], fragmentation))
+    overhead = reserved - allocated
     ctx = float(CONTEXT_BYTES[context] if isinstance(context, str) else context)
     floor = param_bytes * (kept[0] + kept[1] + n_state * kept[2])
     phase = "forward" if t <= n else ("backward" if t <= 2 * n else "optimizer")
