@@ -346,10 +346,12 @@ def test_every_settings_answers_keep_physics_as_the_batch_grows(device):
     is never slower than the training step and power stays within the board's limit. A setting
     moved after the batch move runs on the device the answer reads (the batch move's scale on the
     kernel times): unscaled, its ratio took the host's share from another device, and ResNet-50's
-    TF32 + Adam step on an H100 read 0.42 ms a sample at batch 64 and 0.50 at 128."""
+    TF32 + Adam step on an H100 read 0.42 ms a sample at batch 64 and 0.50 at 128. Reserved memory
+    taken at the allocated peak alone read convnext_atto's 577 MiB at batch 8 and 567.6 at 16."""
     settings = [{"precision": "amp-fp16", "optimizer": "sgd-momentum"}, {"precision": "fp32", "optimizer": "adamw"},
                 {"precision": "tf32", "optimizer": "adam"}, {"precision": "amp-bf16", "optimizer": "adamw"}]
-    for model in ("data/sample/onnx/densenet121@64.onnx", "data/sample/onnx/vit_xsmall_patch16_clip_224@64.onnx"):
+    for model in ("data/sample/onnx/densenet121@64.onnx", "data/sample/onnx/vit_xsmall_patch16_clip_224@64.onnx",
+                  "data/sample/onnx/convnext_atto@64.onnx"):
         for asked in settings:
             if device == "t4" and asked["precision"] == "amp-bf16":
                 continue  # no bf16 units: refused, tested elsewhere
@@ -359,7 +361,7 @@ def test_every_settings_answers_keep_physics_as_the_batch_grows(device):
                 where = (model, device, asked, b)
                 assert large.train_step_ms.value / b <= small.train_step_ms.value / a * 1.001, where
                 assert large.inference_ms.value / b <= small.inference_ms.value / a * 1.001, where
-                assert large.train_memory_mb.value >= small.train_memory_mb.value - 4, where  # allocator rounding
+                assert large.train_memory_mb.value >= small.train_memory_mb.value, where
             for a in answers:
                 assert a.inference_ms.value <= a.train_step_ms.value * 1.001, (model, device, asked)
                 assert a.power["train_power_w"] <= a.power["tdp_w"] * 1.001, (model, device, asked)
