@@ -27,8 +27,9 @@ PRECISIONS = ("fp32", "tf32", "amp-fp16", "fp16", "bf16", "fp64")
 NUMERIC = {"release_year": (1990, 2100), "memory_gb": (0.001, 4096), "memory_bw_gbs": (1, 20000),
            "peak_fp32_tflops": (0.001, 5000), "peak_fp16_tflops": (0.001, 5000), "peak_fp64_tflops": (0.001, 5000),
            **{f"peak_{p}_tensor_tflops": (0.001, 50000) for p in ("fp16", "bf16", "tf32")},
-           "sm_count": (1, 100000), "l2_mb": (0.01, 4096), "base_clock_mhz": (100, 10000), "boost_clock_mhz": (100, 10000),
-           "tdp_w": (1, 5000), "min_power_limit_w": (1, 5000), "max_power_limit_w": (1, 5000), "idle_power_w": (1, 5000)}
+           "sm_count": (1, 100000), "l2_mb": (0.01, 4096), "base_clock_mhz": (100, 10000),
+           "boost_clock_mhz": (100, 10000), "tdp_w": (1, 5000), "min_power_limit_w": (1, 5000),
+           "max_power_limit_w": (1, 5000), "idle_power_w": (1, 5000)}
 REQUIRED_JSON = ("name", "memory_gb", "memory_bw_gbs", "peak_fp32_tflops")
 # spec_vector order: log1p(value) and a missing flag per field, then the one-hot of KINDS.
 VECTOR_FIELDS = ("memory_gb", "memory_bw_gbs", "peak_fp32_tflops", "eff_fp16_tflops", "eff_bf16_tflops",

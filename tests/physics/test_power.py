@@ -97,7 +97,8 @@ def test_a_highest_limit_above_the_tdp_is_accepted_and_answered_as_the_tdp():
     assert W.limit_refusal(spec, 300) is None and "300 W: its highest settable" in W.limit_refusal(spec, 301)
     step, model = _step(256), W.PowerModel(12.0)
     above, at_tdp = W.step_power(step, spec, model, 300.0), W.step_power(step, spec, model)
-    assert above.limit_w == 300 and (above.power_w, above.step_ms, above.clock) == (at_tdp.power_w, at_tdp.step_ms, at_tdp.clock)
+    assert above.limit_w == 300
+    assert (above.power_w, above.step_ms, above.clock) == (at_tdp.power_w, at_tdp.step_ms, at_tdp.clock)
 
 
 def test_fit_voltage_floor_recovers_the_floor_that_made_the_slowdowns():

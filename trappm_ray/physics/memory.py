@@ -251,7 +251,8 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     for lo, hi in ((0, n + 1), (n + 1, 2 * n + 1), (2 * n + 1, steps)):
         if hi > lo:
             at = lo + int(np.argmax(total[lo:hi]))
-            reserved = max(reserved, float(total[at]) + _reserved_extra(size[(start <= at) & (end > at)], fragmentation))
+            live = size[(start <= at) & (end > at)]
+            reserved = max(reserved, float(total[at]) + _reserved_extra(live, fragmentation))
     overhead = reserved - allocated
     ctx = float(CONTEXT_BYTES[context] if isinstance(context, str) else context)
     floor = param_bytes * (kept[0] + kept[1] + n_state * kept[2])
