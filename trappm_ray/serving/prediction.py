@@ -95,7 +95,7 @@ class PredictOptions:
         for name in ("resolution", "memory_budget_mb", "steps", "price_per_hour", "power_limit_w", "price_per_kwh"):
             value = getattr(self, name)
             if value is not None and not value > 0:
-                raise errors.BadOption(f"{name} must be positive, got {value}")
+                raise errors.BadOption(f"{name} must be a positive number, got {value}")
         if self.gpus is not None and not 1 <= self.gpus <= 65536:
             raise errors.BadOption(f"gpus must be in 1..65536, got {self.gpus}")
         for name, value in self.dims:
