@@ -16,11 +16,11 @@ constants and which peak a GPU/MIG fit uses (``device_used``).
 from __future__ import annotations
 
 import logging
-import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
+from trappm_ray.physics.allocator import BLOCK, MID_SIZE, replay
 from trappm_ray.physics.autocast import FP32, HALF
 from trappm_ray.physics.graph_walk import (
     DEFAULT_ACT_BYTES,
@@ -35,27 +35,24 @@ from trappm_ray.physics.units import attention_scores
 log = logging.getLogger(__name__)
 
 MiB = 2**20
-MODEL_VERSION = 9  # bump when a rule changes: cached predictions of older versions are dropped
+MODEL_VERSION = 10  # bump when a rule changes: cached predictions of older versions are dropped
 # name -> (bytes of master weights/grads/optimizer state, bytes of an activation by default,
 # bytes of what autocast lowers matmuls/convs to or None without autocast)
 PRECISIONS = {"fp32": (4, 4, None), "tf32": (4, 4, None), "amp-fp16": (4, 4, 2), "amp-bf16": (4, 4, 2),
               "fp16": (2, 2, None), "bf16": (2, 2, None), "fp64": (8, 8, None)}
-# optimizer -> (state tensors per parameter, temporaries per parameter during step()).
-# The temporaries are those of the multi-tensor ("foreach") kernels, PyTorch's CUDA default
-# since 2.0: weight decay and momentum each produce an out-of-place copy of the gradient list,
-# Adam's denominator is one more list. Single-tensor loops (``foreach=False``, torch < 2.0)
-# hold the same temporaries for one parameter at a time.
-OPTIMIZERS = {"none": (0, 0), "sgd": (0, 1), "sgd-momentum": (1, 2), "adam": (2, 2),
-              "adamw": (2, 1)}
-# PyTorch CUDACachingAllocator (c10/cuda/CUDACachingAllocator.cpp): every request is rounded up
-# to 512 bytes; requests <= 1 MiB live in 2 MiB segments, requests < 10 MiB in 20 MiB segments,
-# larger ones get their own segment rounded up to 2 MiB.
-BLOCK, SMALL_SIZE, SMALL_SEGMENT = 512, 1 * MiB, 2 * MiB
-MID_SIZE, LARGE_SEGMENT, ROUND_LARGE = 10 * MiB, 20 * MiB, 2 * MiB
-# Assumption, not fitted: blocks freed by the forward pass and reused in backward leave holes
-# the allocator cannot fill; 5% of the live large-block bytes, within the 1.0-1.15 range of
-# max_memory_reserved / max_memory_allocated commonly seen for CNN/ViT training.
-FRAGMENTATION = 0.05
+# optimizer -> (state tensors per parameter, temporaries per parameter during step() with the
+# multi-tensor ("foreach") kernels, PyTorch's CUDA default since 2.0, and with single-tensor
+# loops, torch < 2.0, where they are copies of one parameter at a time). torch.optim's defaults
+# (no weight decay for SGD and Adam; AdamW's decay in place): SGD updates the momentum buffer
+# and, with Nesterov, the gradient in place (no temporary; a single-tensor Nesterov step adds
+# out of place); Adam and AdamW hold the list of sqrt(v) (their other intermediates are deleted
+# before it). SGD or Adam with weight decay copy the gradient list once more.
+OPTIMIZERS = {"none": (0, 0, 0), "sgd": (0, 0, 0), "sgd-momentum": (1, 0, 1), "adam": (2, 1, 1),
+              "adamw": (2, 1, 1)}
+# A share of the live large blocks (>= 10 MiB) at the allocated peak added to the replayed
+# segments (:mod:`~trappm_ray.physics.allocator`), which hold the allocator's own fragmentation:
+# 0 by default; the censored check reports other values as a sensitivity.
+FRAGMENTATION = 0.0
 # Assumptions, documented in docs/memory.md: the CUDA context (driver state, kernel images of
 # CUDA/cuBLAS/cuDNN) that NVML counts on top of the allocator. With lazy module loading
 # (CUDA >= 11.7, PyTorch's default since 1.13/2.0) it is ~300-500 MiB on Ampere; with eager
@@ -125,21 +122,6 @@ def zero_shares(zero: int, shards: int) -> tuple[float, float, float]:
     return w, g, o
 
 
-def _round_block(x: np.ndarray) -> np.ndarray:
-    return np.ceil(x / BLOCK) * BLOCK
-
-
-def _reserved_extra(live: np.ndarray, fragmentation: float) -> float:
-    """Segment slack of the caching allocator for the blocks live at the peak (bytes)."""
-    small = live[live <= SMALL_SIZE].sum()
-    mid = live[(live > SMALL_SIZE) & (live < MID_SIZE)].sum()
-    large = live[live >= MID_SIZE]
-    seg = (math.ceil(small / SMALL_SEGMENT) * SMALL_SEGMENT
-           + math.ceil(mid / LARGE_SEGMENT) * LARGE_SEGMENT
-           + float((np.ceil(large / ROUND_LARGE) * ROUND_LARGE).sum()))
-    return max(0.0, seg - float(live.sum())) + fragmentation * float(large.sum())
-
-
 def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
                     batch_size: int | None = None, folded_norm: np.ndarray | None = None,
                     grads_set_to_none: bool = True, foreach: bool = True,
@@ -163,7 +145,8 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         foreach: multi-tensor optimizer kernels (PyTorch >= 2.0 default on CUDA).
         context: ``lazy``/``eager`` CUDA module loading (see ``CONTEXT_BYTES``) or bytes.
         walked: a :class:`Walk` of ``graph`` computed before (reused across batch sizes).
-        fragmentation: reserved-but-unusable share of the live large blocks (an assumption).
+        fragmentation: a share of the live large blocks at the allocated peak added to the
+            segments the caching allocator's replay maps (0: the replay alone).
         fused_attention: attention runs as one fused kernel (PyTorch 2's
             ``scaled_dot_product_attention``, what timm and transformers call): the scores and
             their softmax never reach device memory; backward keeps one fp32 log-sum-exp per
@@ -186,90 +169,147 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     if precision not in PRECISIONS or optimizer not in OPTIMIZERS:
         raise ValueError(f"precision must be one of {sorted(PRECISIONS)} and optimizer one of "
                          f"{sorted(OPTIMIZERS)}; got {precision!r}, {optimizer!r}")
-    master, act, low = PRECISIONS[precision]
-    n_state, n_temp = OPTIMIZERS[optimizer]
     b0 = int(graph.static.get("batch_size", 1) or 1)
     b = b0 if batch_size is None else int(batch_size)
     if b < 1:
         raise ValueError("batch_size must be >= 1")
     if zero not in (0, 1, 2, 3) or shards < 1:
         raise ValueError(f"zero must be 0-3 and shards >= 1; got {zero!r}, {shards!r}")
-    kept = zero_shares(zero, shards)
     if walked is None:
         if folded_norm is None:
             folded_norm = guess_folded_norm(graph)
         walked = walk(graph, folded_norm, arithmetic=True)
-    on_chip = attention_scores(graph, walked) if fused_attention else None
-    iv = walked.intervals(act_bytes=act, low_bytes=low, on_chip=on_chip)
-    n = walked.num_nodes
-    steps = 2 * n + 2
-    scale = b / b0
-    size = np.where(iv.scales, iv.size * scale, iv.size)
-    cat, start, end, node = iv.cat, iv.start, np.minimum(iv.end, steps), iv.node
-    if on_chip is not None and on_chip.any():  # the log-sum-exp rows fused attention keeps
-        rows = np.array([s for s in np.flatnonzero(on_chip) if walked.ops[s] == "Softmax"], np.int64)
-        lse = np.array([walked.elems[s] / max(_last_dim(graph, s), 1) * FP32 for s in rows])
-        cat = np.concatenate([cat, np.full(len(rows), _S)])
-        size = np.concatenate([size, lse * np.where(walked.dep[rows], scale, 1.0)])
-        start = np.concatenate([start, rows])
-        end = np.concatenate([end, 2 * n - rows + 1])
-        node = np.concatenate([node, rows])
-    if recompute and n:
-        cat, size, start, end = _checkpointed(graph, walked, cat, size, start, end, node)
-    grads_set_to_none = grads_set_to_none and grad_accum <= 1
-    # Master parameters, one block per node that owns weights (weight + bias are separate
-    # tensors in PyTorch; one block per node keeps the rounding close enough).
-    wb = walked.weight_elems * master
-    param_bytes = float(wb.sum())
-    owner = np.flatnonzero(wb > 0)
-    grad_start = (2 * n - owner) if grads_set_to_none else np.zeros(len(owner), np.int64)
-    temp = n_temp * (param_bytes if foreach else (float(wb.max()) if len(wb) else 0.0)) * kept[2]
-    gathered = 2 * float(wb.max()) if zero >= 3 and len(wb) and shards > 1 else 0.0  # ZeRO-3's whole layers
-    cat = np.concatenate([cat, np.full(len(owner), _W), np.full(len(owner), _G),
-                          np.full(n_state * len(owner), _O), [_T, _K, _W]])
-    size = np.concatenate([size, wb[owner] * kept[0], wb[owner] * kept[1], np.tile(wb[owner], n_state) * kept[2],
-                           [temp, CUBLAS_WORKSPACE, gathered]])
-    start = np.concatenate([start, np.zeros(len(owner), np.int64), grad_start,
-                            np.zeros(n_state * len(owner), np.int64), [2 * n + 1, 0, 0]])
-    end = np.concatenate([end, np.full(len(owner) * (2 + n_state), steps), [steps, steps, steps]])
-    size = _round_block(size)
-    keep = (size > 0) & (end > start)
-    cat, size, start, end = cat[keep], size[keep], start[keep].astype(np.int64), end[keep]
+    step = _Step(graph, walked, precision, optimizer, grads_set_to_none and grad_accum <= 1, foreach,
+                 fused_attention, recompute, zero, shards)
+    t = step.at(b)
+    n, steps = walked.num_nodes, t.steps
     width = steps + 1
-    diff = (np.bincount(cat * width + start, weights=size, minlength=6 * width)
-            - np.bincount(cat * width + end, weights=size, minlength=6 * width))
+    diff = (np.bincount(t.cat * width + t.start, weights=t.size, minlength=6 * width)
+            - np.bincount(t.cat * width + t.end, weights=t.size, minlength=6 * width))
     timeline = np.cumsum(diff.reshape(6, width), axis=1)[:, :steps]
     total = timeline.sum(axis=0)
-    t = int(np.argmax(total))
-    terms = timeline[:, t]
-    allocated = float(total[t])
-    # The caching allocator keeps every segment it maps until the step ends, so the reserved peak
-    # is the largest of each phase's (its allocated peak plus the slack of the blocks live then),
-    # not only the slack at the allocated peak: a forward-phase peak at a large batch must not
-    # hide the optimizer's many small parameter-sized blocks (reserved would fall as the batch grows).
-    reserved = 0.0
-    for lo, hi in ((0, n + 1), (n + 1, 2 * n + 1), (2 * n + 1, steps)):
-        if hi > lo:
-            at = lo + int(np.argmax(total[lo:hi]))
-            live = size[(start <= at) & (end > at)]
-            reserved = max(reserved, float(total[at]) + _reserved_extra(live, fragmentation))
-    overhead = reserved - allocated
+    peak = int(np.argmax(total))
+    terms = timeline[:, peak]
+    allocated = float(total[peak])
+    large = float(t.size[(t.start <= peak) & (t.end > peak) & (t.size >= MID_SIZE)].sum())
+    reserved = max(step.reserved(b), allocated) + fragmentation * large
+    kept_w, kept_g, kept_o = zero_shares(zero, shards)
+    floor = step.param_bytes * (kept_w + kept_g + OPTIMIZERS[optimizer][0] * kept_o)
     ctx = float(CONTEXT_BYTES[context] if isinstance(context, str) else context)
-    floor = param_bytes * (kept[0] + kept[1] + n_state * kept[2])
-    phase = "forward" if t <= n else ("backward" if t <= 2 * n else "optimizer")
-    cast_cache = float(iv.size[iv.cat == _W].sum()) if low else 0.0
+    iv = step.iv
+    cast_cache = float(iv.size[iv.cat == _W].sum()) if PRECISIONS[precision][2] else 0.0
     est = MemoryEstimate(
         weights=float(terms[_W]), grads=float(terms[_G]), optimizer_state=float(terms[_O]),
         activations_saved=float(terms[_S]), transient_peak=float(terms[_T]),
-        workspace=float(terms[_K]), allocator_overhead=overhead, context=ctx,
-        allocated=max(allocated, floor), reserved=max(allocated + overhead, floor),
-        device_used=max(allocated + overhead, floor) + ctx, floor=floor,
+        workspace=float(terms[_K]), allocator_overhead=reserved - allocated, context=ctx,
+        allocated=max(allocated, floor), reserved=max(reserved, floor),
+        device_used=max(reserved, floor) + ctx, floor=floor,
         weight_cast_cache=cast_cache, saved_at_backward=float(timeline[_S, n]),
-        input_bytes=float(walked.elems[n] * act * scale), peak_phase=phase, batch_size=b,
-        precision=precision, optimizer=optimizer)
-    log.debug("memory %s/%s b=%d: %.0f MiB allocated at %s", precision, optimizer, b,
-              est.allocated / MiB, phase)
+        input_bytes=float(walked.elems[n] * PRECISIONS[precision][1] * b / b0), peak_phase=_phase(peak, n),
+        batch_size=b, precision=precision, optimizer=optimizer)
+    log.debug("memory %s/%s b=%d: %.0f MiB allocated at %s", precision, optimizer, b, est.allocated / MiB,
+              est.peak_phase)
     return est
+
+
+def _phase(t: int, n: int) -> str:
+    return "forward" if t <= n else ("backward" if t <= 2 * n else "optimizer")
+
+
+@dataclass(frozen=True)
+class _Tensors:
+    """Every tensor of one training step at one batch: its category (``_W`` ...), bytes (whole
+    blocks), the timeline steps it is live in and, for one kept all step, when the first step
+    allocates it (:func:`~trappm_ray.physics.allocator.replay`)."""
+
+    cat: np.ndarray
+    size: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    first: np.ndarray
+    steps: int
+
+
+class _Step:
+    """A training step's tensors at any batch (their layout on the timeline does not depend on
+    it) and the reserved memory the caching allocator maps for them."""
+
+    def __init__(self, graph, walked: Walk, precision: str, optimizer: str, grads_set_to_none: bool, foreach: bool,
+                 fused_attention: bool, recompute: bool, zero: int, shards: int) -> None:
+        self.graph, self.walked, self.recompute = graph, walked, recompute
+        self.b0 = int(graph.static.get("batch_size", 1) or 1)
+        master, act, low = PRECISIONS[precision]
+        self.n_state, n_temp, n_single = OPTIMIZERS[optimizer]
+        self.n_temp = n_temp if foreach else n_single
+        self.kept = zero_shares(zero, shards)
+        self.on_chip = attention_scores(graph, walked) if fused_attention else None
+        self.iv = walked.intervals(act_bytes=act, low_bytes=low, on_chip=self.on_chip)
+        self.wb = walked.weight_elems * master
+        self.param_bytes = float(self.wb.sum())
+        self.grads_set_to_none, self.foreach, self.zero, self.shards = grads_set_to_none, foreach, zero, shards
+        self.key = ("reserved", id(walked), precision, optimizer, grads_set_to_none, foreach, fused_attention,
+                    recompute, zero, shards)
+
+    def at(self, b: int) -> _Tensors:
+        """The step's tensors at batch ``b``."""
+        graph, walked, iv, n = self.graph, self.walked, self.iv, self.walked.num_nodes
+        steps, scale = 2 * n + 2, b / self.b0
+        size = np.where(iv.scales, iv.size * scale, iv.size)
+        cat, start, end, node = iv.cat, iv.start, np.minimum(iv.end, steps), iv.node
+        on_chip = self.on_chip
+        if on_chip is not None and on_chip.any():  # the log-sum-exp rows fused attention keeps
+            rows = np.array([s for s in np.flatnonzero(on_chip) if walked.ops[s] == "Softmax"], np.int64)
+            lse = np.array([walked.elems[s] / max(_last_dim(graph, s), 1) * FP32 for s in rows])
+            cat = np.concatenate([cat, np.full(len(rows), _S)])
+            size = np.concatenate([size, lse * np.where(walked.dep[rows], scale, 1.0)])
+            start = np.concatenate([start, rows])
+            end = np.concatenate([end, 2 * n - rows + 1])
+            node = np.concatenate([node, rows])
+        if self.recompute and n:
+            cat, size, start, end = _checkpointed(graph, walked, cat, size, start, end, node)
+        # Master parameters, one block per node that owns weights (weight + bias are separate
+        # tensors in PyTorch; one block per node keeps the rounding close enough).
+        wb, (kw, kg, ko) = self.wb, self.kept
+        owner = np.flatnonzero(wb > 0)
+        grad_start = (2 * n - owner) if self.grads_set_to_none else np.zeros(len(owner), np.int64)
+        # the optimizer's temporaries: a list of parameter-sized tensors per foreach op that
+        # returns one (torch.optim's _multi_tensor_* code), one parameter's at a time without
+        temp = np.tile(wb[owner] * ko, self.n_temp) if self.foreach else \
+            np.full(self.n_temp, float(wb.max()) * ko if len(wb) else 0.0)
+        gathered = 2 * float(wb.max()) if self.zero >= 3 and len(wb) and self.shards > 1 else 0.0  # ZeRO-3's layers
+        k, m = len(owner), len(temp)
+        cat = np.concatenate([cat, np.full(k, _W), np.full(k, _G), np.full(self.n_state * k, _O), np.full(m, _T),
+                              [_K, _W]])
+        size = np.concatenate([size, wb[owner] * kw, wb[owner] * kg, np.tile(wb[owner], self.n_state) * ko, temp,
+                               [CUBLAS_WORKSPACE, gathered]])
+        start = np.concatenate([start, np.zeros(k, np.int64), grad_start, np.zeros(self.n_state * k, np.int64),
+                                np.full(m, 2 * n + 1), [0, 0]])
+        end = np.concatenate([end, np.full(k * (2 + self.n_state) + m + 2, steps)])
+        # a tensor kept all step is first allocated before the step (weights), by its backward
+        # (gradients kept by zero_grad()) or by the first optimizer step (its state)
+        first = np.concatenate([np.full(len(cat) - 2 * k - self.n_state * k - m - 2, -1), np.full(k, -1),
+                                2 * n - owner, np.full(self.n_state * k, 2 * n + 1), np.full(m, -1), [-1, -1]])
+        size = np.ceil(size / BLOCK) * BLOCK
+        keep = (size > 0) & (end > start)
+        return _Tensors(cat[keep], size[keep], start[keep].astype(np.int64), end[keep], first[keep], steps)
+
+    def replayed(self, b: int) -> float:
+        """Segments the caching allocator maps for two steps at batch ``b`` (kept on the graph)."""
+        def run() -> float:
+            t = self.at(b)
+            return replay(t.size, t.start, t.end, t.first, t.steps)
+        return kept(self.graph, (*self.key, b), run)
+
+    def reserved(self, b: int) -> float:
+        """The reserved peak at batch ``b``: the replay's running maximum over the powers of two
+        up to ``b``, read between the two around it along a line. A replay alone can fall by a
+        few percent from one batch to the next (a request that no longer fits a cached block
+        maps a segment one batch and not the next); its envelope never falls as the batch grows,
+        and memory is near affine in the batch between two powers of two."""
+        top = 1 << max(0, (b - 1).bit_length())
+        ladder = [1 << i for i in range(top.bit_length())]
+        envelope = np.maximum.accumulate([self.replayed(x) for x in ladder])
+        return float(np.interp(b, ladder, envelope))
 
 
 def _checkpointed(graph, walked: Walk, cat: np.ndarray, size: np.ndarray, start: np.ndarray, end: np.ndarray,
