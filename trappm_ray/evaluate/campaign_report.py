@@ -16,8 +16,9 @@ def report(evaluations: list[CampaignEvaluation],
              "No answer below was fitted to these rows; the GPU is one no predictor has labels of.", "",
              "In short, the median |error| of every row (and of the rows at batch >= "
              f"{BUSY_BATCH}, where the GPU, not the host, sets the step):", "",
-             "| folder | ok rows | memory (reserved) | product, training step | product, inference | "
-             "step model alone, training step | product, training power |", "|---|---|---|---|---|---|---|"]
+             "| folder | ok rows | memory (reserved) | memory (reserved), allocator replayed | product, training step | "
+             "product, inference | step model alone, training step | product, training power |",
+             "|---|---|---|---|---|---|---|---|"]
 
     def cell(groups: dict[str, ErrorSummary] | None) -> str:
         if not groups or "all" not in groups:
@@ -28,6 +29,7 @@ def report(evaluations: list[CampaignEvaluation],
     for ev in evaluations:
         product, physics = ev.time.get("product", {}), ev.time.get("step model", {})
         lines.append(f"| `{ev.device}` | {ev.rows} | {cell(ev.memory.get('reserved'))} | "
+                     f"{cell(ev.memory.get('reserved_replayed'))} | "
                      f"{cell(product.get('train_step_ms'))} | {cell(product.get('inference_ms'))} | "
                      f"{cell(physics.get('train_step_ms'))} | {cell(product.get('train_power_w'))} |")
     lines += ["", "Power: training, the mean board power over a row's timed steps from NVML's energy counter "

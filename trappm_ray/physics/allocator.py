@@ -19,10 +19,11 @@ PyTorch 2.x defaults, no ``PYTORCH_CUDA_ALLOC_CONF``, one stream):
   ``empty_cache``), so the reserved memory a measurement reads after its warm-up step is every
   segment mapped by then.
 
-Measured on an H200 (the GPU campaign's rows, ``docs/memory.md``), the replay reads the reserved
-peak's median error at 3.5-7.1% per setting where perfect packing plus 5% fragmentation read
-7.3-11.5%: convnets and small transformers reserve 10-16% above their allocated peak, large
-models 3-5%, and the replay tells them apart.
+On the GPU campaign's H200 rows (``docs/memory.md``) the replay reads reserved peaks at 3.5-7.1%
+median error per setting where packing each phase's live blocks without a gap plus 5% reads
+7.4-10.8% (convnets and small transformers reserve 10-16% above their allocated peak, large
+models 3-5%, and the replay tells them apart); it costs a Python loop over every allocation, which is why the memory model's answers
+keep the packed estimate and ``training_memory(..., allocator="replay")`` is the check beside it.
 """
 from __future__ import annotations
 

@@ -16,11 +16,20 @@ constants and which peak a GPU/MIG fit uses (``device_used``).
 from __future__ import annotations
 
 import logging
+import math
 from dataclasses import asdict, dataclass
 
 import numpy as np
 
-from trappm_ray.physics.allocator import BLOCK, MID_SIZE, replay
+from trappm_ray.physics.allocator import (
+    BLOCK,
+    LARGE_SEGMENT,
+    MID_SIZE,
+    ROUND_LARGE,
+    SMALL_SEGMENT,
+    SMALL_SIZE,
+    replay,
+)
 from trappm_ray.physics.autocast import FP32, HALF
 from trappm_ray.physics.graph_walk import (
     DEFAULT_ACT_BYTES,
@@ -49,10 +58,16 @@ PRECISIONS = {"fp32": (4, 4, None), "tf32": (4, 4, None), "amp-fp16": (4, 4, 2),
 # before it). SGD or Adam with weight decay copy the gradient list once more.
 OPTIMIZERS = {"none": (0, 0, 0), "sgd": (0, 0, 0), "sgd-momentum": (1, 0, 1), "adam": (2, 1, 1),
               "adamw": (2, 1, 1)}
-# A share of the live large blocks (>= 10 MiB) at the allocated peak added to the replayed
-# segments (:mod:`~trappm_ray.physics.allocator`), which hold the allocator's own fragmentation:
-# 0 by default; the censored check reports other values as a sensitivity.
-FRAGMENTATION = 0.0
+# Assumption, not fitted: blocks freed by the forward pass and reused in backward leave holes
+# the allocator cannot fill; 5% of the live large-block bytes, within the 1.0-1.15 range of
+# max_memory_reserved / max_memory_allocated commonly seen for CNN/ViT training.
+FRAGMENTATION = 0.05
+# How the reserved peak is read: "packed", each phase's live blocks packed into the allocator's
+# segments without a gap plus FRAGMENTATION (a few vector operations: what every answer uses);
+# "replay", the step's tensors replayed through the caching allocator's rules
+# (:mod:`~trappm_ray.physics.allocator`): closer to measured peaks (docs/memory.md) but 10-40x the
+# time, too slow for the prediction path, so a check beside it.
+ALLOCATORS = ("packed", "replay")
 # Assumptions, documented in docs/memory.md: the CUDA context (driver state, kernel images of
 # CUDA/cuBLAS/cuDNN) that NVML counts on top of the allocator. With lazy module loading
 # (CUDA >= 11.7, PyTorch's default since 1.13/2.0) it is ~300-500 MiB on Ampere; with eager
@@ -127,7 +142,8 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
                     grads_set_to_none: bool = True, foreach: bool = True,
                     context: str | float = "lazy", walked: Walk | None = None,
                     fragmentation: float = FRAGMENTATION, fused_attention: bool = True,
-                    grad_accum: int = 1, recompute: bool = False, zero: int = 0, shards: int = 1) -> MemoryEstimate:
+                    grad_accum: int = 1, recompute: bool = False, zero: int = 0, shards: int = 1,
+                    allocator: str = "packed") -> MemoryEstimate:
     """Predict the peak CUDA memory of one training step of ``graph``.
 
     Args:
@@ -145,8 +161,8 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         foreach: multi-tensor optimizer kernels (PyTorch >= 2.0 default on CUDA).
         context: ``lazy``/``eager`` CUDA module loading (see ``CONTEXT_BYTES``) or bytes.
         walked: a :class:`Walk` of ``graph`` computed before (reused across batch sizes).
-        fragmentation: a share of the live large blocks at the allocated peak added to the
-            segments the caching allocator's replay maps (0: the replay alone).
+        fragmentation: ``packed``: the share of the live large blocks lost to fragmentation
+            (an assumption); the replay holds the allocator's own.
         fused_attention: attention runs as one fused kernel (PyTorch 2's
             ``scaled_dot_product_attention``, what timm and transformers call): the scores and
             their softmax never reach device memory; backward keeps one fp32 log-sum-exp per
@@ -162,6 +178,7 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
             only that share, so the optimizer's temporaries shrink alike), from 2 of the
             gradients, at 3 (FSDP's full sharding) of the weights too, with two layers' weights
             gathered whole at a time (the one running and the one prefetched).
+        allocator: how the reserved peak is read (:data:`ALLOCATORS`).
 
     Raises:
         ValueError: unknown precision or optimizer, or a non-positive batch size.
@@ -175,6 +192,8 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
         raise ValueError("batch_size must be >= 1")
     if zero not in (0, 1, 2, 3) or shards < 1:
         raise ValueError(f"zero must be 0-3 and shards >= 1; got {zero!r}, {shards!r}")
+    if allocator not in ALLOCATORS:
+        raise ValueError(f"allocator must be one of {ALLOCATORS}; got {allocator!r}")
     if walked is None:
         if folded_norm is None:
             folded_norm = guess_folded_norm(graph)
@@ -191,8 +210,19 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     peak = int(np.argmax(total))
     terms = timeline[:, peak]
     allocated = float(total[peak])
-    large = float(t.size[(t.start <= peak) & (t.end > peak) & (t.size >= MID_SIZE)].sum())
-    reserved = max(step.reserved(b), allocated) + fragmentation * large
+    if allocator == "replay":
+        reserved = max(step.reserved(b), allocated)
+    else:
+        # the caching allocator keeps every segment it maps until the step ends: the reserved
+        # peak is the largest of each phase's (its allocated peak plus the slack of the blocks
+        # live then), so a forward-phase peak at a large batch cannot hide the optimizer's many
+        # small parameter-sized blocks (reserved would fall as the batch grows)
+        reserved = 0.0
+        for lo, hi in ((0, n + 1), (n + 1, 2 * n + 1), (2 * n + 1, steps)):
+            if hi > lo:
+                at = lo + int(np.argmax(total[lo:hi]))
+                live = t.size[(t.start <= at) & (t.end > at)]
+                reserved = max(reserved, float(total[at]) + _reserved_extra(live, fragmentation))
     kept_w, kept_g, kept_o = zero_shares(zero, shards)
     floor = step.param_bytes * (kept_w + kept_g + OPTIMIZERS[optimizer][0] * kept_o)
     ctx = float(CONTEXT_BYTES[context] if isinstance(context, str) else context)
@@ -210,6 +240,17 @@ def training_memory(graph, precision: str = "amp-fp16", optimizer: str = "sgd",
     log.debug("memory %s/%s b=%d: %.0f MiB allocated at %s", precision, optimizer, b, est.allocated / MiB,
               est.peak_phase)
     return est
+
+
+def _reserved_extra(live: np.ndarray, fragmentation: float) -> float:
+    """Segment slack of the caching allocator for the blocks live at a peak, packed without a gap (bytes)."""
+    small = live[live <= SMALL_SIZE].sum()
+    mid = live[(live > SMALL_SIZE) & (live < MID_SIZE)].sum()
+    large = live[live >= MID_SIZE]
+    seg = (math.ceil(small / SMALL_SEGMENT) * SMALL_SEGMENT
+           + math.ceil(mid / LARGE_SEGMENT) * LARGE_SEGMENT
+           + float((np.ceil(large / ROUND_LARGE) * ROUND_LARGE).sum()))
+    return max(0.0, seg - float(live.sum())) + fragmentation * float(large.sum())
 
 
 def _phase(t: int, n: int) -> str:
@@ -383,5 +424,5 @@ def state_floor_bytes(params: float, precision: str = "fp32", optimizer: str = "
     return params * width * (2 + OPTIMIZERS.get(optimizer, OPTIMIZERS["adam"])[0])
 
 
-__all__ = ["zero_shares", "CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "OPTIMIZERS", "PRECISIONS",
+__all__ = ["ALLOCATORS", "zero_shares", "CONTEXT_BYTES", "DEFAULT_ACT_BYTES", "OPTIMIZERS", "PRECISIONS",
            "MemoryEstimate", "fitting_batch", "state_floor_bytes", "training_memory"]
