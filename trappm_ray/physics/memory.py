@@ -65,8 +65,8 @@ FRAGMENTATION = 0.05
 # How the reserved peak is read: "packed", each phase's live blocks packed into the allocator's
 # segments without a gap plus FRAGMENTATION (a few vector operations: what every answer uses);
 # "replay", the step's tensors replayed through the caching allocator's rules
-# (:mod:`~trappm_ray.physics.allocator`): closer to measured peaks (docs/memory.md) but 10-40x the
-# time, too slow for the prediction path, so a check beside it.
+# (:mod:`~trappm_ray.physics.allocator`): closer to measured peaks (docs/memory.md) but 10-20x the
+# time (a replay per power of two up to the batch), too slow for the prediction path: a check beside it.
 ALLOCATORS = ("packed", "replay")
 # Assumptions, documented in docs/memory.md: the CUDA context (driver state, kernel images of
 # CUDA/cuBLAS/cuDNN) that NVML counts on top of the allocator. With lazy module loading
