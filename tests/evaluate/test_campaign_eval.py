@@ -6,11 +6,13 @@ import pytest
 
 import onnx_builders as B
 from trappm_ray import devices, storage
-from trappm_ray.evaluate.campaign import as_measured, campaign_rows, evaluate, physics_precision, row_setting
+from trappm_ray.evaluate.campaign import (as_measured, autotuned, campaign_rows, evaluate, memory_errors,
+                                         physics_precision, row_setting)
 from trappm_ray.evaluate.campaign_report import report
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.graph.rows import GRAPHS_FILE, graph_to_row
 from trappm_ray.labels import store
+from trappm_ray.labels.examples import GRAPH_KEY
 from trappm_ray.model.spec_model import SpecModel, SpecPredictor
 from trappm_ray.physics.memory import training_memory
 from trappm_ray.physics.power import PowerModel, step_power
@@ -92,3 +94,15 @@ def test_strict_fp32_rows_are_read_as_measured():
     assert answer(row, conv) is None
     # matrix products are strict FP32 in both: the product's answer stands
     assert answer(row, gemm) == {"train_step_ms": 1.0}
+
+
+def test_rows_measured_with_cudnn_autotuning_leave_the_memory_check():
+    g = featurize(B.cnn_model(), batch_size=2)
+    mem = training_memory(g, "amp-fp16", "sgd-momentum").to_mb()
+    row = {"arch": "cnn8", "resolution": int(g.static["resolution"]), "batch_size": 2, "recompute": "none",
+           "grad_accum": 1, "cudnn_benchmark": "off", "cuda_max_reserved_mb": mem["reserved"], **SETTING}
+    tuned = {**row, "cudnn_benchmark": "on", "cuda_max_reserved_mb": mem["reserved"] * 10}  # trial workspaces
+    graphs = {tuple(row[k] for k in GRAPH_KEY): g}
+    assert autotuned(tuned, g) and not autotuned(row, g)
+    errors = memory_errors([row, tuned], graphs)["reserved"]["all"]
+    assert errors.rows == 1 and errors.median_abs_pct == pytest.approx(0.0, abs=1e-9)

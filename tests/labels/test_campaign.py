@@ -15,7 +15,7 @@ from trappm_ray.labels.campaign_import import campaign_datasheet, import_run, is
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 SNAPSHOT = os.path.join(ROOT, "data", "campaign", f"plan-{plan.CAMPAIGN}.json")
 SETTING_COLUMNS = ("precision", "optimizer", "memory_format", "recompute", "grad_accum", "batch_size",
-                   "resolution", "arch", "model_source", "allow_tf32")
+                   "resolution", "arch", "model_source", "allow_tf32", "cudnn_benchmark")
 PROVENANCE = ("device_name", "torch_version", "timm_version", "transformers_version", "date", "method",
               "harness_version", "campaign_item", "warmup", "steps")
 
@@ -175,6 +175,7 @@ def test_dry_run_writes_every_column(dry_run):
     # fp32 is PyTorch's default math (TF32 convolutions), tf32 lets matrix products use it too
     assert {r["allow_tf32"] for r in ok if r["precision"] == "fp32"} == {"conv"}
     assert {r["allow_tf32"] for r in ok if r["precision"] == "tf32"} <= {"all"}
+    assert {r["cudnn_benchmark"] for r in ok} == {"off"}  # autotuning's workspaces would set the peaks
     # BatchNorm rejects a batch of one in training: an error row, and the sweep goes on
     assert any(r["status"] == "error" and r["batch_size"] == 1 for r in rows)
     summary = json.loads((dry_run / "run.json").read_text())

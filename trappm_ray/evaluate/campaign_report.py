@@ -54,6 +54,9 @@ def report(evaluations: list[CampaignEvaluation],
 
     for ev in evaluations:
         lines += [f"## `{ev.device}`: {ev.rows} ok rows, {ev.rows_with_graph} with a joined graph", ""]
+        if ev.autotuned:
+            lines += [f"The memory tables leave out {ev.autotuned} rows of convnets measured with cuDNN's autotuning "
+                      "on (the first slot's): its trial workspaces, not the step, set their peaks.", ""]
         for term, col in MEMORY_PEAKS.items():
             if term in ev.memory:
                 lines += table(f"CUDA memory model `{term}` against `{col}`", ev.memory[term])

@@ -234,7 +234,8 @@ def _row(job: Job, setting: Setting, n: int, info: dict, item: str, params: int 
             "seq_len": job.size if job.source == "transformers" else None, "batch_size": n,
             "precision": setting.precision, "optimizer": setting.optimizer,
             "memory_format": setting.memory_format, "recompute": setting.recompute,
-            "grad_accum": setting.grad_accum, "allow_tf32": None, "gpus": 1, "parallelism": "single",
+            "grad_accum": setting.grad_accum, "allow_tf32": None, "cudnn_benchmark": None, "gpus": 1,
+            "parallelism": "single",
             "compiled": "none", "params": params, "warmup": TRAIN_WARMUP, "steps": TIMED_STEPS, "method": METHOD,
             "harness_version": CAMPAIGN, **info, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
@@ -253,7 +254,8 @@ def sweep(w: _Workload, setting: Setting, info: dict, item: str, path: str, dead
         emit(path, row)
         return [row]
     for n in batch_ladder(w.job.max_batch):
-        row = _row(w.job, setting, n, info, item, w.params) | {"allow_tf32": allow_tf32(torch)}
+        row = _row(w.job, setting, n, info, item, w.params) | {
+            "allow_tf32": allow_tf32(torch), "cudnn_benchmark": "on" if torch.backends.cudnn.benchmark else "off"}
         projected = prev["wall_s"] * n / prev["batch_size"] if prev else 0.0
         if time.monotonic() + projected > deadline:
             row.update(status="skipped_slow", error=f"the sweep's time ({w.job.cap_s:g} s) left no room "

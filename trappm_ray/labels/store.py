@@ -56,6 +56,10 @@ COLUMNS: dict[str, str] = {
     # ``conv`` (cuDNN only: PyTorch's default), ``matmul``, ``all``. Null where the source does not
     # say (public rows: PyTorch's default of their time).
     "allow_tf32": _S,
+    # cuDNN's autotuning (``torch.backends.cudnn.benchmark``) during the run, ``on`` or ``off``: its
+    # trial workspaces, not the step, set the memory peaks of a convolution's first batches (the
+    # campaign's first slot, 2026-11-27, ran with it on). Null where the source does not say.
+    "cudnn_benchmark": _S,
     # Multi-GPU rows (labels/public_distributed.py): samples per optimizer step over every GPU, the
     # nodes and GPUs per node (``2x4``, ``2+1+1``; Gavel's ``packed``/``spread``), the interconnect
     # as the source states it, and the measured gradient synchronisation where the source splits it.
