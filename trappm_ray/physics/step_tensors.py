@@ -53,9 +53,9 @@ def zero_shares(zero: int, shards: int) -> tuple[float, float, float]:
 
 @dataclass(frozen=True)
 class StepTensors:
-    """Every tensor of one training step at one batch: its category (``graph_walk.CAT_W`` ...), bytes (whole
-    blocks), the timeline steps it is live in and, for one kept all step, when the first step
-    allocates it (:func:`~trappm_ray.physics.allocator.replay`)."""
+    """Every tensor of one training step at one batch: its category (``graph_walk.CAT_W`` ...),
+    bytes (whole blocks), the timeline steps it is live in and, for one kept all step, when the
+    first step allocates it (:func:`~trappm_ray.physics.allocator.replay`)."""
 
     cat: np.ndarray
     size: np.ndarray
@@ -108,7 +108,7 @@ class StepLayout:
         owner = np.flatnonzero(wb > 0)
         grad_start = (2 * n - owner) if self.grads_set_to_none else np.zeros(len(owner), np.int64)
         # the optimizer's temporaries: a list of parameter-sized tensors per foreach op that
-        # returns one (torch.optim's _multi_tensor_* code), one parameter's at a time without
+        # returns one (torch.optim's _multi_tensor_* code); single-tensor loops, one parameter's
         temp = np.tile(wb[owner] * ko, self.n_temp) if self.foreach else \
             np.full(self.n_temp, float(wb.max()) * ko if len(wb) else 0.0)
         gathered = 2 * float(wb.max()) if self.zero >= 3 and len(wb) and self.shards > 1 else 0.0  # ZeRO-3's layers
