@@ -22,8 +22,9 @@ PyTorch 2.x defaults, no ``PYTORCH_CUDA_ALLOC_CONF``, one stream):
 On the GPU campaign's H200 rows (``docs/memory.md``) the replay reads reserved peaks at 3.5-7.1%
 median error per setting where packing each phase's live blocks without a gap plus 5% reads
 7.4-10.8% (convnets and small transformers reserve 10-16% above their allocated peak, large
-models 3-5%, and the replay tells them apart); it costs a Python loop over every allocation, which is why the memory model's answers
-keep the packed estimate and ``training_memory(..., allocator="replay")`` is the check beside it.
+models 3-5%, and the replay tells them apart). It costs a Python loop over every allocation,
+which is why the memory model's answers keep the packed estimate and
+``training_memory(..., allocator="replay")`` is the check beside it.
 """
 from __future__ import annotations
 

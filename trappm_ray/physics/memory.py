@@ -267,5 +267,5 @@ def state_floor_bytes(params: float, precision: str = "fp32", optimizer: str = "
     return params * width * (2 + OPTIMIZERS.get(optimizer, OPTIMIZERS["adam"])[0])
 
 
-__all__ = ["ALLOCATORS", "zero_shares", "CONTEXT_BYTES", "CUBLAS_WORKSPACE", "DEFAULT_ACT_BYTES", "MiB", "OPTIMIZERS", "PRECISIONS",
-           "MemoryEstimate", "fitting_batch", "state_floor_bytes", "training_memory"]
+__all__ = ["ALLOCATORS", "zero_shares", "CONTEXT_BYTES", "CUBLAS_WORKSPACE", "DEFAULT_ACT_BYTES", "MiB",
+           "OPTIMIZERS", "PRECISIONS", "MemoryEstimate", "fitting_batch", "state_floor_bytes", "training_memory"]
