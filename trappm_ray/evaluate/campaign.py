@@ -348,7 +348,8 @@ def evaluate_moves(labels_dir: str, slugs: list[str]) -> dict[str, dict[str, dic
             for gpu, rows in sorted(by_gpu.items())}
 
 
-__all__ = ["autotuned", "row_setting", "physics_precision", "as_measured", "MEMORY_PRECISION", "MEMORY_PEAKS", "TARGETS",
-           "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary", "CampaignEvaluation", "setting_name",
-           "campaign_rows", "joined_graphs", "memory_errors", "answered_by", "spec_answer", "step_model_answer",
-           "time_errors", "setting_move_errors", "REFERENCE", "evaluate", "evaluate_moves"]
+__all__ = ["autotuned", "row_setting", "physics_precision", "as_measured", "MEMORY_PRECISION",
+           "MEMORY_PEAKS", "TARGETS", "POWER_WINDOW_S", "measured_value", "Answer", "ErrorSummary",
+           "CampaignEvaluation", "setting_name", "campaign_rows", "joined_graphs", "memory_errors",
+           "answered_by", "spec_answer", "step_model_answer", "time_errors", "setting_move_errors",
+           "REFERENCE", "evaluate", "evaluate_moves"]
