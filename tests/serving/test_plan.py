@@ -90,6 +90,10 @@ def test_the_cli_reports_a_layout_in_words(config, capsys):
                      "--global-batch", "8", "--micro-batch", "2", "--steps", "100", "--price-per-kwh", "0.3"]) == 0
     out = capsys.readouterr().out
     assert "training power" in out and "inference power" not in out and "sha256" not in out
+    # one GPU's power and the layout's, each named for what it counts
+    lines = {line[:30].strip(): line[30:].split()[0] for line in out.splitlines() if line.startswith("  ")}
+    assert float(lines["training power, 4 GPUs"]) == pytest.approx(4 * float(lines["training power per GPU"]), rel=1e-3)
+    assert "energy per step, 4 GPUs" in lines and "W per GPU" in out.splitlines()[0]
     cost = next(line for line in out.splitlines() if "per kWh" in line).split()[-1]
     assert 0 < float(cost) < 0.01  # a hundred steps of a tiny model: a fraction of a cent, not 0.00
 

@@ -197,7 +197,9 @@ class Prediction:
                 text += f"; smallest GPU or MIG slice that holds it: {self.smallest_profile}"
             parts.append(text)
         if self.train_power_w is not None:
-            parts.append(f"~{self.train_power_w.value:.0f} W")
+            gpus = (self.distributed or {}).get("gpus", 1)
+            parts.append(f"~{self.train_power_w.value:.0f} W" if gpus == 1 else
+                         f"~{self.train_power_w.value:.0f} W per GPU, {gpus * self.train_power_w.value:,.0f} W over {gpus}")
         return "; ".join(parts)
 
     def cost(self, steps: int, price_per_hour: float | None, price_per_kwh: float | None = None) -> Cost:

@@ -28,9 +28,11 @@ def print_report(p: Prediction, sweep_rows: list[dict] | None = None, plot: str 
     band = "interval: " + p.interval.replace("interval_z", f"{p.interval_z:g}")
     print(f"predictor  {p.model_version}  device {dev.get('name', '?')} ({dev.get('kind')})  {band}")
     print(f"batch size {p.batch_size}\n")
+    gpus = (p.distributed or {}).get("gpus", 1)
+    per_gpu = " per GPU" if gpus > 1 else ""  # every GPU of a layout draws about what one does
     rows = [("training step time", _fmt(p.train_step_ms)),
             ("training memory", _fmt(p.train_memory_mb)),
-            ("training power", _fmt(p.train_power_w)) if p.train_power_w else None,
+            (f"training power{per_gpu}", _fmt(p.train_power_w)) if p.train_power_w else None,
             ("inference latency", _fmt(p.inference_ms)),
             ("training throughput", f"{p.throughput_samples_s:10.1f} samples/s") if p.train_step_ms else None,
             ("inference throughput", f"{p.inference_samples_s:10.1f} samples/s") if p.inference_ms else None,
@@ -42,10 +44,13 @@ def print_report(p: Prediction, sweep_rows: list[dict] | None = None, plot: str 
     if p.power:
         low, high = p.power.get("inference_power_interval_w") or (None, None)
         band = f"   [{low:.2f}, {high:.2f}]" if low is not None else ""
+        if gpus > 1 and p.power.get("total_train_power_w") is not None:
+            rows.append((f"training power, {gpus} GPUs", f"{p.power['total_train_power_w']:10.2f} W"))
         if p.power.get("inference_power_w") is not None:  # a layout answers training alone
             rows.append(("inference power", f"{p.power['inference_power_w']:10.2f} W{band}"))
         if p.power.get("energy_per_step_j") is not None:
-            rows.append(("energy per training step", f"{p.power['energy_per_step_j']:10.3g} J"))
+            rows.append(("energy per training step" if gpus == 1 else f"energy per step, {gpus} GPUs",
+                         f"{p.power['energy_per_step_j']:10.3g} J"))
     if p.training_cost:
         c = p.training_cost
         rows.append((f"{c.steps} steps", f"{c.hours:10.3g} h"))
