@@ -46,7 +46,9 @@ from trappm_ray.physics.units import FREE, TENSOR
 # launch through the module tree) and backward (autograd's node, input and weight gradients).
 # Training 40 + 130 = 170 us per kernel, inference 40: the RTX 3090's labels at batch 1 (168 / 40
 # us, timm's efficientnet_cc_b1_8e, its least time per kernel). A predictor measured on its own
-# host passes its figures instead (its manifest's ``launch``).
+# host passes its figures instead (its manifest's ``launch``). Hosts differ: the H200 campaign's
+# (torch 2.11) issued about 50 us forward, 70 backward and 35 per inference kernel on its
+# host-bound rows (``docs/results-campaign.md``, ``jobs/evaluate_campaign.py``), older stacks slower.
 HOST_US = {"forward": 40.0, "backward": 130.0}
 # Per foreach list op of the optimizer: a fixed dispatch plus building the tensor lists (us).
 FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
