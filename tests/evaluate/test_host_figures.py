@@ -31,7 +31,7 @@ def test_a_host_bound_phase_reads_as_the_hosts_time_per_kernel(graph):
     assert fig.inference_us == pytest.approx(3.0e3 / k) and fig.optimizer_ms == 1.0
     assert across_models([fig])["forward"] == fig.forward_us
     table = "\n".join(markdown([fig]))
-    assert f"| {HOST_US['forward']:.0f} | {HOST_US['backward']:.0f} |" in table
+    assert f"| {HOST_US['forward']:.0f} | {HOST_US['backward']:.0f} | | | {HOST_US['inference']:.0f} |" in table
 
 
 def test_rows_the_gpu_sets_or_that_run_more_than_one_forward_are_left_out(graph):

@@ -5,6 +5,7 @@ import onnx_builders as B
 from trappm_ray import devices
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.model.compositions import SettingMove
+from trappm_ray.model.launch import step_host_us
 from trappm_ray.model.manifest import Device, Manifest
 from trappm_ray.physics.step_model import DEVICE_SCALE, device_scale, step_time
 
@@ -37,7 +38,8 @@ def test_a_setting_move_is_the_step_models_ratio_at_the_batch_with_the_predictor
     move = SettingMove(_Fixed(40.0), H100)
     assert move.base(asked) == base
     row = move.predict_graphs([g], [asked])[0]
-    host = {"forward": 100.0, "backward": 200.0}  # the predictor's own host figures (model/launch.step_host_us)
+    host = step_host_us(HOST)  # the predictor's own host figures
+    assert host["forward"] + host["backward"] == pytest.approx(300.0) and host["inference"] == 100.0
     # both settings on the device the answer reads: kernel times scaled so the held one reads 40 ms
     held = step_time(g, H100, base, "train", host)
     scale = device_scale(held, 40.0)

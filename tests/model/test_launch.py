@@ -49,7 +49,12 @@ def test_anchor_is_the_largest_power_of_two_that_fits_and_the_labels_measured():
     assert launch.anchor_batch(1, 0, profiles) == 1  # batch 1 does not fit: the answer as predicted
 
 
-def test_step_host_us_splits_the_profiles_training_figure_into_forward_and_backward():
-    assert launch.step_host_us({"train_step_ms": {"host_us_per_kernel": 120.0},
-                                "inference_ms": {"host_us_per_kernel": 20.0}}) == {"forward": 20.0, "backward": 100.0}
+def test_step_host_us_shares_the_profiles_training_figure_as_the_defaults_share_theirs():
+    d = launch.HOST_US
+    train = 2 * (d["forward"] + d["backward"])  # a host twice as slow as the defaults' in training
+    got = launch.step_host_us({"train_step_ms": {"host_us_per_kernel": train},
+                               "inference_ms": {"host_us_per_kernel": 20.0}})
+    assert got == pytest.approx({"inference": 20.0, "forward": 2 * d["forward"], "backward": 2 * d["backward"],
+                                 "recompute": 2 * d["recompute"]})
+    assert got["forward"] + got["backward"] == pytest.approx(train)  # the profile's training figure, whole
     assert launch.step_host_us({}) == launch.HOST_US

@@ -54,13 +54,17 @@ def test_a_busy_gpu_draws_in_proportion_to_its_units_and_is_held_at_its_limit():
     p100, v100, h200 = (devices.get(s) for s in ("p100-pcie-16gb", "v100-pcie-32gb", "h200-sxm-141gb"))
     assert model.busy_w(v100) / model.busy_w(p100) == pytest.approx(14 / 9.3)
     assert "9.3 fp32 TFLOP/s" in W.power_basis(model, p100) and "TDP" in W.power_basis(W.PowerModel(), p100)
-    # one long kernel, no host gap: 67 TFLOP/s x 12 W is more than its 700 W allow; held there at
-    # full clock (its boost clock is the one its busy units hold within the TDP)
+    # one long kernel, no host gap: 67 TFLOP/s x 12 W is more than its 700 W allow; its units draw
+    # the TDP at full clock (its boost clock is the one its busy units hold within the TDP)
     step = StepEstimate.of(np.zeros(1), np.array([1e4]), np.array([1e3]), np.ones(1), (1, 0, 0), 1.0)
     est = W.step_power(step, h200, model)
     assert est.power_w == pytest.approx(h200.tdp_w, rel=1e-3) and est.clock == 1.0
-    assert model.clock_w(h200) == pytest.approx(h200.tdp_w - W.board_power(h200)[0])
-    assert model.clock_w(h200) < model.busy_w(h200)
+    assert model.busy_w(h200) == pytest.approx(h200.tdp_w - W.board_power(h200)[0]) and model.busy_w(h200) < 12.0 * 67
+    assert "at most its TDP less idle" in W.power_basis(model, h200) and "at most" not in W.power_basis(model, p100)
+    # half busy: half the units' draw above idle, not the unbounded draw's half held at the TDP
+    half = StepEstimate.of(np.array([0.0, 2e4]), np.array([1e4, 0.0]), np.array([1e3, 0.0]), np.ones(2), (2, 0, 0), 1.0)
+    idle = W.board_power(h200)[0]
+    assert W.step_power(half, h200, model).power_w == pytest.approx(idle + 0.5 * (h200.tdp_w - idle), rel=1e-3)
     unfitted = W.step_power(_step(256), v100, W.PowerModel())  # a busy GPU draws its TDP
     assert unfitted.power_w <= v100.tdp_w and unfitted.power_w > 0.8 * v100.tdp_w
 

@@ -1,9 +1,8 @@
 """The host's issue time per kernel, measured on the GPU campaign's rows where the host sets the step.
 
 The step model (:mod:`trappm_ray.physics.step_model`) charges eager PyTorch a fixed host time per
-graph kernel it issues: :data:`~trappm_ray.physics.step_model.HOST_US` (forward and backward,
-per forward kernel), from the RTX 3090's timm labels at batch 1 where a predictor has no profile
-of its own. The campaign's harness times each phase of a step with CUDA events (forward with
+graph kernel it issues in each phase: :data:`~trappm_ray.physics.step_model.HOST_US`, set from
+what this module reads, where a predictor has no profile of its own. The campaign's harness times each phase of a step with CUDA events (forward with
 the loss, backward, optimizer; ``labels/campaign_run.py``), so on rows whose kernels are far
 shorter than the phase (the step model's device time of the phase below :data:`HOST_BOUND` of
 the measured time) the phase's time is the host's: divided by the kernels the step model counts
@@ -12,8 +11,8 @@ the campaign's machine and PyTorch version, for each phase and for inference. A 
 activation checkpointing or gradient accumulation issues more than one forward per step and is
 left out.
 
-Nothing is fitted here: the figures describe one machine (the GPU slot's host), to set beside
-the step model's and the public sweeps' older stacks (``docs/results-step-model.md``).
+The figures describe one machine (the GPU slot's host); the public sweeps' older stacks issue
+kernels slower (``docs/results-step-model.md``).
 """
 from __future__ import annotations
 
@@ -105,10 +104,9 @@ def markdown(figures: list[HostFigure]) -> list[str]:
     out = ["### The host's time per kernel, measured (host-bound rows)", "",
            "Each phase of a step timed by CUDA events on rows whose kernels take less than "
            f"{HOST_BOUND:.0%} of it in the step model (mostly batch 1-16): the phase's time per forward "
-           "kernel the step model counts (`trappm_ray/evaluate/host_figures.py`). The step model charges "
-           f"{HOST_US['forward']:.0f} us forward and {HOST_US['backward']:.0f} us backward per kernel where a "
-           "predictor has no figures of its own (the RTX 3090's timm labels at batch 1); inference, the forward "
-           "figure.", "",
+           "kernel the step model counts (`trappm_ray/evaluate/host_figures.py`). The step model's figures, "
+           "where a predictor has none of its own (`physics/step_model.HOST_US`), are these rows' medians over "
+           "models: a check that they still are, and how far each model sits from them.", "",
            "| model | kernels | training rows | forward us | backward us | optimizer ms | inference rows | inference us |",
            "|---|---|---|---|---|---|---|---|"]
     out += [f"| {f.model} | {f.kernels} | {f.rows} | {fmt(f.forward_us)} | {fmt(f.backward_us)} | "
@@ -117,7 +115,7 @@ def markdown(figures: list[HostFigure]) -> list[str]:
     out += [f"| **median over models** | | | **{fmt(mid['forward'])}** | **{fmt(mid['backward'])}** | | | "
             f"**{fmt(mid['inference'])}** |",
             f"| step model's figures | | | {HOST_US['forward']:.0f} | {HOST_US['backward']:.0f} | | | "
-            f"{HOST_US['forward']:.0f} |", ""]
+            f"{HOST_US['inference']:.0f} |", ""]
     return out
 
 

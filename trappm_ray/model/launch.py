@@ -89,15 +89,17 @@ def host_base_ms(floor_ms, kernels, targets, cpu=False, host_us: dict | None = N
 
 def step_host_us(profiles: dict) -> dict[str, float]:
     """The step model's host time per graph kernel (:data:`trappm_ray.physics.step_model.HOST_US`)
-    from a predictor's launch ``profiles``: forward = the inference figure, backward = the rest of
-    the training figure; the step model's defaults where a profile lacks one."""
+    from a predictor's launch ``profiles``: inference = the inference figure; the training figure
+    shared among the training phases as the defaults share theirs (a host that issues a training
+    kernel 1.4x slower does so in each phase); the defaults where a profile lacks one."""
     out = dict(HOST_US)
     infer = (profiles.get("inference_ms") or {}).get("host_us_per_kernel")
     train = (profiles.get("train_step_ms") or {}).get("host_us_per_kernel")
     if infer:
-        out["forward"] = float(infer)
+        out["inference"] = float(infer)
     if train:
-        out["backward"] = max(float(train) - out["forward"], 0.0)
+        scale = float(train) / (HOST_US["forward"] + HOST_US["backward"])
+        out.update({k: HOST_US[k] * scale for k in ("forward", "backward", "recompute")})
     return out
 
 

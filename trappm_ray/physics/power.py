@@ -14,12 +14,16 @@ follows the clock down to the lowest voltage the chip runs at, ``v_floor``; belo
 clock falls, and power with it only linearly, so a deep cap slows a step far more than the
 clock-cubed law reads (Zeus, You et al. NSDI'23, measured 2.4-2.7x at 100 W on a 260 W RTX 6000).
 Compute stretches by ``1 / s``, memory traffic does not, so a memory-bound step barely slows.
-The board's default limit is its TDP, so a GPU whose units would draw more is held there. The
-clock answers the limit with the units' draw at full clock taken as at most the TDP less idle
-power (:meth:`PowerModel.clock_w`): a board's boost clock is the one its busy units hold within
-its TDP (the H200 ran its busy steps at 0.99 of it at 700 W), and ``w x F32`` reads more than the
-TDP on GPUs that doubled their fp32 lanes without doubling their power (Ampere's GA10x, Ada,
-Hopper: an RTX 4090 would be held at 0.55 of its clock at 450 W, and a 300 W limit would read 0.29).
+The board's default limit is its TDP, and its boost clock is the one its busy units hold within
+it: their draw at full clock is ``w x F32`` at most the TDP less idle power
+(:meth:`PowerModel.busy_w`; the H200 ran its busy steps at 0.99 of boost at 580-640 W of 700).
+``w x F32`` alone reads more than the TDP on GPUs that doubled their fp32 lanes without doubling
+their power (Ampere's GA10x, Ada, Hopper: an RTX 4090 would be held at 0.55 of its clock at
+450 W, and a 300 W limit would read 0.29). With the host figures the campaign measured
+(:data:`~trappm_ray.physics.step_model.HOST_US`) the H200's training power reads 12.0% MAPE so, 16.3%
+with ``w x F32`` unbounded below the cap (``jobs/evaluate_power.py``, 2026-12-02; with the older,
+slower host figures the unbounded draw read 12.8% and the bounded one 16.5%: a step the slower
+host left idle hid the units' excess).
 
 Why the units' throughput, not the TDP: on the same device-bound training steps a P100 draws 0.65
 of its 250 W, a V100 and an RTX 6000 0.9 of theirs, and an H200 0.9-0.98 of 700 W
@@ -100,22 +104,17 @@ class PowerModel:
         return self.band or UNCHECKED_BAND
 
     def busy_w(self, spec: devices.DeviceSpec) -> float:
-        """Dynamic power (W) of ``spec`` busy at full clock, before its power limit."""
+        """Dynamic power (W) of ``spec``'s units busy at full clock: ``w x F32``, at most the TDP
+        less idle power. A board's boost clock is the clock its busy units hold within its TDP:
+        the H200 campaign's busy training steps ran at 0.99 of boost (NVML) drawing 580-640 W of
+        700, where ``w x F32``'s 861 W would hold them at 0.90 of it, and an RTX 4090's 1,061 W at
+        0.55 (Ampere's GA10x, Ada and Hopper doubled their fp32 lanes, not their power)."""
         idle, tdp = board_power(spec)
         if self.w_per_tflop is None:
             return tdp - idle
         if not spec.peak_fp32_tflops:
             raise ValueError(f"device {spec.slug!r} has no sourced FP32 peak: no power model")
-        return self.w_per_tflop * spec.peak_fp32_tflops
-
-    def clock_w(self, spec: devices.DeviceSpec) -> float:
-        """Dynamic power (W) of ``spec``'s busy units at full clock as the clock answers a limit:
-        :meth:`busy_w`, at most the TDP less idle power. A board's boost clock is the clock its busy
-        units hold within its TDP: the H200 campaign's busy training steps ran at 0.99 of boost
-        at 700 W (NVML), where :meth:`busy_w`'s 861 W would hold them at 0.90, and an RTX 4090's
-        1,061 W at 0.55 (Ada doubled its fp32 lanes, not its power)."""
-        idle, tdp = board_power(spec)
-        return min(self.busy_w(spec), tdp - idle)
+        return min(self.w_per_tflop * spec.peak_fp32_tflops, tdp - idle)
 
     def clock_factor(self, clock: float) -> float:
         """Dynamic power at ``clock`` (a share of full) over that at full clock: f V^2, the
@@ -180,7 +179,9 @@ def power_basis(model: PowerModel, spec: devices.DeviceSpec) -> str:
     """How :meth:`PowerModel.busy_w` was derived for ``spec``, in words."""
     if model.w_per_tflop is None:
         return "a busy GPU draws its TDP: unfitted"
-    return f"{model.w_per_tflop:.1f} W per TFLOP/s of its {spec.peak_fp32_tflops:g} fp32 TFLOP/s"
+    idle, tdp = board_power(spec)
+    capped = "" if model.w_per_tflop * spec.peak_fp32_tflops <= tdp - idle else ", at most its TDP less idle"
+    return f"{model.w_per_tflop:.1f} W per TFLOP/s of its {spec.peak_fp32_tflops:g} fp32 TFLOP/s{capped}"
 
 
 def answered_busy(step: StepEstimate, answered_ms: float | None) -> float | None:
@@ -221,9 +222,9 @@ def power_at(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel, cl
 def step_power(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel = PowerModel(),
                limit_w: float | None = None, busy: float | None = None) -> PowerEstimate:
     """The step's average power and time under ``limit_w`` (None: the board's TDP, its default
-    limit). The clock is the highest whose draw (the units' at most the TDP's, :meth:`PowerModel.clock_w`)
-    meets the limit (bisection; power grows with clock); the power is the units' draw at that
-    clock (:meth:`PowerModel.busy_w`), held at the limit. ``busy``: the measured busy share
+    limit). The clock is the highest whose draw (:meth:`PowerModel.busy_w`) meets the limit
+    (bisection; power grows with clock); the power is the draw at that clock, held at the limit.
+    ``busy``: the measured busy share
     (:func:`busy_share`; None: the step model's). A limit above the TDP (a board whose highest
     settable limit is above it) is answered as the TDP: the board holds its boost clock within its
     TDP, and no clock above boost is modelled."""
@@ -232,21 +233,19 @@ def step_power(step: StepEstimate, spec: devices.DeviceSpec, model: PowerModel =
     if asked <= idle:
         raise ValueError(f"a power limit of {asked:.0f} W is below the {spec.name}'s idle power ({idle:.0f} W)")
     limit = min(asked, tdp)
-    units = model.clock_w(spec)
 
     def estimate(clock: float) -> PowerEstimate:
         drawn, ms = power_at(step, spec, model, clock, busy)
-        held = max(limit, power_at(step, spec, model, clock, busy, units)[0])  # above it at the least clock
-        return PowerEstimate(min(drawn, held), ms, clock, asked, idle, tdp)
+        return PowerEstimate(min(drawn, limit), ms, clock, asked, idle, tdp)  # held there at the least clock
 
-    if power_at(step, spec, model, 1.0, busy, units)[0] <= limit:
+    if power_at(step, spec, model, 1.0, busy)[0] <= limit:
         return estimate(1.0)
     lo, hi = LEAST_CLOCK, 1.0
-    if power_at(step, spec, model, lo, busy, units)[0] > limit:
+    if power_at(step, spec, model, lo, busy)[0] > limit:
         return estimate(lo)
     for _ in range(40):
         mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if power_at(step, spec, model, mid, busy, units)[0] <= limit else (lo, mid)
+        lo, hi = (mid, hi) if power_at(step, spec, model, mid, busy)[0] <= limit else (lo, mid)
     return estimate(lo)
 
 
@@ -278,7 +277,7 @@ def fit_voltage_floor(model: PowerModel, rows: list[tuple[StepEstimate, devices.
     for step, spec, limit, reference, slowdown in rows:
         share, ms = np.array([busy_share(step, c) for c in clocks]).T
         idle, _ = board_power(spec)
-        tables.append((idle, share * model.clock_w(spec), ms, limit, reference, slowdown))
+        tables.append((idle, share * model.busy_w(spec), ms, limit, reference, slowdown))
     floors = np.linspace(*VOLTAGE_FLOORS, 71)
     loss = []
     for floor in floors:

@@ -13,8 +13,8 @@ spec sheet alone, so that the answer holds at every batch and in every setting:
   ``blocks / (waves x slots)``; its memory time is its bytes at the achievable bandwidth; its
   device time the larger, never less than the least time of any kernel.
 * **Host.** The host spends a roughly fixed time per kernel (Python, dispatch, autograd, launch:
-  :data:`HOST_US`, of the order measured on the RTX 3090's batch-1 rows: 168 us per kernel for an
-  AMP training step, 40 us for inference). A kernel is an op eager PyTorch runs: views, scalar
+  :data:`HOST_US`, measured phase by phase on the GPU campaign's host: about 120 us per kernel for
+  a training step, 33 us for inference). A kernel is an op eager PyTorch runs: views, scalar
   arithmetic on shapes and the members of a fused pointwise chain (an exported GELU) launch none.
   It issues kernel ``k`` at ``issue_k``; the GPU starts it when it is issued and the previous
   one has finished. The step ends at ``max_k(issue_k + device time of kernels k..n)``: the larger of host and device time where one
@@ -42,14 +42,18 @@ from trappm_ray.physics.loss import loss_kernels
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, roofline
 from trappm_ray.physics.units import FREE, TENSOR
 
-# Host time per forward kernel of eager PyTorch (:func:`launches`), in us: forward (dispatch and
-# launch through the module tree) and backward (autograd's node, input and weight gradients).
-# Training 40 + 130 = 170 us per kernel, inference 40: the RTX 3090's labels at batch 1 (168 / 40
-# us, timm's efficientnet_cc_b1_8e, its least time per kernel). A predictor measured on its own
-# host passes its figures instead (its manifest's ``launch``). Hosts differ: the H200 campaign's
-# (torch 2.11) issued about 50 us forward, 70 backward and 35 per inference kernel on its
-# host-bound rows (``docs/results-campaign.md``, ``jobs/evaluate_campaign.py``), older stacks slower.
-HOST_US = {"forward": 40.0, "backward": 130.0}
+# Host time per forward kernel of eager PyTorch (:func:`launches`), in us: an inference pass's
+# (dispatch and launch through the module tree), a training forward's (recording autograd's graph
+# as well), the backward's (autograd's node, input and weight gradients) and, with activation
+# checkpointing, what each checkpointed kernel adds (its forward run again inside the backward,
+# under the checkpoint's own bookkeeping). Medians over models of the H200 campaign's host-bound
+# rows (torch 2.11 on the GPU slot's host, LOMO range 48-50 / 70-72 / 33: each phase timed by
+# CUDA events, ``evaluate/host_figures.py``, docs/results-campaign.md); recompute: the extra per
+# kernel of checkpointed steps over their plain twins (95-232 us over eight models). Older stacks
+# are slower (the RTX 3090's timm labels: 168 us a training kernel, 40 an inference one). A
+# predictor measured on its own host passes its figures instead (its manifest's ``launch``,
+# :func:`trappm_ray.model.launch.step_host_us`).
+HOST_US = {"inference": 33.0, "forward": 49.0, "backward": 71.0, "recompute": 130.0}
 # Per foreach list op of the optimizer: a fixed dispatch plus building the tensor lists (us).
 FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
 # torch.optim's foreach implementations (torch 2.x, CUDA default): (list ops, fp32 tensor passes
@@ -351,7 +355,7 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
         graph: a featurized :class:`~trappm_ray.graph.featurize.Graph` at the step's batch.
         spec: the GPU.
         setting: a :class:`Setting` or a resolved option dict.
-        host_us: ``{"forward": us, "backward": us}`` per graph kernel (default :data:`HOST_US`).
+        host_us: per graph kernel, any of :data:`HOST_US`'s figures (the others its defaults).
         eff: the kernels' achievable shares of the peaks.
         fused_attention: attention scores stay on chip (PyTorch 2's fused attention); False:
             eager, ``units.SOFTMAX``: Megatron-LM's fused softmax (:func:`~trappm_ray.physics.roofline.roofline`).
@@ -369,19 +373,21 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
 def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dict[str, float], eff: Efficiency,
                fused_attention: bool | str) -> StepEstimate:
     f_comp, f_mem, issued, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
-    f_host, f_least = host["forward"] * issued, np.full(len(f_comp), eff.kernel_us)
+    f_least = np.full(len(f_comp), eff.kernel_us)
     if mode == "infer":
+        f_host = host["inference"] * issued
         return StepEstimate.of(f_host, f_comp, f_mem, f_least, (len(f_comp), 0, 0), mean_fill)
     if mode != "train":
         raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
+    f_host = host["forward"] * issued
     # backward: input and weight gradients, each about the forward's work, in reverse order
     b_comp, b_mem = f_comp[::-1] * BACKWARD_FACTOR, f_mem[::-1] * BACKWARD_FACTOR
     b_host, b_least = host["backward"] * issued[::-1], f_least * BACKWARD_FACTOR
     if s.recompute:  # each checkpointed segment runs its forward again inside the backward,
-        # issued from the autograd engine at the backward's host rate, recording its graph anew
-        # (the H200 campaign's host-bound steps: +1.9-2.5x with every block checkpointed)
+        # issued from the autograd engine, recording its graph anew (the H200 campaign's
+        # host-bound steps: +1.9-2.5x with every block checkpointed)
         b_comp, b_mem, b_host, b_least = (np.concatenate([f, b]) for f, b in (
-            (f_comp, b_comp), (f_mem, b_mem), (host["backward"] * issued, b_host), (f_least, b_least)))
+            (f_comp, b_comp), (f_mem, b_mem), (host["recompute"] * issued, b_host), (f_least, b_least)))
     # the loss (:mod:`~trappm_ray.physics.loss`) ends the forward pass and starts the backward
     lf, lb = loss_kernels(graph, s.precision, bandwidth_of(spec) * eff.bandwidth, eff.kernel_us, host)
     f_host, f_comp, f_mem, f_least = (np.concatenate([a, x]) for a, x in zip((f_host, f_comp, f_mem, f_least), lf))
