@@ -2,8 +2,9 @@
 
 The step model (:mod:`trappm_ray.physics.step_model`) charges eager PyTorch a fixed host time per
 graph kernel it issues in each phase: :data:`~trappm_ray.physics.step_model.HOST_US`, set from
-what this module reads, where a predictor has no profile of its own. The campaign's harness times each phase of a step with CUDA events (forward with
-the loss, backward, optimizer; ``labels/campaign_run.py``), so on rows whose kernels are far
+what this module reads, where a predictor has no profile of its own. The campaign's harness
+times each phase of a step with CUDA events (forward with the loss, backward, optimizer;
+``labels/campaign_run.py``), so on rows whose kernels are far
 shorter than the phase (the step model's device time of the phase below :data:`HOST_BOUND` of
 the measured time) the phase's time is the host's: divided by the kernels the step model counts
 for the graph (:func:`~trappm_ray.physics.step_model.launches`), the host's time per kernel on
@@ -56,7 +57,7 @@ def _median(values: list[float]) -> float | None:
     return statistics.median(values) if values else None
 
 
-def fmt(value: float | None) -> str:
+def _fmt(value: float | None) -> str:
     return "-" if value is None else f"{value:.0f}"
 
 
@@ -77,10 +78,10 @@ def host_figures(rows: Iterable[tuple[dict, Graph]], spec: devices.DeviceSpec,
             continue
         k = kernels.setdefault(r["arch"], launches(graph, spec, s.precision))
         f = found[r["arch"]]
-        phases = (("forward", r.get("forward_ms"), train.forward_ms), ("backward", r.get("backward_ms"), train.backward_ms))
-        if all(measured and device < HOST_BOUND * measured for _, measured, device in phases):
-            for name, measured, _ in phases:
-                f[name].append(measured * 1e3 / k)
+        fwd, bwd = r.get("forward_ms"), r.get("backward_ms")
+        if fwd and bwd and train.forward_ms < HOST_BOUND * fwd and train.backward_ms < HOST_BOUND * bwd:
+            f["forward"].append(fwd * 1e3 / k)
+            f["backward"].append(bwd * 1e3 / k)
             if r.get("optimizer_ms"):
                 f["optimizer"].append(r["optimizer_ms"])
         if r.get("inference_ms") and infer.device_ms < HOST_BOUND * r["inference_ms"]:
@@ -109,11 +110,11 @@ def markdown(figures: list[HostFigure]) -> list[str]:
            "models: a check that they still are, and how far each model sits from them.", "",
            "| model | kernels | training rows | forward us | backward us | optimizer ms | inference rows | inference us |",
            "|---|---|---|---|---|---|---|---|"]
-    out += [f"| {f.model} | {f.kernels} | {f.rows} | {fmt(f.forward_us)} | {fmt(f.backward_us)} | "
-            f"{'-' if f.optimizer_ms is None else f'{f.optimizer_ms:.1f}'} | {f.inference_rows} | {fmt(f.inference_us)} |"
+    out += [f"| {f.model} | {f.kernels} | {f.rows} | {_fmt(f.forward_us)} | {_fmt(f.backward_us)} | "
+            f"{'-' if f.optimizer_ms is None else f'{f.optimizer_ms:.1f}'} | {f.inference_rows} | {_fmt(f.inference_us)} |"
             for f in figures]
-    out += [f"| **median over models** | | | **{fmt(mid['forward'])}** | **{fmt(mid['backward'])}** | | | "
-            f"**{fmt(mid['inference'])}** |",
+    out += [f"| **median over models** | | | **{_fmt(mid['forward'])}** | **{_fmt(mid['backward'])}** | | | "
+            f"**{_fmt(mid['inference'])}** |",
             f"| step model's figures | | | {HOST_US['forward']:.0f} | {HOST_US['backward']:.0f} | | | "
             f"{HOST_US['inference']:.0f} |", ""]
     return out

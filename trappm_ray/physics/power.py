@@ -180,7 +180,7 @@ def power_basis(model: PowerModel, spec: devices.DeviceSpec) -> str:
     if model.w_per_tflop is None:
         return "a busy GPU draws its TDP: unfitted"
     idle, tdp = board_power(spec)
-    capped = "" if model.w_per_tflop * spec.peak_fp32_tflops <= tdp - idle else ", at most its TDP less idle"
+    capped = "" if model.w_per_tflop * (spec.peak_fp32_tflops or 0.0) <= tdp - idle else ", at most its TDP less idle"
     return f"{model.w_per_tflop:.1f} W per TFLOP/s of its {spec.peak_fp32_tflops:g} fp32 TFLOP/s{capped}"
 
 
