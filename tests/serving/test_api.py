@@ -503,7 +503,7 @@ def test_a_users_gpu_spec_answers_power_and_a_limit_in_every_setting():
     # user's spec, so its TDP bounds the power and a limit applies
     for setting in ({}, {"precision": "fp32", "optimizer": "adam"}):
         free = P.predict(SAMPLE_FILE, 32, device_spec="data/sample/my_gpu.json", **setting)
-        capped = P.predict(SAMPLE_FILE, 32, device_spec="data/sample/my_gpu.json", power_limit_w=40, **setting)
+        capped = P.predict(SAMPLE_FILE, 32, device_spec="data/sample/my_gpu.json", power_limit_w=25, **setting)
         assert free.train_power_w is not None and free.power["tdp_w"] == 72.0
-        assert capped.train_power_w.value <= 40 + 1e-6 < free.train_power_w.value
+        assert capped.train_power_w.value <= 25 + 1e-6 < free.train_power_w.value
         assert capped.train_step_ms.value >= free.train_step_ms.value

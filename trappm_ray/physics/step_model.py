@@ -42,17 +42,12 @@ from trappm_ray.physics.loss import loss_kernels
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, roofline
 from trappm_ray.physics.units import FREE, TENSOR
 
-# Host time per forward kernel of eager PyTorch (:func:`launches`), in us: an inference pass's
-# (dispatch and launch through the module tree), a training forward's (recording autograd's graph
-# as well), the backward's (autograd's node, input and weight gradients) and, with activation
-# checkpointing, what each checkpointed kernel adds (its forward run again inside the backward,
-# under the checkpoint's own bookkeeping). Medians over models of the H200 campaign's host-bound
-# rows (torch 2.11 on the GPU slot's host, LOMO range 48-50 / 70-72 / 33: each phase timed by
-# CUDA events, ``evaluate/host_figures.py``, docs/results-campaign.md); recompute: the extra per
-# kernel of checkpointed steps over their plain twins (95-232 us over eight models). Older stacks
-# are slower (the RTX 3090's timm labels: 168 us a training kernel, 40 an inference one). A
-# predictor measured on its own host passes its figures instead (its manifest's ``launch``,
-# :func:`trappm_ray.model.launch.step_host_us`).
+# Host time per forward kernel of eager PyTorch (:func:`launches`), in us: an inference pass's, a
+# training forward's (recording autograd's graph too), the backward's, and what a checkpointed
+# kernel adds (its forward again inside the backward): medians over models of the H200 campaign's
+# host-bound rows, phases timed by CUDA events on torch 2.11 (``evaluate/host_figures.py``; models
+# left out one at a time: 48-50 / 70-72 / 33; recompute 95-232 us over eight). Older stacks are
+# slower (RTX 3090 timm labels: 168 us a training kernel); a predictor passes its own (``launch``).
 HOST_US = {"inference": 33.0, "forward": 49.0, "backward": 71.0, "recompute": 130.0}
 # Per foreach list op of the optimizer: a fixed dispatch plus building the tensor lists (us).
 FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
@@ -373,13 +368,11 @@ def step_time(graph, spec: devices.DeviceSpec, setting: Setting | dict = Setting
 def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dict[str, float], eff: Efficiency,
                fused_attention: bool | str) -> StepEstimate:
     f_comp, f_mem, issued, mean_fill = forward_kernels(graph, spec, s.precision, eff, fused_attention)
-    f_least = np.full(len(f_comp), eff.kernel_us)
+    f_host, f_least = host["inference" if mode == "infer" else "forward"] * issued, np.full(len(f_comp), eff.kernel_us)
     if mode == "infer":
-        f_host = host["inference"] * issued
         return StepEstimate.of(f_host, f_comp, f_mem, f_least, (len(f_comp), 0, 0), mean_fill)
     if mode != "train":
         raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
-    f_host = host["forward"] * issued
     # backward: input and weight gradients, each about the forward's work, in reverse order
     b_comp, b_mem = f_comp[::-1] * BACKWARD_FACTOR, f_mem[::-1] * BACKWARD_FACTOR
     b_host, b_least = host["backward"] * issued[::-1], f_least * BACKWARD_FACTOR
