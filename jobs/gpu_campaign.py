@@ -18,6 +18,10 @@ Without a GPU (CI, this machine): ``--dry-run`` measures tiny models on the CPU,
 
     .venv/bin/python jobs/gpu_campaign.py --dry-run --budget-s 120 --out /tmp/campaign-dry
 
+After the shard, where the slot has a minute left, where the step model misses, kernel by kernel::
+
+    PYTHONPATH=. python3 jobs/gpu_campaign.py --profile default --out $OUT/profile
+
 ``--write-plan`` rewrites the committed plan snapshot (data/campaign/plan-<version>.json).
 How and why: docs/gpu-campaign.md.
 """
@@ -29,6 +33,7 @@ import logging
 import os
 
 from trappm_ray.labels import campaign_plan as plan
+from trappm_ray.labels import campaign_profile
 from trappm_ray.labels.campaign_run import run
 
 PLAN_FILE = os.path.join("data", "campaign", f"plan-{plan.CAMPAIGN}.json")
@@ -45,6 +50,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--labels", default="data/labels", help="the committed labels ('next' reads them)")
     p.add_argument("--dry-run", action="store_true", help="tiny models on the CPU")
     p.add_argument("--write-plan", action="store_true", help=f"write {PLAN_FILE} and stop")
+    p.add_argument("--profile", default="", help="instead of a shard: 'default', or model@size:precision:"
+                   "memory_format:batch,... profiled kernel by kernel into <out>/profile.json")
     return p.parse_args(argv)
 
 
@@ -55,6 +62,13 @@ def main(argv=None) -> None:
         with open(PLAN_FILE, "w") as fh:
             fh.write(plan.plan_json(plan.shards()))
         print(f"wrote {PLAN_FILE}")
+        return
+    if args.profile:
+        specs = (campaign_profile.DRY_RUN if args.dry_run else campaign_profile.DEFAULT) \
+            if args.profile == "default" else tuple(args.profile.split(","))
+        found = campaign_profile.run_profiles(list(specs), args.out, device="cpu" if args.dry_run else "cuda")
+        print(json.dumps([{k: p.get(k) for k in ("model", "setting", "batch", "step_ms_wall", "error")}
+                          for p in found], indent=1))
         return
     shards = plan.dry_run_shards() if args.dry_run else plan.shards()
     start = None if args.shard == "next" else int(args.shard)

@@ -10,6 +10,7 @@ import pytest
 
 from trappm_ray.labels import campaign_plan as plan
 from trappm_ray.labels import campaign_instruments, campaign_run, store
+from trappm_ray.labels import campaign_profile as prof
 from trappm_ray.labels.campaign_import import campaign_datasheet, import_run, is_campaign_device
 
 ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
@@ -232,3 +233,16 @@ def test_import_of_a_folder_without_rows_is_one_line_and_writes_nothing(tmp_path
                            "--out", str(tmp_path / "labels")], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert proc.returncode != 0 and "Traceback" not in proc.stderr
     assert proc.stderr.strip().splitlines()[-1].startswith("error:") and not (tmp_path / "labels").exists()
+
+
+def test_a_profile_names_each_kernels_time_and_a_bad_spec_says_how_to_write_one(tmp_path):
+    """The kernel profile a GPU slot runs after its shard, on the CPU (ops instead of kernels)."""
+    found = prof.run_profiles([prof.DRY_RUN[0], "test_vit@32:fp32:nchw"], str(tmp_path), device="cpu")
+    assert "model@size:precision:memory_format:batch" in found[1]["error"]  # one bad spec, one error entry
+    one = found[0]
+    assert one["setting"] == "fp32/adamw/nchw" and one["batch"] == 2 and one["step_ms_wall"] > 0
+    names = [k["name"] for k in one["kernels"]]
+    assert any("convolution" in n for n in names) and len(names) <= prof.TOP
+    assert all(k["calls"] > 0 and k["total_us_per_step"] > 0 for k in one["kernels"])
+    written = json.loads((tmp_path / prof.PROFILE_FILE).read_text())
+    assert [p.get("model") for p in written["profiles"]] == ["test_efficientnet", None]

@@ -48,7 +48,7 @@ METHOD = (f"trappm-ray GPU campaign {CAMPAIGN}: random inputs and targets; train
           f"TF32 as the row's allow_tf32 says (fp32: PyTorch's default, TF32 convolutions only)")
 
 
-class _Workload:
+class Workload:
     """A job's model and how to feed it: built once per job, reused by every row."""
 
     def __init__(self, job: Job, device: str, torch) -> None:
@@ -133,18 +133,16 @@ def _reset(torch, cuda: bool) -> None:
         torch.cuda.reset_peak_memory_stats()
 
 
-def measure_row(w: _Workload, setting: Setting, n: int, cuda: bool) -> dict:
-    """Train and inference measurements of one batch size; raises what the step raises."""
+def train_stepper(w: Workload, setting: Setting, n: int, Event) -> tuple:
+    """``(train_step, amp, micro)``: one training step of ``setting`` at batch ``n`` (its own
+    optimizer, scaler and micro-batches; ``train_step(marks)`` records an ``Event()`` around each
+    backward into ``marks`` unless None), the autocast context it runs in, its micro-batches."""
     torch = w.torch
-    _reset(torch, cuda)
-    out: dict = {"leftover_mb": (torch.cuda.memory_allocated() - w.own_bytes) / 2**20 if cuda else None}
     opt = _optimizer(setting, w.model.parameters(), torch)
     half = {"amp-bf16": torch.bfloat16, "amp-fp16": torch.float16}.get(setting.precision)
     scaler = torch.amp.GradScaler(w.dev.type) if setting.precision == "amp-fp16" else None
     amp = (lambda: torch.autocast(w.dev.type, dtype=half)) if half else contextlib.nullcontext
     micro = [w.batch(n, setting) for _ in range(setting.grad_accum)]
-    Event = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else WallEvent
-    sync = torch.cuda.synchronize if cuda else (lambda: None)
 
     def train_step(marks: list | None) -> None:
         opt.zero_grad(set_to_none=True)
@@ -163,7 +161,17 @@ def measure_row(w: _Workload, setting: Setting, n: int, cuda: bool) -> dict:
             scaler.update()
         else:
             opt.step()
+    return train_step, amp, micro
 
+
+def measure_row(w: Workload, setting: Setting, n: int, cuda: bool) -> dict:
+    """Train and inference measurements of one batch size; raises what the step raises."""
+    torch = w.torch
+    _reset(torch, cuda)
+    out: dict = {"leftover_mb": (torch.cuda.memory_allocated() - w.own_bytes) / 2**20 if cuda else None}
+    Event = (lambda: torch.cuda.Event(enable_timing=True)) if cuda else WallEvent
+    sync = torch.cuda.synchronize if cuda else (lambda: None)
+    train_step, amp, micro = train_stepper(w, setting, n, Event)
     # the first step at a new batch: kernel choice and loading for its shapes (the H200 rows of
     # ResNet-50 spent 3-8 s each outside their timed and warm-up steps, text models 0.3 s)
     sync()
@@ -240,7 +248,7 @@ def _row(job: Job, setting: Setting, n: int, info: dict, item: str, params: int 
             "harness_version": CAMPAIGN, **info, "date": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())}
 
 
-def sweep(w: _Workload, setting: Setting, info: dict, item: str, path: str, deadline: float,
+def sweep(w: Workload, setting: Setting, info: dict, item: str, path: str, deadline: float,
           measure=measure_row) -> list[dict]:
     """Batch sizes from 1 up to the first out-of-memory (a censored ``oom`` row), the job's
     ``max_batch`` or the sweep's time (a ``skipped_slow`` row for the size with no time left)."""
@@ -294,7 +302,7 @@ def run_job(job: Job, item: str, info: dict, path: str, deadline: float) -> None
     # the step, set the reserved peak (4.7 GB at batch 1 in fp32, 1.6 GB in use during the steps).
     torch.backends.cudnn.benchmark = False
     try:
-        w = _Workload(job, info["device"], torch)
+        w = Workload(job, info["device"], torch)
     except Exception as exc:  # noqa: BLE001 - the model does not build here: one row says why
         for setting in job.settings:
             emit(path, _row(job, setting, 1, info, item, None) | {
@@ -345,4 +353,4 @@ def run(todo: list[tuple[Shard, Job]], out_dir: str, budget_s: float, device: st
     return summary
 
 
-__all__ = ["METHOD", "measure_row", "sweep", "run_job", "run"]
+__all__ = ["METHOD", "Workload", "train_stepper", "measure_row", "sweep", "run_job", "run"]
