@@ -19,12 +19,12 @@ PyTorch 2.x defaults, no ``PYTORCH_CUDA_ALLOC_CONF``, one stream):
   ``empty_cache``), so the reserved memory a measurement reads after its warm-up step is every
   segment mapped by then.
 
-On the GPU campaign's H200 rows (``docs/memory.md``) the replay reads reserved peaks at 3.5-7.1%
-median error per setting where packing each phase's live blocks without a gap plus 5% reads
-7.4-10.8% (convnets and small transformers reserve 10-16% above their allocated peak, large
-models 3-5%, and the replay tells them apart). It costs a Python loop over every allocation,
-which is why the memory model's answers keep the packed estimate and
-``training_memory(..., allocator="replay")`` is the check beside it.
+On the GPU campaign's H200 rows (``docs/memory.md``) the replay reads reserved peaks at 3.9-7.2%
+median error per setting (convnets and small transformers reserve 10-16% above their allocated
+peak, large models 3-5%, and the replay tells them apart). It costs a Python loop over every
+allocation, which is why the memory model's answers pack each phase's live blocks into segments
+with fragmentation shares set where that packing reads what the replay reads on corpus graphs
+(4.3-7.8% there), and ``training_memory(..., allocator="replay")`` is the check beside it.
 """
 from __future__ import annotations
 
