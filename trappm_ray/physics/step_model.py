@@ -49,8 +49,9 @@ from trappm_ray.physics.units import FREE, TENSOR
 # left out one at a time: 48-50 / 70-72 / 33; recompute 95-232 us over eight). Older stacks are
 # slower (RTX 3090 timm labels: 168 us a training kernel); a predictor passes its own (``launch``).
 HOST_US = {"inference": 33.0, "forward": 49.0, "backward": 71.0, "recompute": 130.0}
-# Per foreach list op of the optimizer: a fixed dispatch plus building the tensor lists (us).
-FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
+# Per foreach list op: a dispatch plus torch.optim's Python over the lists (us; host-bound AdamW
+# steps of 150-210 tensors: 2.9-5.0 ms on the H200 campaign, evaluate/host_figures.py).
+FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 2.0
 # torch.optim's foreach implementations (torch 2.x, CUDA default): (list ops, fp32 tensor passes
 # per parameter, each a read or a write of 4 bytes). SGD+momentum: buf*=m; buf+=g; p-=lr*buf.
 # Adam: m.lerp_(g); v*=b2; v+=g*g; s=sqrt(v); s/=c; s+=eps; p-=lr*m/s. AdamW adds p*=1-lr*wd.
@@ -59,9 +60,8 @@ FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 0.4
 OPTIMIZER_PASSES = {"none": (0, 0), "sgd": (1, 3), "sgd-momentum": (3, 8), "adam": (7, 18), "adamw": (8, 20),
                     "adadelta": (11, 27)}
 FUSED_OPTIMIZER_PASSES = {"adam": (1, 7), "adamw": (1, 7)}  # fused=True: one kernel over p, g, m, v
-AMP_UNSCALE = (1, 2)  # GradScaler: each fp32 gradient read, checked, scaled and written once
-# multi_tensor_apply launches a kernel per full table: at most this many tensors or blocks
-# of this many elements each.
+AMP_UNSCALE = (1, 2)  # fp16's GradScaler: each fp32 gradient read, checked, scaled and written once
+# multi_tensor_apply launches a kernel per full table: at most this many tensors or blocks of this many elements each.
 FOREACH_TENSORS, FOREACH_BLOCKS, FOREACH_BLOCK_ELEMS = 110, 320, 65536
 # A GEMM or convolution whose output tiles leave block slots idle is split along its reduction
 # (split-K: cuBLAS's and cuDNN's heuristics, CUTLASS's ``splitk`` kernels), each slice of at least
@@ -321,7 +321,7 @@ def optimizer_kernels(params: float, tensors: int, setting: Setting, bandwidth: 
     table = FUSED_OPTIMIZER_PASSES if setting.fused_optimizer else OPTIMIZER_PASSES
     ops, passes = table.get(setting.optimizer, OPTIMIZER_PASSES[setting.optimizer])
     steps = [(passes / ops if ops else 0.0)] * ops
-    if setting.precision.startswith("amp") and ops:
+    if setting.precision == "amp-fp16" and ops:  # bf16's range needs no GradScaler; nobody runs one
         steps.append(float(AMP_UNSCALE[1]))
     if not steps or params <= 0:
         return np.zeros(0), np.zeros(0)
