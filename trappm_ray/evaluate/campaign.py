@@ -26,6 +26,7 @@ import numpy as np
 
 from trappm_ray import devices
 from trappm_ray.evaluate.host_figures import HostFigure, host_figures
+from trappm_ray.evaluate.phase_split import PhaseSplit, phase_splits
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.campaign_import import is_campaign_device, mean_train_power_w
@@ -95,6 +96,7 @@ class CampaignEvaluation:
     refused: dict[str, dict[str, int]] = field(default_factory=dict)  # answer -> setting -> rows
     autotuned: int = 0  # rows of graphs with convolutions measured with cuDNN autotuning on: no memory check
     host: list[HostFigure] = field(default_factory=list)  # the host's time per kernel, measured
+    phases: list[PhaseSplit] = field(default_factory=list)  # the kernels' rates per phase, measured / modelled
 
     def to_dict(self) -> dict:
         return asdict(self)
@@ -335,8 +337,9 @@ def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None,
         answers["product"] = as_measured(product)
     for name, answer in answers.items():
         out.time[name], out.ratio[name], out.refused[name] = time_errors(rows, graphs, answer)
-    joined = ((r, g) for r in rows if (g := graphs.get(tuple(r[k] for k in GRAPH_KEY))) is not None)
+    joined = [(r, g) for r in rows if (g := graphs.get(tuple(r[k] for k in GRAPH_KEY))) is not None]
     out.host = host_figures(joined, spec, row_setting)
+    out.phases = phase_splits(joined, spec, row_setting)
     return out
 
 
