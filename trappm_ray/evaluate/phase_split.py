@@ -65,6 +65,7 @@ def phase_splits(rows: Iterable[tuple[dict, Graph]], spec: devices.DeviceSpec,
             measured = r.get(f"{phase}_ms")
             if measured and device > 0 and device >= issue:
                 f[phase].append(measured / device)
+
     def mid(values: list[float]) -> float | None:
         return statistics.median(values) if values else None
 
