@@ -39,7 +39,7 @@ def test_a_setting_move_is_the_step_models_ratio_at_the_batch_with_the_predictor
     assert move.base(asked) == base
     row = move.predict_graphs([g], [asked])[0]
     host = step_host_us(HOST)  # the predictor's own host figures
-    assert host["forward"] + host["backward"] == pytest.approx(300.0) and host["inference"] == 100.0
+    assert host["forward"] + host["backward"] + host["autocast"] == pytest.approx(300.0) and host["inference"] == 100.0
     # both settings on the device the answer reads: kernel times scaled so the held one reads 40 ms
     held = step_time(g, H100, base, "train", host)
     scale = device_scale(held, 40.0)

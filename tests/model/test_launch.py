@@ -51,10 +51,10 @@ def test_anchor_is_the_largest_power_of_two_that_fits_and_the_labels_measured():
 
 def test_step_host_us_shares_the_profiles_training_figure_as_the_defaults_share_theirs():
     d = launch.HOST_US
-    train = 2 * (d["forward"] + d["backward"])  # a host twice as slow as the defaults' in training
+    train = 2 * (d["forward"] + d["backward"] + d["autocast"])  # twice the defaults' host (AMP labels)
     got = launch.step_host_us({"train_step_ms": {"host_us_per_kernel": train},
                                "inference_ms": {"host_us_per_kernel": 20.0}})
     assert got == pytest.approx({"inference": 20.0, "forward": 2 * d["forward"], "backward": 2 * d["backward"],
-                                 "recompute": 2 * d["recompute"]})
-    assert got["forward"] + got["backward"] == pytest.approx(train)  # the profile's training figure, whole
+                                 "autocast": 2 * d["autocast"], "recompute": 2 * d["recompute"]})
+    assert got["forward"] + got["backward"] + got["autocast"] == pytest.approx(train)  # the profile's figure, whole
     assert launch.step_host_us({}) == launch.HOST_US

@@ -25,8 +25,7 @@ from dataclasses import asdict, dataclass, field
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.evaluate.host_figures import HostFigure, host_figures
-from trappm_ray.evaluate.phase_split import PhaseSplit, phase_splits
+from trappm_ray.evaluate.phases import HostFigure, PhaseSplit, phase_readings
 from trappm_ray.graph.featurize import Graph
 from trappm_ray.graph.rows import row_to_graph
 from trappm_ray.labels.campaign_import import is_campaign_device, mean_train_power_w
@@ -338,8 +337,7 @@ def evaluate(labels_dir: str, slug: str, spec_model: SpecModel | None = None,
     for name, answer in answers.items():
         out.time[name], out.ratio[name], out.refused[name] = time_errors(rows, graphs, answer)
     joined = [(r, g) for r in rows if (g := graphs.get(tuple(r[k] for k in GRAPH_KEY))) is not None]
-    out.host = host_figures(joined, spec, row_setting)
-    out.phases = phase_splits(joined, spec, row_setting)
+    out.host, out.phases = phase_readings(joined, spec, row_setting)
     return out
 
 

@@ -5,8 +5,7 @@ from __future__ import annotations
 
 from trappm_ray.evaluate.campaign import (BUSY_BATCH, MEMORY_PEAKS, POWER_WINDOW_S, REFERENCE, TARGETS,
                                           CampaignEvaluation, ErrorSummary)
-from trappm_ray.evaluate.host_figures import markdown as host_table
-from trappm_ray.evaluate.phase_split import markdown as phase_table
+from trappm_ray.evaluate.phases import host_table, rate_table
 
 
 def report(evaluations: list[CampaignEvaluation],
@@ -71,7 +70,7 @@ def report(evaluations: list[CampaignEvaluation],
             if ev.refused.get(name):
                 lines += [f"Rows in settings the {name} answer refuses: "
                           + ", ".join(f"{s} {n}" for s, n in sorted(ev.refused[name].items())), ""]
-        lines += host_table(ev.host) + phase_table(ev.phases)
+        lines += host_table(ev.host) + rate_table(ev.phases)
     for gpu, targets in (moves or {}).items():
         lines += [f"## `{gpu}`: settings moved by the step model", "",
                   f"What `trappm-ray predict` does for a setting no label holds: the answer in {REFERENCE} "

@@ -96,7 +96,9 @@ def markdown(result: dict, seconds: float) -> str:
               "ShuffleNetV2's 32-px CIFAR steps busy that wait on their loader (the V100's rows of every workload "
               "14.8% -> 19.3%). The optimizer's host time measured on the campaign (2026-12-03: 2 us a tensor "
               "per list op, was 0.4) lengthens host-bound steps and shortens their busy share: H200 12.0% -> "
-              "12.8%, Zeus's rows of every workload a little closer (V100 19.3% -> 17.7%). No measured limit sweep of such a GPU is in the labels: the slowdown a limit "
+              "12.8%, Zeus's rows of every workload a little closer (V100 19.3% -> 17.7%). The backward's host time measured "
+              "without autocast (51 us a kernel, 71 with it) and TF32 GEMMs at their measured rate: H200 12.8% -> 12.3%, "
+              "Zeus's fp32 ShuffleNetV2 rows busier again (V100 17.7% -> 21.4%; GPU-bound rows unchanged). No measured limit sweep of such a GPU is in the labels: the slowdown a limit "
               "brings on it is the "
               "voltage-floor law fitted on Zeus's older GPUs, from full clock.", "",
               "The fit weights each Zeus row by the share of its measured iteration the GPU worked at the "

@@ -98,8 +98,8 @@ def step_host_us(profiles: dict) -> dict[str, float]:
     if infer:
         out["inference"] = float(infer)
     if train:
-        scale = float(train) / (HOST_US["forward"] + HOST_US["backward"])
-        out.update({k: HOST_US[k] * scale for k in ("forward", "backward", "recompute")})
+        scale = float(train) / (HOST_US["forward"] + HOST_US["backward"] + HOST_US["autocast"])
+        out.update({k: HOST_US[k] * scale for k in ("forward", "backward", "autocast", "recompute")})
     return out
 
 

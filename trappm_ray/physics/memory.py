@@ -35,7 +35,7 @@ from trappm_ray.physics.step_tensors import CUBLAS_WORKSPACE, OPTIMIZERS, PRECIS
 
 log = logging.getLogger(__name__)
 
-MODEL_VERSION = 12  # bump when a rule changes: cached predictions of older versions are dropped
+MODEL_VERSION = 13  # bump when a rule changes: cached predictions of older versions are dropped
 # Blocks freed by the forward pass and reused in backward leave holes the allocator cannot fill:
 # the share of the live large-block bytes (own segments, >= 10 MiB) and of the live mid-size ones
 # (1-10 MiB, sharing 20 MiB segments: a freed one's space serves only requests that fit it). Set

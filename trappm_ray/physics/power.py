@@ -20,8 +20,8 @@ it: their draw at full clock is ``w x F32`` at most the TDP less idle power
 ``w x F32`` alone reads more than the TDP on GPUs that doubled their fp32 lanes without doubling
 their power (Ampere's GA10x, Ada, Hopper: an RTX 4090 would be held at 0.55 of its clock at
 450 W, and a 300 W limit would read 0.29). With the host figures the campaign measured
-(:data:`~trappm_ray.physics.step_model.HOST_US`) the H200's training power reads 12.0% MAPE so (12.8% with
-the optimizer's measured host time, 2026-12-03), 16.3%
+(:data:`~trappm_ray.physics.step_model.HOST_US`) the H200's training power reads 12.0% MAPE so (12.3% with
+the optimizer's host time, TF32 GEMMs and the backward without autocast measured, 2026-12-03), 16.3%
 with ``w x F32`` unbounded below the cap (``jobs/evaluate_power.py``, 2026-12-02; with the older,
 slower host figures the unbounded draw read 12.8% and the bounded one 16.5%: a step the slower
 host left idle hid the units' excess).

@@ -40,17 +40,17 @@ from trappm_ray import devices
 from trappm_ray.physics.graph_walk import kept, walk
 from trappm_ray.physics.loss import loss_kernels
 from trappm_ray.physics.roofline import BACKWARD_FACTOR, roofline
-from trappm_ray.physics.units import FREE, TENSOR
+from trappm_ray.physics.units import FREE, MATMUL_OPS, TENSOR
 
 # Host time per forward kernel of eager PyTorch (:func:`launches`), in us: an inference pass's, a
-# training forward's (recording autograd's graph too), the backward's, and what a checkpointed
-# kernel adds (its forward again inside the backward): medians over models of the H200 campaign's
-# host-bound rows, phases timed by CUDA events on torch 2.11 (``evaluate/host_figures.py``; models
-# left out one at a time: 48-50 / 70-72 / 33; recompute 95-232 us over eight). Older stacks are
-# slower (RTX 3090 timm labels: 168 us a training kernel); a predictor passes its own (``launch``).
-HOST_US = {"inference": 33.0, "forward": 49.0, "backward": 71.0, "recompute": 130.0}
+# training forward's (recording autograd's graph too), the backward's, what autocast adds to it (a
+# backward node per cast: TF32 rows 51 us, AMP 70-74), and what a checkpointed kernel adds (its
+# forward again inside the backward): medians over models of the H200 campaign's host-bound rows,
+# phases timed by CUDA events on torch 2.11 (``evaluate/phases.py``). Older stacks are slower
+# (RTX 3090 timm labels: 168 us a training kernel); a predictor passes its own (``launch``).
+HOST_US = {"inference": 33.0, "forward": 49.0, "backward": 51.0, "autocast": 20.0, "recompute": 130.0}
 # Per foreach list op: a dispatch plus torch.optim's Python over the lists (us; host-bound AdamW
-# steps of 150-210 tensors: 2.9-5.0 ms on the H200 campaign, evaluate/host_figures.py).
+# steps of 150-210 tensors: 2.9-5.0 ms on the H200 campaign, evaluate/phases.py).
 FOREACH_HOST_US, FOREACH_HOST_US_PER_TENSOR = 20.0, 2.0
 # torch.optim's foreach implementations (torch 2.x, CUDA default): (list ops, fp32 tensor passes
 # per parameter, each a read or a write of 4 bytes). SGD+momentum: buf*=m; buf+=g; p-=lr*buf.
@@ -67,7 +67,6 @@ FOREACH_TENSORS, FOREACH_BLOCKS, FOREACH_BLOCK_ELEMS = 110, 320, 65536
 # (split-K: cuBLAS's and cuDNN's heuristics, CUTLASS's ``splitk`` kernels), each slice of at least
 # this many products per output a block of its own, the partial tiles summed by a second pass.
 SPLIT_K_MIN = 256
-RECURRENT_OPS = ("LSTM", "GRU", "RNN")
 TENSORS_PER_WEIGHTED_NODE = 2  # a weight and a bias (or a norm's scale and shift)
 MODES = {"train_step_ms": "train", "inference_ms": "infer"}  # a target's mode of step_time
 
@@ -79,6 +78,8 @@ class Efficiency:
 
     Attributes:
         tensor: of the tensor peak for a large GEMM/convolution (cuBLAS/cuDNN: 70-85%).
+        tf32_matmul: of the TF32 peak for a matrix product in ``tf32``, at least the FP32 units'
+            rate (measured: ``docs/results-campaign.md``; bf16 GEMMs there read ``tensor``'s).
         vector: of the vector peak for arithmetic off the tensor cores.
         bandwidth: of the memory bandwidth a streaming kernel reaches (STREAM-like: 80-90%).
         kernel_us: the least device time of any kernel (launch latency, one short wave).
@@ -88,6 +89,7 @@ class Efficiency:
     """
 
     tensor: float = 0.75
+    tf32_matmul: float = 0.4
     vector: float = 0.7
     bandwidth: float = 0.8
     kernel_us: float = 3.0
@@ -118,9 +120,8 @@ class Setting:
     @classmethod
     def of(cls, setting: dict) -> Setting:
         """From a resolved option dict (unknown keys ignored, missing ones at the defaults)."""
-        return cls(precision=setting.get("precision") or cls.precision,
-                   optimizer=setting.get("optimizer") or cls.optimizer,
-                   fused_optimizer=bool(setting.get("fused_optimizer")),
+        return cls(precision=setting.get("precision") or cls.precision, optimizer=setting.get("optimizer")
+                   or cls.optimizer, fused_optimizer=bool(setting.get("fused_optimizer")),
                    recompute=bool(setting.get("recompute")), grad_accum=int(setting.get("grad_accum") or 1))
 
 
@@ -168,8 +169,7 @@ class StepEstimate:
 
     @property
     def forward_span_ms(self) -> float:
-        """How long the forward pass lasts: its device time, or its issue time where the host is
-        slower (what a collective on another stream can hide behind either way)."""
+        """The forward pass's device or (if longer) issue time: what another stream can hide behind."""
         return max(self.forward_ms, self.forward_host_ms)
 
     @property
@@ -226,11 +226,9 @@ def fill(elements: np.ndarray, per_block: np.ndarray, blocks_per_sm: np.ndarray,
 
 def split_k(out_elems: np.ndarray, reduction: np.ndarray, tile: int, slots: int | None) -> np.ndarray:
     """Slices a GEMM's reduction is split into (1: not split): the largest power of two whose
-    blocks still fit the block slots its output tiles leave idle, none shorter than
-    :data:`SPLIT_K_MIN`. Without it a projection of few tokens through a wide layer (a 64 x 16,384
-    by 16,384 x 1,024 MatMul: 4 tiles on 108 SMs) would read 27x its time at full fill, where
-    the library runs it on most SMs. Powers of two keep throughput from falling as the batch
-    doubles: twice the tiles take half the slices, so the blocks never fall in number."""
+    blocks fit the slots its output tiles leave idle, none shorter than :data:`SPLIT_K_MIN` (a
+    64 x 16,384 by 16,384 x 1,024 MatMul, 4 tiles on 108 SMs, would read 27x its time unsplit).
+    Powers of two keep throughput from falling as the batch doubles: the blocks never fall."""
     if not slots:
         return np.ones_like(out_elems, dtype=np.float64)
     tiles = np.maximum(np.ceil(out_elems / tile), 1.0)
@@ -265,12 +263,14 @@ def node_terms(graph, spec: devices.DeviceSpec, precision: str, eff: Efficiency 
     # products per output element: a GEMM's reduction length (a convolution's C_in x k_h x k_w)
     reduction = np.where(tensor, est.flops / 2 / np.maximum(out, 1.0), 1.0)
     # a recurrent layer's steps run one after another, each on its own few outputs: not split
-    splittable = tensor & ~np.isin(np.asarray(graph.ops), list(RECURRENT_OPS))
+    splittable = tensor & ~np.isin(np.asarray(graph.ops), ["LSTM", "GRU", "RNN"])
     splits = np.where(splittable, split_k(out, reduction, eff.tile,
                                       spec.sm_count and spec.sm_count * eff.tensor_blocks_per_sm), 1.0)
     share = fill(out * splits, np.where(tensor, eff.tile, eff.vector_block),
                  np.where(tensor, eff.tensor_blocks_per_sm, eff.vector_blocks_per_sm), spec.sm_count)
-    peak_share = np.where(tensor & (est.peak >= est.peak_tensor), eff.tensor, eff.vector)
+    tf32 = tensor & np.isin(graph.ops, list(MATMUL_OPS)) & (precision == "tf32")
+    tf32_share = max(eff.tf32_matmul, eff.vector * est.peak_vector / est.peak_tensor)
+    peak_share = np.where(tensor & (est.peak >= est.peak_tensor), np.where(tf32, tf32_share, eff.tensor), eff.vector)
     # tiles fill the SMs or leave them idle; a kernel's traffic (split-K GEMMs, many blocks over
     # weights) streams at the achievable bandwidth whatever its output size
     compute = est.compute_ms * 1e3 / peak_share / share
@@ -374,8 +374,8 @@ def _step_time(graph, spec: devices.DeviceSpec, s: Setting, mode: str, host: dic
     if mode != "train":
         raise ValueError(f"mode must be 'train' or 'infer', got {mode!r}")
     # backward: input and weight gradients, each about the forward's work, in reverse order
-    b_comp, b_mem = f_comp[::-1] * BACKWARD_FACTOR, f_mem[::-1] * BACKWARD_FACTOR
-    b_host, b_least = host["backward"] * issued[::-1], f_least * BACKWARD_FACTOR
+    b_comp, b_mem, b_least = (x * BACKWARD_FACTOR for x in (f_comp[::-1], f_mem[::-1], f_least))
+    b_host = (host["backward"] + host["autocast"] * s.precision.startswith("amp")) * issued[::-1]
     if s.recompute:  # each checkpointed segment runs its forward again inside the backward,
         # issued from the autograd engine, recording its graph anew (the H200 campaign's
         # host-bound steps: +1.9-2.5x with every block checkpointed)
