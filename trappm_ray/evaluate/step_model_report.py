@@ -54,8 +54,9 @@ def markdown(batch: dict, settings: dict, command: str, seconds: float, lm: dict
              "Scale-free: how well the shape of the batch curve is predicted, whatever the level. "
              "Pollux: one T4; Gavel: one K80 or P100. Both precisions assumed fp32 (not stated by the sources). "
              "The step model issues kernels at the host figures the GPU campaign measured on torch 2.11 "
-             "(`physics/step_model.HOST_US`); these sweeps ran on 2019-2020 stacks whose host is slower, which "
-             "their smallest batches, measured longer than read, show.", "",
+             "(`physics/step_model.HOST_US`); these sweeps ran on 2019-2020 stacks whose host is slower, though no "
+             "one host speed per source carries them (`experiments/sweep_host.py`: Gavel 20.5% -> 20.4% with "
+             "each workload at the scale chosen on the others).", "",
              "| source | points | " + " | ".join(NAMES.values()) + " | step model, absolute | product, absolute |",
              "|---|---|" + "---|" * (len(NAMES) + 2)]
     for source, cols in batch["summary"].items():
