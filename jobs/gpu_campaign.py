@@ -22,6 +22,10 @@ After the shard, where the slot has a minute left, where the step model misses, 
 
     PYTHONPATH=. python3 jobs/gpu_campaign.py --profile default --out $OUT/profile
 
+and what the board draws while each kind of kernel runs (about two minutes)::
+
+    PYTHONPATH=. python3 jobs/gpu_campaign.py --power-kernels default --out $OUT/power
+
 ``--write-plan`` rewrites the committed plan snapshot (data/campaign/plan-<version>.json).
 How and why: docs/gpu-campaign.md.
 """
@@ -33,7 +37,7 @@ import logging
 import os
 
 from trappm_ray.labels import campaign_plan as plan
-from trappm_ray.labels import campaign_profile
+from trappm_ray.labels import campaign_power, campaign_profile
 from trappm_ray.labels.campaign_run import run
 
 PLAN_FILE = os.path.join("data", "campaign", f"plan-{plan.CAMPAIGN}.json")
@@ -52,6 +56,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--write-plan", action="store_true", help=f"write {PLAN_FILE} and stop")
     p.add_argument("--profile", default="", help="instead of a shard: 'default', or model@size:precision:"
                    "memory_format:batch,... profiled kernel by kernel into <out>/profile.json")
+    p.add_argument("--power-kernels", default="", help="instead of a shard: 'default' (every kind) or kinds "
+                   f"of {', '.join(campaign_power.PROBES)}, comma-separated: board power while each runs, "
+                   "into <out>/power_kernels.json")
     return p.parse_args(argv)
 
 
@@ -68,6 +75,15 @@ def main(argv=None) -> None:
             if args.profile == "default" else tuple(args.profile.split(","))
         found = campaign_profile.run_profiles(list(specs), args.out, device="cpu" if args.dry_run else "cuda")
         print(json.dumps([{k: p.get(k) for k in ("model", "setting", "batch", "step_ms_wall", "error")}
+                          for p in found], indent=1))
+        return
+    if args.power_kernels:
+        kinds = (campaign_power.DRY_RUN if args.dry_run else tuple(campaign_power.PROBES)) \
+            if args.power_kernels == "default" else tuple(args.power_kernels.split(","))
+        found = campaign_power.run_power_kernels(list(kinds), args.out, device="cpu" if args.dry_run else "cuda",
+                                                 seconds=0.2 if args.dry_run else campaign_power.SECONDS,
+                                                 warm_s=0.05 if args.dry_run else campaign_power.WARM_S)
+        print(json.dumps([{k: p.get(k) for k in ("kind", "tflops", "tbytes_per_s", "power_w_mean", "error")}
                           for p in found], indent=1))
         return
     shards = plan.dry_run_shards() if args.dry_run else plan.shards()

@@ -7,9 +7,11 @@ import subprocess
 import sys
 
 import pytest
+import torch
 
 from trappm_ray.labels import campaign_plan as plan
 from trappm_ray.labels import campaign_instruments, campaign_run, store
+from trappm_ray.labels import campaign_power as power
 from trappm_ray.labels import campaign_profile as prof
 from trappm_ray.labels.campaign_import import campaign_datasheet, import_run, is_campaign_device
 
@@ -246,3 +248,25 @@ def test_a_profile_names_each_kernels_time_and_a_bad_spec_says_how_to_write_one(
     assert all(k["calls"] > 0 and k["total_us_per_step"] > 0 for k in one["kernels"])
     written = json.loads((tmp_path / prof.PROFILE_FILE).read_text())
     assert [p.get("model") for p in written["profiles"]] == ["test_efficientnet", None]
+
+
+def test_a_power_probe_counts_each_kinds_work_and_an_unknown_kind_is_one_error_entry(tmp_path):
+    """The per-kernel power probe a GPU slot runs after its shard, on the CPU (no NVML readings)."""
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    found = power.run_power_kernels(["gemm-tf32", "copy", "tiny", "nope"], str(tmp_path), device="cpu",
+                                    seconds=0.05, warm_s=0.01)
+    gemm, copy, tiny, bad = found
+    assert gemm["calls"] > 0 and gemm["tflops"] > 0 and gemm["tf32"] and gemm.get("power_w_mean") is None
+    assert copy["tflops"] == 0 and copy["tbytes_per_s"] > 0 and tiny["calls"] > 0 and tiny["tbytes_per_s"] == 0
+    assert "unknown kind 'nope'" in bad["error"] and "gemm-bf16" in bad["error"]
+    assert torch.backends.cuda.matmul.allow_tf32 == tf32  # the probe's TF32 switch is put back
+    written = json.loads((tmp_path / power.POWER_FILE).read_text())
+    assert [p["kind"] for p in written["probes"]] == ["gemm-tf32", "copy", "tiny", "nope"]
+
+
+def test_a_power_probe_counts_a_gemm_and_a_convolution_as_their_products():
+    _, flops, nbytes = power.build(torch, power.PROBES["gemm-bf16"], "cpu", dry=True)
+    assert flops == 2 * 64 ** 3 and nbytes == 3 * 64 * 64 * 2
+    _, conv, _ = power.build(torch, power.PROBES["conv-fp16-nchw"], "cpu", dry=True)
+    _, depthwise, _ = power.build(torch, power.PROBES["depthwise-fp16"], "cpu", dry=True)
+    assert conv == 2 * 1 * 256 * 8 * 8 * 256 * 9 and depthwise == 2 * 1 * 512 * 8 * 8 * 1 * 9
