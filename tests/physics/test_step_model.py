@@ -78,6 +78,33 @@ def test_settings_cost_what_they_move():
         S.step_time(g, spec, mode="eval")
 
 
+def test_tf32_matrix_products_run_at_their_own_share_of_the_peak_and_convolutions_keep_the_tensor_share():
+    h200 = devices.get("h200-sxm-141gb")
+    mlp, cnn = featurize(ob.residual_chain(blocks=2, d=1024), batch_size=8192), featurize(SAMPLE, 256)
+
+    def compute(g, op, eff):
+        work, compute, *_ = S.node_terms(g, h200, "tf32", eff)
+        return compute[work & np.isin(g.ops, [op])].sum()
+    at_tensor_share = S.Efficiency(tf32_matmul=S.Efficiency.tensor)
+    assert compute(mlp, "MatMul", S.Efficiency()) == pytest.approx(
+        compute(mlp, "MatMul", at_tensor_share) * S.Efficiency.tensor / S.Efficiency.tf32_matmul)
+    assert compute(cnn, "Conv", S.Efficiency()) == pytest.approx(compute(cnn, "Conv", at_tensor_share))
+    # never below the FP32 units' rate: a share under theirs reads them
+    floor = S.Efficiency(tf32_matmul=0.01)
+    est = roofline(mlp, h200, "tf32", "infer")
+    assert compute(mlp, "MatMul", floor) == pytest.approx(
+        compute(mlp, "MatMul", at_tensor_share) * S.Efficiency.tensor / (S.Efficiency.vector * est.peak_vector / est.peak_tensor))
+
+
+def test_autocast_adds_its_backward_host_time_per_kernel():
+    g, h200 = featurize(SAMPLE, 1), devices.get("h200-sxm-141gb")
+    amp, bf16 = (S.step_time(g, h200, S.Setting(p, "sgd")) for p in ("amp-bf16", "bf16"))
+    assert S.launches(g, h200, "amp-bf16") == S.launches(g, h200, "bf16")
+    assert amp.backward_host_ms - bf16.backward_host_ms == pytest.approx(
+        S.launches(g, h200, "bf16") * S.HOST_US["autocast"] / 1e3)
+    assert amp.forward_host_ms == pytest.approx(bf16.forward_host_ms)
+
+
 def test_device_scale_solves_for_a_measured_step_within_its_bounds():
     g, spec = featurize(SAMPLE, 256), devices.get("rtx3090")
     est = S.step_time(g, spec)
