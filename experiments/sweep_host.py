@@ -18,16 +18,11 @@ from pathlib import Path
 import numpy as np
 
 from trappm_ray import devices
-from trappm_ray.evaluate.batch_scaling import WORKLOADS, one_gpu_sweeps, workload_onnx
+from trappm_ray.evaluate.batch_scaling import WORKLOADS, one_gpu_sweeps, ratio_errors, workload_onnx
 from trappm_ray.graph.featurize import featurize
 from trappm_ray.physics.step_model import HOST_US, Setting, step_time
 
 SCALES = (1.0, 1.25, 1.5, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0)
-
-
-def ratio_errors(pred: np.ndarray, measured: np.ndarray) -> np.ndarray:
-    """|error| of t(b) / t(b_largest), each batch but the largest."""
-    return np.abs((pred / pred[-1]) / (measured / measured[-1]) - 1)[:-1]
 
 
 def main() -> None:
@@ -42,7 +37,7 @@ def main() -> None:
         for scale in SCALES:
             host = {k: v * scale for k, v in HOST_US.items()}
             pred = np.array([step_time(g, spec, setting, "train", host).total_ms for g in graphs])
-            per[scale] = ratio_errors(pred, np.array(sweep.measured_ms))
+            per[scale] = np.abs(ratio_errors(pred, np.array(sweep.measured_ms)))
         found.append((sweep.source, sweep.workload, per))
         print(f"{sweep.source} {sweep.workload} {sweep.device}: "
               + " ".join(f"x{s}:{100 * e.mean():.0f}%" for s, e in per.items()), flush=True)

@@ -119,7 +119,8 @@ class SweepResult:
     product_absolute_error: list[float]
 
 
-def _ratio_errors(pred: np.ndarray, meas: np.ndarray) -> list[float]:
+def ratio_errors(pred: np.ndarray, meas: np.ndarray) -> list[float]:
+    """Error of t(b) / t(b_largest), predicted over measured, at each batch but the largest."""
     r_pred, r_meas = pred / pred[-1], meas / meas[-1]
     return [float(x) for x in (r_pred / r_meas - 1)[:-1]]
 
@@ -142,10 +143,10 @@ def evaluate_sweep(sweep: Sweep, cache: Path, answer=None) -> SweepResult:
         if answer else []
     prod_a = np.array(product)
     return SweepResult(sweep.source, sweep.workload, sweep.device, list(sweep.batches), list(sweep.measured_ms),
-                       step, _ratio_errors(step_a, meas), _ratio_errors(np.array(floor), meas),
-                       _ratio_errors(np.array(sweep.batches, float), meas),
+                       step, ratio_errors(step_a, meas), ratio_errors(np.array(floor), meas),
+                       ratio_errors(np.array(sweep.batches, float), meas),
                        [float(x) for x in step_a / meas - 1], product,
-                       _ratio_errors(prod_a, meas) if product else [],
+                       ratio_errors(prod_a, meas) if product else [],
                        [float(x) for x in prod_a / meas - 1] if product else [])
 
 
@@ -176,4 +177,4 @@ def run(sweeps: list[Sweep], cache: Path, answer=None) -> dict:
 
 
 __all__ = ["LABELS", "WORKLOADS", "WORKLOAD_OF", "Sweep", "SweepResult", "one_gpu_sweeps", "workload_onnx",
-           "evaluate_sweep", "summary", "run"]
+           "ratio_errors", "evaluate_sweep", "summary", "run"]

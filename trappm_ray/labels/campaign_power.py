@@ -74,8 +74,7 @@ def build(torch, probe: Probe, device: str, dry: bool) -> tuple[Callable[[], obj
         a, b = torch.randn(n, n, device=device, dtype=dt), torch.randn(n, n, device=device, dtype=dt)
         return (lambda: a @ b), 2.0 * n ** 3, 3.0 * n * n * width
     if probe.op in ("conv", "depthwise"):  # a ResNet stage's 3x3 at 56 px; depthwise: 512 channels alone
-        c, hw = (256, 56) if probe.op == "conv" else (512, 56)
-        hw = 8 if dry else hw
+        c, hw = 256 if probe.op == "conv" else 512, 8 if dry else 56
         groups = 1 if probe.op == "conv" else c
         fmt = torch.channels_last if probe.channels_last else torch.contiguous_format
         x = torch.randn(n, c, hw, hw, device=device, dtype=dt).to(memory_format=fmt)
