@@ -1,7 +1,7 @@
 """Does the product read the RTX 3090 network where timm measured a model, and what does reading it
 elsewhere cost? (issue 43)
 
-    .venv/bin/python experiments/anchor_batch.py      (about 6 minutes; reads the examples
+    .venv/bin/python experiments/anchor_batch.py      (about 10 minutes; reads the examples
                                                        jobs/evaluate_unseen.py caches in artifacts/unseen)
 
 On a GPU the product reads the learned answer at the *anchor* (``model/launch.anchor_batch``: the
@@ -12,9 +12,11 @@ the network answers at a batch no row of that model was measured at (its batch i
 with model size: every model was measured at one batch). Families held out are scored at their own
 batch (``evaluate/unseen.py``), so this path is not in those figures.
 
-1. Per label graph (training, AMP fp16 + SGD momentum), the memory model's ``device_used`` at the
-   batch timm ran, as a share of 24 GB (above 1: the model over-reads a step that ran), and how
-   many anchors lie above the measured batch.
+1. Per label graph (training, AMP fp16 + SGD momentum; attention fused as PyTorch 2 runs it, then
+   eager as the labels' PyTorch 1 ran it, what the product now reads the anchor's fit in:
+   ``model/launch.labels_fused_attention``), the memory model's ``device_used`` at the batch timm
+   ran as a share of 24 GB (above 1: the model over-reads a step that ran), and how many anchors
+   lie above the measured batch.
 2. In-sample, NCHW rows whose anchor differs from their batch and whose graph re-binds to it by
    arithmetic (``graph/rebatch.at_batch``) or is held by the labels at that batch: the shipped
    network read at the row's batch, against it read at the anchor and carried by the step
@@ -47,7 +49,14 @@ POWERS = 2 ** np.arange(11)
 def main() -> None:
     ex = [e for e in pickle.load(open(f"{CACHE}/examples.pkl", "rb"))
           if e["slug"] == "rtx3090-amp" and e["target"] == "train_step_ms"]
-    index, spec = graph_index("data/labels", ()), devices.get("rtx3090")
+    index = graph_index("data/labels", ())
+    for fused in (True, False):
+        print(f"\nthe anchor's fit read with attention {'fused (PyTorch 2)' if fused else 'eager (PyTorch 1, as the labels ran)'}:")
+        read(ex, index, fused)
+
+
+def read(ex: list[dict], index: dict, fused: bool) -> None:
+    spec = devices.get("rtx3090")
     launch = json.loads(open(f"{PREDICTOR}/manifest.json").read())["launch"]
     memory = spec.memory_gb * 1e9
     used, family = {}, {}
@@ -56,8 +65,8 @@ def main() -> None:
         if key not in used:
             g = row_to_graph(index[key])
             walked = walk(g, guess_folded_norm(g), arithmetic=True)
-            used[key] = np.array([training_memory(g, **SETTING, batch_size=int(b), walked=walked).device_used
-                                  for b in POWERS])
+            used[key] = np.array([training_memory(g, **SETTING, batch_size=int(b), walked=walked,
+                                                  fused_attention=fused).device_used for b in POWERS])
             family[key] = e["family"]
     keys = list(used)
     batch = np.array([k[2] for k in keys])

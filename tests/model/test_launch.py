@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 
 import numpy as np
 import pytest
@@ -47,6 +48,17 @@ def test_anchor_is_the_largest_power_of_two_that_fits_and_the_labels_measured():
     assert launch.anchor_batch(8, 4096, profiles) == 512  # never beyond the labeled batches
     assert launch.anchor_batch(64, 40, profiles) == 32  # 64 does not fit: moved up from 32
     assert launch.anchor_batch(1, 0, profiles) == 1  # batch 1 does not fit: the answer as predicted
+
+
+def test_the_anchor_fits_attention_as_the_labels_ran_it():
+    """A predictor whose training labels ran PyTorch 1 reads its anchor's fit with eager attention;
+    one that says nothing (or ran PyTorch 2), fused."""
+    def manifest(run):
+        return SimpleNamespace(network=SimpleNamespace(run=run) if run is not None else None)
+    assert launch.labels_fused_attention(manifest({"train_step_ms": {"torch2": 0, "compiled": 0}})) is False
+    assert launch.labels_fused_attention(manifest({"train_step_ms": {"torch2": 1, "compiled": 0}})) is True
+    assert launch.labels_fused_attention(manifest({"inference_ms": {"torch2": 0, "compiled": 0}})) is True
+    assert launch.labels_fused_attention(manifest(None)) is True
 
 
 def test_step_host_us_shares_the_profiles_training_figure_as_the_defaults_share_theirs():

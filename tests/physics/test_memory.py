@@ -268,6 +268,14 @@ def test_fused_attention_keeps_scores_off_the_device():
     assert fused.allocated < eager.allocated and fused.allocated >= fused.floor
 
 
+def test_fitting_batch_in_eager_attention_fits_fewer_samples():
+    """The scores eager attention keeps take memory per sample: the same budget fits fewer."""
+    g = featurize(ob.transformer_block(seq=512), batch_size=8)
+    budget = training_memory(g, "amp-fp16", "sgd", batch_size=64, fused_attention=False).device_used * 1.01
+    eager = fitting_batch(g, "amp-fp16", "sgd", budget, fused_attention=False)
+    assert eager == 64 and fitting_batch(g, "amp-fp16", "sgd", budget) > eager
+
+
 def test_grad_accum_keeps_gradients_all_step():
     g = cnn()
     one, four = est(g), est(g, grad_accum=4)

@@ -116,6 +116,18 @@ def envelope_top(batches: list[int], kind: str) -> int:
     return int(np.quantile(np.asarray(batches, np.float64), ENVELOPE_QUANTILE))
 
 
+def labels_fused_attention(manifest) -> bool:
+    """Whether a predictor's training-step labels ran attention fused (PyTorch 2): its network's
+    ``run`` says; True where it says nothing. The anchor's fit is read in that setting: timm's RTX
+    3090 training labels ran PyTorch 1.10-1.12, whose attention kept its score matrices, so the
+    batch they found to fit a transformer is about half what fused attention fits, and an anchor
+    read with fused attention lay above the measured batch on 154 of 934 graphs, mostly Swin, ViT,
+    DeiT, VOLO and BEiT (``experiments/anchor_batch.py``)."""
+    net = getattr(manifest, "network", None)
+    run = (getattr(net, "run", None) or {}).get("train_step_ms")
+    return bool(run["torch2"]) if run else True
+
+
 def anchor_batch(batch: int, fit: int, profiles: dict) -> int:
     """The batch whose learned answer another batch is moved from: the largest power of two that
     fits the GPU's memory (``fit``) and the labels' batches (``batch_max`` of the ``profiles``).
@@ -127,4 +139,4 @@ def anchor_batch(batch: int, fit: int, profiles: dict) -> int:
 
 
 __all__ = ["EDGE_QUANTILE", "ENVELOPE_QUANTILE", "HOST_US_PER_KERNEL", "envelope_top", "host_base_ms", "profile", "profiles", "step_host_us",
-           "anchor_batch"]
+           "labels_fused_attention", "anchor_batch"]

@@ -234,14 +234,16 @@ SLOPE_BATCH = 64  # the second point of fitting_batch's line
 
 
 def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, limit: int = 1 << 16,
-                  recompute: bool = False, grad_accum: int = 1) -> int:
+                  recompute: bool = False, grad_accum: int = 1, fused_attention: bool = True) -> int:
     """The largest power-of-two batch whose training step fits ``memory_bytes`` of device memory
     (the model's ``device_used``, rescaled from ``graph``'s batch without featurizing again);
     0 when batch 1 does not fit, ``limit`` at most. Memory is near affine in the batch: the
     search starts where the line through batches 1 and 64 crosses the budget and checks its way
     to the exact power of two (3-5 evaluations instead of one per doubling). Batches 1 and 2 are
     too close: workspace caps and the allocator's rounding can read them alike (ResNet-101: 1.43
-    and 1.43 GB), which sent the search to ``limit`` and down again, 12 evaluations."""
+    and 1.43 GB), which sent the search to ``limit`` and down again, 12 evaluations.
+    ``fused_attention``: attention as PyTorch 2 runs it (False: its score matrices held, as
+    PyTorch 1 did)."""
     walked = walk(graph, guess_folded_norm(graph), arithmetic=True)
 
     def fits(b: int) -> bool:
@@ -249,7 +251,7 @@ def fitting_batch(graph, precision: str, optimizer: str, memory_bytes: float, li
 
     def used(b: int) -> float:
         return training_memory(graph, precision, optimizer, batch_size=b, walked=walked, recompute=recompute,
-                               grad_accum=grad_accum).device_used
+                               grad_accum=grad_accum, fused_attention=fused_attention).device_used
 
     one = used(1)
     if one > memory_bytes:

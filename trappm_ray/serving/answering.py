@@ -110,7 +110,7 @@ def answer_rows(models: list[tuple[bytes, PredictOptions, str]], predictor: Esti
             anchor = 0
             if spec is not None and spec.memory_gb and profiles:  # a GPU: one more batch, where the labels are
                 fit = fitting_batch(graph, setting["precision"], setting["optimizer"], spec.memory_gb * 1e9,
-                                    **step_fields(setting))
+                                    fused_attention=launch.labels_fused_attention(chosen.manifest), **step_fields(setting))
                 anchor = launch.anchor_batch(batch, fit, profiles)
             try:  # the batches whose answers hold the answer at this one
                 above = [cached((*at, b), lambda b=b: graph_at(proto, opts, b, graph)) for b in
