@@ -31,7 +31,8 @@ from __future__ import annotations
 
 import numpy as np
 
-from trappm_ray.model.device_features import SETTING_COLS
+from trappm_ray.model.device_features import EAGER_TORCH2, SETTING_COLS
+from trappm_ray.model.manifest import Manifest
 from trappm_ray.physics.step_model import HOST_US
 
 EDGE_QUANTILE = 0.05
@@ -116,16 +117,15 @@ def envelope_top(batches: list[int], kind: str) -> int:
     return int(np.quantile(np.asarray(batches, np.float64), ENVELOPE_QUANTILE))
 
 
-def labels_fused_attention(manifest) -> bool:
+def labels_fused_attention(manifest: Manifest) -> bool:
     """Whether a predictor's training-step labels ran attention fused (PyTorch 2): its network's
-    ``run`` says; True where it says nothing. The anchor's fit is read in that setting: timm's RTX
-    3090 training labels ran PyTorch 1.10-1.12, whose attention kept its score matrices, so the
-    batch they found to fit a transformer is about half what fused attention fits, and an anchor
-    read with fused attention lay above the measured batch on 154 of 934 graphs, mostly Swin, ViT,
-    DeiT, VOLO and BEiT (``experiments/anchor_batch.py``)."""
-    net = getattr(manifest, "network", None)
-    run = (getattr(net, "run", None) or {}).get("train_step_ms")
-    return bool(run["torch2"]) if run else True
+    ``run`` says; where it says nothing, a prediction's default (:data:`EAGER_TORCH2`). The
+    anchor's fit is read in that setting: timm's RTX 3090 training labels ran PyTorch 1.10-1.12,
+    whose attention kept its score matrices, so the batch they found to fit a transformer is about
+    half what fused attention fits, and an anchor read with fused attention lay above the measured
+    batch on 154 of 934 graphs, mostly Swin, ViT, DeiT, VOLO and BEiT (``experiments/anchor_batch.py``)."""
+    runs = manifest.network.run if manifest.network else {}
+    return bool(runs.get("train_step_ms", EAGER_TORCH2)["torch2"])
 
 
 def anchor_batch(batch: int, fit: int, profiles: dict) -> int:
